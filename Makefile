@@ -1,0 +1,83 @@
+# hpcbundle: build matched Horovod images, generate launch lines, run and test them.
+# `make help` lists the targets. Two commands set up everything on a fresh machine:
+#   make demo   # installs what it needs, then runs the main job on the default `local` site
+#   make test   # installs what it needs, then runs the whole test suite
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HPCBUNDLE := $(BIN)/hpcbundle
+export HPCBUNDLE_CACHE ?= $(HOME)/.cache/hpcbundle
+
+RECIPE ?= cpu-local
+RECIPES := $(sort $(basename $(notdir $(wildcard recipes/*.yaml))))
+BUILD := build
+# build-sif: how to get root for the build (--fakeroot, or SIF_SUDO=sudo with SIF_FLAGS=).
+SIF_FLAGS ?= --fakeroot
+SIF_SUDO ?=
+PYTEST_ARGS ?=
+
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint test demo golden clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(BIN)/hpcbundle: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle and its test tools (enough to render)
+
+setup: venv ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
+	bash scripts/setup/host-packages.sh
+	bash scripts/setup/python-env.sh $(VENV)
+
+render: venv ## Render every recipe as a Dockerfile and a .def into build/
+	@for r in $(RECIPES); do \
+	  $(HPCBUNDLE) render $$r --format docker -o $(BUILD)/$$r.Dockerfile; \
+	  $(HPCBUNDLE) render $$r --format singularity -o $(BUILD)/$$r.def; \
+	done
+
+wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for image builds
+	$(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==2.13.0+cpu"
+
+build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name)
+	$(HPCBUNDLE) render $(RECIPE) --format singularity -o $(BUILD)/$(RECIPE).def
+	@builder=$$(command -v apptainer || command -v singularity || true); \
+	if [ -z "$$builder" ]; then \
+	  echo "make build-sif: neither apptainer nor singularity is installed on this host." >&2; \
+	  echo "  Build the Docker image here (make build-docker RECIPE=$(RECIPE)), then on a host with Apptainer:" >&2; \
+	  echo "    apptainer build $(RECIPE).sif docker-daemon://hpcbundle/$(RECIPE):latest" >&2; \
+	  echo "  or copy a docker-archive (docker save hpcbundle/$(RECIPE):latest -o $(RECIPE).tar) and run:" >&2; \
+	  echo "    apptainer build $(RECIPE).sif docker-archive://$(RECIPE).tar" >&2; \
+	  exit 2; \
+	fi; \
+	echo "+ $(SIF_SUDO) $$builder build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def"; \
+	$(SIF_SUDO) "$$builder" build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def
+
+build-docker: venv ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name)
+	$(HPCBUNDLE) render $(RECIPE) --format docker -o $(BUILD)/$(RECIPE).Dockerfile
+	docker build -f $(BUILD)/$(RECIPE).Dockerfile -t hpcbundle/$(RECIPE):latest .
+
+lint: venv render ## hadolint on rendered Dockerfiles, shellcheck on the project's shell
+	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
+	$(BIN)/shellcheck scripts/setup/*.sh .ci/run
+
+golden: venv ## Regenerate the golden files after an intended change (review the diff!)
+	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q tests -k golden
+	git status --short tests/golden
+
+test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: setup ## The main job: a real 2-rank Horovod run on the default `local` site
+	$(HPCBUNDLE) check $(RECIPE)
+	$(MAKE) --no-print-directory render
+
+clean: ## Remove build outputs (keeps the venv and the cache)
+	rm -rf $(BUILD)

@@ -1,0 +1,5 @@
+"""`python -m hpcbundle` is the `hpcbundle` command."""
+
+from .cli import main
+
+main()

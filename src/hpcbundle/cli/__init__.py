@@ -1,0 +1,66 @@
+"""The `hpcbundle` command: front end only; the work happens in the generator modules."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .. import __version__
+from ..bundle import Bundle, find_bundle
+from ..errors import UserError
+
+
+class _Group(click.Group):
+    """Turns UserError into one line per problem on stderr and exit status 2 (no traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            for line in exc.lines:
+                click.echo(f"hpcbundle: error: {line}", err=True)
+            ctx.exit(UserError.exit_status)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="hpcbundle")
+@click.option(
+    "--bundle",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="HPCBUNDLE_ROOT",
+    help="The bundle's top level (holds recipes/, site_configs/, containers/). Default: found from the current directory.",
+)
+@click.pass_context
+def main(ctx: click.Context, bundle: Path | None) -> None:
+    """Build matched Horovod images and run them on clusters.
+
+    \b
+    A recipe (recipes/*.yaml) pins one software stack; a site (site_configs/*.yaml) says how a
+    cluster runs it. Typical day:
+      hpcbundle recipes                          # which stacks exist
+      hpcbundle check cuda12.2-tf2.15-torch2.1-ucx   # is the stack consistent?
+      hpcbundle render cpu-local --format docker -o build/cpu-local.Dockerfile
+    """
+    ctx.obj = _LazyBundle(bundle)
+
+
+class _LazyBundle:
+    """Finds the bundle only when a command needs it, so --help works anywhere."""
+
+    def __init__(self, explicit: Path | None) -> None:
+        self._explicit = explicit
+        self._bundle: Bundle | None = None
+
+    def get(self) -> Bundle:
+        if self._bundle is None:
+            self._bundle = find_bundle(self._explicit, Path(os.getcwd()))
+        return self._bundle
+
+
+pass_bundle = click.make_pass_decorator(_LazyBundle)
+
+from . import recipes as _recipes  # noqa: E402  (commands register themselves on `main`)
+
+__all__ = ["main", "pass_bundle", "_recipes"]

@@ -1,0 +1,118 @@
+"""`hpcbundle recipes | render | check`: list, render and check matched stacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..compat import check_recipe, failed
+from ..knowledge import knowledge_base
+from ..outputs import write_atomic
+from ..recipes import all_recipes, load_recipe
+from ..render import SUFFIXES, TEMPLATES, render_image, template_environment
+from . import main, pass_bundle
+
+
+def _stack_summary(recipe) -> dict[str, object]:
+    fw = recipe.frameworks
+    return {
+        "name": recipe.name,
+        "os": recipe.base.os,
+        "python": recipe.python,
+        "cuda": recipe.gpu.cuda if recipe.gpu else None,
+        "cudnn": recipe.gpu.cudnn if recipe.gpu else None,
+        "nccl": recipe.gpu.nccl_version if recipe.gpu else None,
+        "gpu_archs": list(recipe.gpu.archs) if recipe.gpu else [],
+        "mpi": f"{recipe.mpi.flavour} {recipe.mpi.version}",
+        "ucx": recipe.ucx.version if recipe.ucx else None,
+        "horovod": recipe.horovod.version,
+        "tensorflow": fw.tensorflow.version if fw.tensorflow else None,
+        "pytorch": f"{fw.pytorch.version}+{fw.pytorch.variant}" if fw.pytorch else None,
+        "description": recipe.description,
+    }
+
+
+@main.command("recipes")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True,
+              help="table for people, json for scripts, markdown for the README's recipes table.")
+@pass_bundle
+def recipes_command(bundle, fmt: str) -> None:
+    """List the matched stacks in recipes/ (every file is validated)."""
+    rows = [_stack_summary(r) for r in all_recipes(bundle.get().recipes_dir)]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    columns = ["name", "cuda", "cudnn", "nccl", "gpu_archs", "mpi", "ucx", "horovod", "tensorflow", "pytorch", "python"]
+    cell = lambda v: "-" if v in (None, []) else (" ".join(v) if isinstance(v, list) else str(v))  # noqa: E731
+    if fmt == "markdown":
+        click.echo("| " + " | ".join(columns) + " |")
+        click.echo("|" + "---|" * len(columns))
+        for row in rows:
+            click.echo("| " + " | ".join(cell(row[c]) for c in columns) + " |")
+        return
+    table = Table(*columns, title="hpcbundle recipes")
+    for row in rows:
+        table.add_row(*(cell(row[c]) for c in columns))
+    console = Console()
+    if not console.is_terminal:  # piped: never truncate a cell to fit 80 columns
+        console = Console(width=240)
+    console.print(table)
+
+
+@main.command("render")
+@click.argument("recipe")
+@click.option("--format", "fmt", type=click.Choice(sorted(TEMPLATES)), required=True, help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write here (atomically) instead of standard output.")
+@pass_bundle
+def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
+    """Render RECIPE (a name in recipes/ or a path to a YAML file) as a Dockerfile or .def.
+
+    \b
+    Examples:
+      hpcbundle render cpu-local --format docker -o build/cpu-local.Dockerfile
+      hpcbundle render ./my-stack.yaml --format singularity > my-stack.def
+    """
+    b = bundle.get()
+    kb = knowledge_base()
+    model = load_recipe(recipe, b.recipes_dir)
+    findings = check_recipe(model, kb)
+    if failed(findings):
+        _refuse(findings, model.name)
+    text = render_image(model, fmt, template_environment(b.containers_dir), kb)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output} ({fmt}, recipe {model.name})", err=True)
+
+
+@main.command("check")
+@click.argument("recipe")
+@pass_bundle
+def check_command(bundle, recipe: str) -> None:
+    """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
+
+    Exits 0 when no rule fails, 2 with every reason when one does.
+    """
+    b = bundle.get()
+    model = load_recipe(recipe, b.recipes_dir)
+    findings = check_recipe(model, knowledge_base())
+    for finding in findings:
+        click.echo(finding.line())
+    if failed(findings):
+        _refuse(findings, model.name)
+    click.echo(f"recipe {model.name}: OK ({len(findings)} rules)")
+
+
+def _refuse(findings, name: str) -> None:
+    from ..errors import UserError
+
+    raise UserError(*(f"recipe {name}: {f.rule}: {f.message}" for f in findings if f.status == "FAIL"))
+
+
+__all__ = ["SUFFIXES"]

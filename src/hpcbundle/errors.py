@@ -1,0 +1,50 @@
+"""The one error type for user mistakes: printed as one actionable line, exit status 2."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake the user can fix: bad input file, unknown name, impossible request.
+
+    Rendered as ``<where>: <key>: <problem> (<fix>)`` so a user knows the file, the
+    key and what to do, e.g.::
+
+        recipes/x.yaml: horovod.versoin: unknown key (did you mean version?)
+
+    Several problems found at once are carried together and printed one per line.
+    """
+
+    exit_status = 2
+
+    def __init__(self, *lines: str) -> None:
+        if not lines:
+            raise ValueError("UserError needs at least one line")
+        self.lines: tuple[str, ...] = tuple(lines)
+        super().__init__("\n".join(self.lines))
+
+    @classmethod
+    def at(cls, where: str, key: str, problem: str, fix: str = "") -> "UserError":
+        """One problem at one key of one file (or other named source)."""
+        return cls(format_problem(where, key, problem, fix))
+
+
+def format_problem(where: str, key: str, problem: str, fix: str = "") -> str:
+    """Format one problem as ``where: key: problem (fix)``; empty parts are left out."""
+    head = ": ".join(part for part in (where, key) if part)
+    text = f"{head}: {problem}" if head else problem
+    return f"{text} ({fix})" if fix else text
+
+
+def did_you_mean(name: str, choices: list[str] | tuple[str, ...], noun: str = "known") -> str:
+    """A fix hint: the closest choice ('did you mean X?'), else the list of choices.
+
+    >>> did_you_mean("cuda11.8", ["cpu-local", "cuda11.8-tf2.14-torch2.1"])
+    'did you mean cuda11.8-tf2.14-torch2.1?'
+    """
+    import difflib
+
+    prefixed = [c for c in choices if c.startswith(name)] if name else []
+    near = prefixed[:1] or difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    if near:
+        return f"did you mean {near[0]}?"
+    return f"{noun}: " + ", ".join(choices)

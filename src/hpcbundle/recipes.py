@@ -1,0 +1,178 @@
+"""Recipes: one validated, matched software stack per YAML file in recipes/.
+
+A recipe pins what goes into an image (base OS, Python, CUDA/cuDNN/NCCL, the MPI, UCX,
+Horovod and its build, TensorFlow and/or PyTorch, GPU architectures). It says nothing about
+any cluster: interfaces and MCA choices belong to sites.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .errors import UserError, did_you_mean
+from .fields import Name, Sha256, Url, Version
+from .loading import read_yaml, validate
+from .model import StrictModel
+
+OsName = Literal["ubuntu22.04", "ubuntu24.04", "debian12"]
+
+
+class Base(StrictModel):
+    """The images the two stages start FROM; both must be the same OS (same python, same libc)."""
+
+    os: OsName
+    build_image: str = Field(min_length=1, description="FROM of the build stage, e.g. a CUDA devel image")
+    runtime_image: str = Field(min_length=1, description="FROM of the slim runtime stage")
+
+
+class Gpu(StrictModel):
+    """The CUDA side of a GPU stack; absent for CPU-only recipes."""
+
+    cuda: Version
+    cudnn: Version
+    nccl: str = Field(pattern=r"^\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+$", description="apt version of libnccl2, e.g. 2.16.5-1+cuda11.8")
+    archs: list[Version] = Field(min_length=1, description="compute capabilities to build for, e.g. ['7.0', '8.0']")
+
+    @property
+    def nccl_version(self) -> str:
+        """'2.16.5-1+cuda11.8' -> '2.16.5'."""
+        return self.nccl.split("-", 1)[0]
+
+    @property
+    def nccl_cuda(self) -> str:
+        """'2.16.5-1+cuda11.8' -> '11.8'."""
+        return self.nccl.rsplit("+cuda", 1)[1]
+
+
+class Tarball(StrictModel):
+    """A pinned source tarball: fetched by URL, refused unless its sha256 matches."""
+
+    url: Url
+    sha256: Sha256
+
+
+class Mpi(StrictModel):
+    """The MPI inside the image. `source`: built from a tarball; `distro`: OS packages; `pip`: Intel MPI wheels."""
+
+    flavour: Literal["openmpi", "intelmpi", "mpich"]
+    version: Version
+    install: Literal["source", "distro", "pip"]
+    source: Tarball | None = None
+    configure: list[str] = Field(default_factory=list, description="extra ./configure options for install: source")
+
+    @model_validator(mode="after")
+    def _install_fits(self) -> "Mpi":
+        if self.install == "source" and self.source is None:
+            raise ValueError("install: source needs source.url and source.sha256 (or use install: distro)")
+        if self.install != "source" and (self.source is not None or self.configure):
+            raise ValueError(f"install: {self.install} takes no source/configure (those are for install: source)")
+        if self.install == "pip" and self.flavour != "intelmpi":
+            raise ValueError("install: pip is only for flavour: intelmpi (the impi-devel/impi-rt wheels)")
+        if self.install == "distro" and self.flavour == "intelmpi":
+            raise ValueError("Intel MPI is not an OS package; use install: pip")
+        return self
+
+
+class Ucx(StrictModel):
+    """UCX built from source for Open MPI's pml ucx (InfiniBand/RoCE, CUDA-aware transfers)."""
+
+    version: Version
+    source: Tarball
+    configure: list[str] = Field(default_factory=list)
+
+
+class TensorFlow(StrictModel):
+    version: Version
+    package: Literal["tensorflow", "tensorflow-cpu"] = "tensorflow"
+
+
+class PyTorch(StrictModel):
+    version: Version
+    variant: str = Field(pattern=r"^(cpu|cu\d{3})$", description="wheel variant: cpu, cu118, cu121, ...")
+
+
+class Frameworks(StrictModel):
+    tensorflow: TensorFlow | None = None
+    pytorch: PyTorch | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> "Frameworks":
+        if self.tensorflow is None and self.pytorch is None:
+            raise ValueError("name at least one of tensorflow, pytorch")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """Framework names in a fixed order, e.g. ['tensorflow', 'pytorch']."""
+        return [name for name in ("tensorflow", "pytorch") if getattr(self, name) is not None]
+
+
+class Horovod(StrictModel):
+    """Horovod, built from its PyPI sdist (checksummed) with the recipe's HOROVOD_* flags."""
+
+    version: Version
+    sdist_sha256: Sha256
+    patches: list[Literal["cxx17"]] = Field(default_factory=list, description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt")
+    controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
+    tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
+    build_env: dict[str, str] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
+
+    @field_validator("build_env")
+    @classmethod
+    def _horovod_keys(cls, env: dict[str, str]) -> dict[str, str]:
+        for key in env:
+            if not key.startswith("HOROVOD_"):
+                raise ValueError(f"{key}: only HOROVOD_* variables belong here")
+        return env
+
+
+class Recipe(StrictModel):
+    """One matched stack. See recipes/*.yaml for complete examples."""
+
+    name: Name
+    description: str = Field(min_length=1)
+    base: Base
+    python: Version
+    gpu: Gpu | None = None
+    mpi: Mpi
+    ucx: Ucx | None = None
+    frameworks: Frameworks
+    horovod: Horovod
+
+    @model_validator(mode="after")
+    def _combination(self) -> "Recipe":
+        if self.ucx is not None and not (self.mpi.flavour == "openmpi" and self.mpi.install == "source"):
+            raise ValueError("ucx is built only for an Open MPI built from source (mpi.install: source)")
+        return self
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpu is not None
+
+
+def recipe_path(ref: str, recipes_dir: Path) -> Path:
+    """Resolve RECIPE: a name in recipes/ ('cpu-local') or a path to a YAML file."""
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        return Path(ref)
+    path = recipes_dir / f"{ref}.yaml"
+    if not path.exists():
+        names = [p.stem for p in sorted(recipes_dir.glob("*.yaml"))]
+        raise UserError.at(str(recipes_dir), ref, "no such recipe", did_you_mean(ref, names, "known recipes"))
+    return path
+
+
+def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
+    """Load and validate one recipe by name or path; its `name` must match the file name."""
+    path = recipe_path(ref, recipes_dir)
+    recipe = validate(Recipe, read_yaml(path), str(path))
+    if recipe.name != path.stem:
+        raise UserError.at(str(path), "name", f"is {recipe.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file")
+    return recipe
+
+
+def all_recipes(recipes_dir: Path) -> list[Recipe]:
+    """Every recipe in recipes/, sorted by name; any invalid file is an error."""
+    return [load_recipe(str(path), recipes_dir) for path in sorted(recipes_dir.glob("*.yaml"))]

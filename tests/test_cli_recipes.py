@@ -1,0 +1,87 @@
+"""The recipe commands as a user runs them: exit codes, one-line errors, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import ROOT, recipe_data, write_recipe
+
+
+def hpcbundle(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run the real command line, as a user would."""
+    return subprocess.run([sys.executable, "-m", "hpcbundle", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_recipes_lists_at_least_five_stacks_as_json():
+    result = hpcbundle("recipes", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    names = [row["name"] for row in json.loads(result.stdout)]
+    assert len(names) >= 5 and "cpu-local" in names
+
+
+@pytest.mark.parametrize("name", [p.stem for p in sorted((ROOT / "recipes").glob("*.yaml"))])
+def test_check_passes_each_shipped_recipe(name):
+    result = hpcbundle("check", name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"recipe {name}: OK" in result.stdout
+
+
+def test_check_refuses_cuda13_with_volta(tmp_path):
+    data = recipe_data("cuda12.6-torch2.9")
+    data["gpu"].update(cuda="13.0", nccl="2.27.7-1+cuda13.0")
+    result = hpcbundle("check", str(write_recipe(tmp_path, data)))
+    assert result.returncode == 2
+    assert "cuda-archs: CUDA 13.0 cannot build compute capability 7.0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_refuses_tensorflow_216_with_horovod_0281(tmp_path):
+    data = recipe_data("cpu-local")
+    data["frameworks"]["tensorflow"]["version"] = "2.16.1"
+    result = hpcbundle("check", str(write_recipe(tmp_path, data)))
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("hpcbundle: error:")]
+    assert any("horovod-tensorflow: Horovod 0.28.1 supports TensorFlow <= 2.15" in line for line in errors), errors
+
+
+def test_render_with_misspelled_key_exits_2_and_writes_nothing(tmp_path):
+    data = recipe_data("cpu-local")
+    data["base"]["runtime_imgae"] = data["base"].pop("runtime_image")
+    recipe = write_recipe(tmp_path, data)
+    out = tmp_path / "out" / "x.Dockerfile"
+    result = hpcbundle("render", str(recipe), "--format", "docker", "-o", str(out))
+    assert result.returncode == 2
+    assert f"{recipe}: base.runtime_imgae: unknown key (did you mean runtime_image?)" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists() and not out.parent.exists()
+
+
+def test_render_writes_the_file_atomically(tmp_path):
+    out = tmp_path / "cpu-local.Dockerfile"
+    result = hpcbundle("render", "cpu-local", "--format", "docker", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().startswith(hpcbundle("render", "cpu-local", "--format", "docker").stdout[:40])
+    assert [p.name for p in tmp_path.iterdir()] == ["cpu-local.Dockerfile"]
+
+
+def test_unknown_recipe_name_exits_2_with_suggestion():
+    result = hpcbundle("render", "cuda11.8", "--format", "docker")
+    assert result.returncode == 2
+    assert "no such recipe" in result.stderr and "did you mean cuda11.8-tf2.14-torch2.1?" in result.stderr
+
+
+def test_bundle_found_from_a_subdirectory():
+    result = hpcbundle("recipes", "--format", "json", cwd=ROOT / "recipes")
+    assert result.returncode == 0 and "cpu-local" in result.stdout
+
+
+def test_readme_recipes_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("<!-- recipes-table:start")
+    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- recipes-table:end -->")]
+    assert block == hpcbundle("recipes", "--format", "markdown").stdout, "run: hpcbundle recipes --format markdown, paste into README.md"

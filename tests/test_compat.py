@@ -1,0 +1,86 @@
+"""Every compatibility rule passes the shipped recipes and refuses a concrete bad one."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from hpcbundle.compat import RECIPE_RULES, check_recipe, failed
+from hpcbundle.knowledge import knowledge_base, pytorch_requirement
+from hpcbundle.loading import validate
+from hpcbundle.recipes import Recipe, all_recipes
+
+from .helpers import RECIPES, recipe_data
+
+KB = knowledge_base()
+
+
+def _recipe(base: str, change: Callable[[dict[str, Any]], None]) -> Recipe:
+    data = recipe_data(base)
+    change(data)
+    return validate(Recipe, data, "bad.yaml")
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = data
+        for key in parents:
+            node = node[key]
+        node[last] = value
+
+    return change
+
+
+# rule -> (base recipe, change, words the refusal must contain)
+BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
+    "python-os": ("cpu-local", _set("python", "3.10"), "debian12 ships python 3.11, not 3.10"),
+    "cuda-known": ("cuda12.6-torch2.9", _set("gpu.cuda", "12.7"), "CUDA 12.7 is not in the knowledge base"),
+    "cuda-archs": ("cuda12.6-torch2.9", lambda d: (_set("gpu.cuda", "13.0")(d), _set("gpu.nccl", "2.27.7-1+cuda13.0")(d)),
+                   "CUDA 13.0 cannot build compute capability 7.0"),
+    "cudnn-cuda": ("cuda11.8-tf2.14-torch2.1", _set("gpu.cudnn", "9.5"), "cuDNN 9.5 has no build for CUDA 11.x"),
+    "nccl-cuda": ("cuda11.8-tf2.14-torch2.1", _set("gpu.nccl", "2.18.5-1+cuda12.2"), "is built for CUDA 12.2, the recipe has 11.8"),
+    "tensorflow-build": ("cuda11.8-tf2.14-torch2.1", _set("frameworks.tensorflow.version", "2.15.1"),
+                         "TensorFlow 2.15.1 is built for CUDA 12.2; the recipe has CUDA 11.8"),
+    "pytorch-wheel": ("cuda12.2-tf2.15-torch2.1-ucx", _set("frameworks.pytorch.variant", "cu118"),
+                      "PyTorch wheel cu118 carries CUDA 11.x; the recipe has CUDA 12.2"),
+    "pytorch-archs": ("cuda12.6-torch2.9", _set("frameworks.pytorch.variant", "cu128"),
+                      "no kernels for compute capability 7.0"),
+    "horovod-tensorflow": ("cpu-local", _set("frameworks.tensorflow.version", "2.16.1"),
+                           "TensorFlow 2.16.1 ships Keras 3"),
+    "horovod-pytorch": ("cpu-local", _set("horovod.patches", []), "add cxx17 to horovod.patches"),
+    "horovod-ops": ("cuda12.6-torch2.9", _set("horovod.tensor_operations", ["mpi", "gloo"]), "add nccl"),
+    "mpi-abi": ("cuda12.6-torch2.9", _set("mpi.version", "4.2.0"), "Open MPI 4.2 is not a known series"),
+}
+
+
+def test_every_rule_has_a_bad_recipe():
+    assert sorted(BAD_RECIPES) == sorted(rule.__name__ for rule in RECIPE_RULES)
+
+
+@pytest.mark.parametrize("recipe", all_recipes(RECIPES), ids=lambda r: r.name)
+def test_shipped_recipe_passes_every_rule(recipe):
+    findings = check_recipe(recipe, KB)
+    assert not failed(findings), [f.line() for f in findings if f.status == "FAIL"]
+    assert [f.rule for f in findings] == [rule.__name__ for rule in RECIPE_RULES]
+
+
+@pytest.mark.parametrize("rule_name", sorted(BAD_RECIPES))
+def test_rule_refuses_its_bad_recipe(rule_name):
+    base, change, words = BAD_RECIPES[rule_name]
+    findings = {f.rule: f for f in check_recipe(_recipe(base, change), KB)}
+    assert findings[rule_name].status == "FAIL"
+    assert words in findings[rule_name].message
+
+
+def test_tensorflow_cpu_on_gpu_recipe_is_refused():
+    recipe = _recipe("cuda12.2-tf2.15-torch2.1-ucx", _set("frameworks.tensorflow.package", "tensorflow-cpu"))
+    finding = {f.rule: f for f in check_recipe(recipe, KB)}["tensorflow-build"]
+    assert finding.status == "FAIL" and "cannot use the GPU" in finding.message
+
+
+def test_torch_requirement_uses_pypi_only_for_its_default_variant():
+    assert pytorch_requirement("2.1.2", "cu121", KB) == "torch==2.1.2"
+    assert pytorch_requirement("2.1.2", "cu118", KB) == "torch==2.1.2+cu118"
+    assert pytorch_requirement("2.13.0", "cpu", KB) == "torch==2.13.0+cpu"

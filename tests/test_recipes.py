@@ -1,0 +1,89 @@
+"""Recipes load into a validated model; every mistake is one clear line naming file, key and fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcbundle.errors import UserError
+from hpcbundle.recipes import all_recipes, load_recipe
+
+from .helpers import RECIPES, recipe_data, write_recipe
+
+
+def test_every_shipped_recipe_loads():
+    names = [r.name for r in all_recipes(RECIPES)]
+    assert len(names) >= 5
+    assert "cpu-local" in names
+
+
+def _error_lines(tmp_path, data) -> list[str]:
+    path = write_recipe(tmp_path, data)
+    with pytest.raises(UserError) as exc:
+        load_recipe(str(path), RECIPES)
+    return list(exc.value.lines)
+
+
+def test_misspelled_key_names_file_key_and_nearest_key(tmp_path):
+    data = recipe_data("cpu-local")
+    data["horovod"]["versoin"] = data["horovod"].pop("version")
+    lines = _error_lines(tmp_path, data)
+    assert any(
+        line.startswith(str(tmp_path / "cpu-local.yaml"))
+        and "horovod.versoin: unknown key (did you mean version?)" in line
+        for line in lines
+    ), lines
+
+
+def test_missing_required_key_is_named(tmp_path):
+    data = recipe_data("cpu-local")
+    del data["mpi"]["version"]
+    assert any("mpi.version: missing required key" in line for line in _error_lines(tmp_path, data))
+
+
+def test_unquoted_version_is_refused_with_the_fix(tmp_path):
+    data = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
+    data["gpu"]["cuda"] = 12.2
+    (line,) = _error_lines(tmp_path, data)
+    assert "gpu.cuda" in line and 'write versions as quoted strings, e.g. "12.2"' in line
+
+
+def test_bad_combination_source_install_without_tarball(tmp_path):
+    data = recipe_data("cuda11.8-tf2.14-torch2.1")
+    del data["mpi"]["source"]
+    (line,) = _error_lines(tmp_path, data)
+    assert "mpi: install: source needs source.url and source.sha256" in line
+
+
+def test_wrong_type_reports_the_value(tmp_path):
+    data = recipe_data("cpu-local")
+    data["horovod"]["controllers"] = "mpi"
+    assert any("horovod.controllers" in line and "'mpi'" in line for line in _error_lines(tmp_path, data))
+
+
+def test_name_must_match_file_name(tmp_path):
+    data = recipe_data("cpu-local")
+    path = tmp_path / "other.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError, match=r"other.yaml: name: is 'cpu-local' but the file is other.yaml \(set name: other"):
+        load_recipe(str(path), RECIPES)
+
+
+def test_duplicate_key_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: dup\npython: '3.11'\npython: '3.10'\n")
+    with pytest.raises(UserError, match=r"dup.yaml:3:1: .*key 'python' is given twice"):
+        load_recipe(str(path), RECIPES)
+
+
+def test_unknown_recipe_name_suggests_the_nearest(tmp_path):
+    with pytest.raises(UserError, match=r"cpu-locl: no such recipe \(did you mean cpu-local\?\)"):
+        load_recipe("cpu-locl", RECIPES)
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\nbase: [unclosed\n")
+    with pytest.raises(UserError, match=r"bad.yaml:\d+:\d+: not valid YAML"):
+        load_recipe(str(path), RECIPES)
