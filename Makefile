@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-PYTHON ?= python3
+export PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HPCBUNDLE := $(BIN)/hpcbundle
@@ -33,9 +33,10 @@ $(BIN)/hpcbundle: pyproject.toml
 
 venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle and its test tools (enough to render)
 
-setup: venv ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
+setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
 	bash scripts/setup/host-packages.sh
 	bash scripts/setup/python-env.sh $(VENV)
+	touch $(BIN)/hpcbundle
 
 render: venv ## Render every recipe as a Dockerfile and a .def into build/
 	@for r in $(RECIPES); do \
@@ -75,9 +76,12 @@ golden: venv ## Regenerate the golden files after an intended change (review the
 test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-demo: setup ## The main job: a real 2-rank Horovod run on the default `local` site
-	$(HPCBUNDLE) check $(RECIPE)
-	$(MAKE) --no-print-directory render
+DEMO_ARGS ?= --epochs 5
+
+demo: setup ## The main job: a real 2-rank Horovod training run on the default `local` site
+	$(HPCBUNDLE) check $(RECIPE) --site local
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(HPCBUNDLE) launch --site local --np 2 --exec -- \
+	  python examples/pytorch_train.py $(DEMO_ARGS)
 
 clean: ## Remove build outputs (keeps the venv and the cache)
 	rm -rf $(BUILD)

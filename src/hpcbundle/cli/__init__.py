@@ -62,5 +62,6 @@ class _LazyBundle:
 pass_bundle = click.make_pass_decorator(_LazyBundle)
 
 from . import recipes as _recipes  # noqa: E402  (commands register themselves on `main`)
+from . import launch as _launch  # noqa: E402,F401
 
 __all__ = ["main", "pass_bundle", "_recipes"]

@@ -11,7 +11,9 @@ from rich.table import Table
 
 from ..compat import check_recipe, failed
 from ..knowledge import knowledge_base
+from ..launch import load_site
 from ..outputs import write_atomic
+from ..pairs import check_pair
 from ..recipes import all_recipes, load_recipe
 from ..render import SUFFIXES, TEMPLATES, render_image, template_environment
 from . import main, pass_bundle
@@ -93,8 +95,9 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
 
 @main.command("check")
 @click.argument("recipe")
+@click.option("--site", help="Also check the pair: RECIPE's image on this site (driver, GPU, MPI ABI, known traps).")
 @pass_bundle
-def check_command(bundle, recipe: str) -> None:
+def check_command(bundle, recipe: str, site: str | None) -> None:
     """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
 
     Exits 0 when no rule fails, 2 with every reason when one does.
@@ -102,6 +105,8 @@ def check_command(bundle, recipe: str) -> None:
     b = bundle.get()
     model = load_recipe(recipe, b.recipes_dir)
     findings = check_recipe(model, knowledge_base())
+    if site is not None:
+        findings += check_pair(model, load_site(site, b.sites_dir), knowledge_base())
     for finding in findings:
         click.echo(finding.line())
     if failed(findings):

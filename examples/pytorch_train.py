@@ -1,0 +1,173 @@
+"""Data-parallel image classifier with horovod.torch, applying every step of the NVIDIA DLI lab
+"Scaling Deep Learning Workflows with Horovod".
+
+Launch (any of these; each starts one process per rank):
+    mpirun -np 2 --bind-to none python examples/pytorch_train.py --epochs 3
+    hpcbundle launch --site local --np 2 --exec -- python /examples/pytorch_train.py --epochs 3
+    horovodrun -np 2 python examples/pytorch_train.py --epochs 3
+(as root, Open MPI's mpirun also needs --allow-run-as-root; 2 ranks on 2 cores: --oversubscribe).
+
+Data: --data-dir DIR with MNIST/Fashion-MNIST IDX files, else scikit-learn's bundled 8x8 digits;
+--synthetic for throughput runs. With --checkpoint-dir, rank 0 writes a checkpoint atomically after
+every epoch and a restarted job resumes after the last completed epoch.
+Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L images/sec=R ranks=N`
+(test-set metrics over all ranks; images/sec leaves out the first epoch, which pays for warm-up).
+--final-params-out FILE makes every rank write its final parameters to FILE.rank<N>.npy.
+"""
+
+import argparse
+import io
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import horovod.torch as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hvd_common as common  # noqa: E402  (shared with keras_train.py)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=int, default=5, help="total epochs (a resumed run counts those done)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size per rank")
+    p.add_argument("--lr", type=float, default=0.025, help="base learning rate for one rank (scaled by size)")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--warmup-epochs", type=float, default=1.0, help="epochs to ramp lr from --lr to --lr * size")
+    p.add_argument("--checkpoint-dir", default=None, help="write/resume checkpoints here (rank 0 writes)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=None, help="directory of MNIST/Fashion-MNIST IDX files")
+    p.add_argument("--synthetic", action="store_true", help="synthetic images (benchmarking)")
+    p.add_argument("--final-params-out", default=None,
+                   help="write each rank's final flattened parameters to FILE.rank<N>.npy")
+    return p.parse_args()
+
+
+def build_model(height, width, num_classes):
+    """Small CNN: two conv/pool stages and a classifier; works for 8x8 digits and 28x28 MNIST."""
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * (height // 4) * (width // 4), 128), nn.ReLU(),
+        nn.Linear(128, num_classes))
+
+
+def allreduce_sums(values, name):
+    """Sum a few numbers over all ranks (exact global metrics, not a mean of means)."""
+    return hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name).tolist()
+
+
+def evaluate(model, x, y, device, batch_size=512):
+    """Loss and accuracy over the whole test set: each rank scores its shard, sums are allreduced."""
+    idx = common.shard_indices(len(x), hvd.rank(), hvd.size(), shuffle=False)
+    model.eval()
+    loss_sum = correct = 0.0
+    with torch.no_grad():
+        for start in range(0, len(idx), batch_size):
+            b = idx[start:start + batch_size]
+            out = model(x[b].to(device))
+            loss_sum += F.cross_entropy(out, y[b].to(device), reduction="sum").item()
+            correct += (out.argmax(1).cpu() == y[b]).sum().item()
+    loss_sum, correct, count = allreduce_sums([loss_sum, correct, len(idx)], "eval_metrics")
+    return loss_sum / count, correct / count
+
+
+def main():
+    args = parse_args()
+    # 1. Initialize Horovod; pin one GPU per local rank (CPU when there is none).
+    hvd.init()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(hvd.local_rank())
+        device = torch.device("cuda", hvd.local_rank())
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+    # 2. Log (and write) only on rank 0.
+    verbose = hvd.rank() == 0
+    log = print if verbose else (lambda *a, **k: None)
+
+    # Ranks seed differently on purpose: the broadcast below is what makes them agree.
+    torch.manual_seed(args.seed + hvd.rank())
+    x_tr, y_tr, x_te, y_te, num_classes, source = common.load_dataset(args.data_dir, args.synthetic, args.seed)
+    x_tr, x_te = torch.from_numpy(x_tr).unsqueeze(1), torch.from_numpy(x_te).unsqueeze(1)  # N,1,H,W
+    y_tr, y_te = torch.from_numpy(y_tr), torch.from_numpy(y_te)
+    model = build_model(x_tr.shape[2], x_tr.shape[3], num_classes).to(device)
+
+    # 8. Scale the learning rate by the number of ranks (9. warmup is applied per step below).
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=args.momentum)
+    # 3. DistributedOptimizer averages gradients over ranks with allreduce. It is a new optimizer
+    # object that does not carry the wrapped one's state over: restore checkpoints after wrapping.
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    # 7. Rank 0 finds the last checkpoint and loads it; the epoch number is broadcast from rank 0.
+    resume_epoch, ckpt = 0, None
+    if verbose and args.checkpoint_dir:
+        resume_epoch, ckpt = common.latest_checkpoint(args.checkpoint_dir, "pt")
+        if ckpt is not None:
+            state = torch.load(ckpt, map_location=device)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            resume_epoch = int(state["epoch"])
+    resume_epoch = int(hvd.broadcast(torch.tensor(resume_epoch), root_rank=0, name="resume_epoch").item())
+
+    # 4. Broadcast the initial state from rank 0: parameters AND optimizer state (momentum buffers).
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    # 5. Each rank takes its own shard: steps per epoch = data / size / batch.
+    steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
+    log(f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {tuple(x_tr.shape[1:])}; "
+        f"ranks={hvd.size()} batch/rank={args.batch_size} steps/epoch={steps} "
+        f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={device}")
+    if resume_epoch:
+        log(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
+    if resume_epoch >= args.epochs:
+        log(f"nothing to do: {resume_epoch} epochs already completed (--epochs {args.epochs})")
+
+    epoch_stats = []  # (images, seconds) per epoch, over all ranks
+    val_loss, val_acc = evaluate(model, x_te, y_te, device) if resume_epoch >= args.epochs else (None, None)
+    for epoch in range(resume_epoch, args.epochs):
+        model.train()
+        batches = common.epoch_batches(len(x_tr), hvd.rank(), hvd.size(), args.batch_size, epoch, args.seed)
+        loss_sum = correct = 0.0
+        start = time.perf_counter()
+        for step, b in enumerate(batches):
+            for group in optimizer.param_groups:  # 9. learning-rate warmup, per step
+                group["lr"] = common.warmup_lr(args.lr, hvd.size(), epoch + step / steps, args.warmup_epochs)
+            xb, yb = x_tr[b].to(device), y_tr[b].to(device)
+            optimizer.zero_grad()
+            out = model(xb)
+            loss = F.cross_entropy(out, yb)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(b)
+            correct += (out.argmax(1) == yb).sum().item()
+        # 6. Average the metrics over all ranks (allreduce of sums -> exact global averages).
+        loss_sum, correct, count = allreduce_sums([loss_sum, correct, sum(len(b) for b in batches)], "train_metrics")
+        elapsed = time.perf_counter() - start
+        epoch_stats.append((count, elapsed))
+        val_loss, val_acc = evaluate(model, x_te, y_te, device)
+        log(f"epoch {epoch + 1}/{args.epochs}: loss={loss_sum / count:.4f} accuracy={correct / count:.4f} "
+            f"val_loss={val_loss:.4f} val_accuracy={val_acc:.4f} lr={optimizer.param_groups[0]['lr']:.4g} "
+            f"images/sec={count / elapsed:.1f} time={elapsed:.2f}s", flush=True)
+        # 7. Only rank 0 writes checkpoints, atomically (temp file + fsync + os.replace).
+        if verbose and args.checkpoint_dir:
+            buf = io.BytesIO()
+            torch.save({"epoch": epoch + 1, "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict()}, buf)
+            common.atomic_write_bytes(common.checkpoint_path(args.checkpoint_dir, epoch + 1, "pt"), buf.getvalue())
+            common.prune_checkpoints(args.checkpoint_dir, "pt")
+
+    if args.final_params_out:
+        flat = torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()]).numpy()
+        common.save_rank_params(args.final_params_out, hvd.rank(), flat)
+    ips = common.steady_throughput(epoch_stats)  # leaves out the first epoch when it can
+    log(f"final: accuracy={val_acc:.4f} loss={val_loss:.4f} images/sec={ips:.1f} ranks={hvd.size()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

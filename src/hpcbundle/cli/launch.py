@@ -1,0 +1,140 @@
+"""`hpcbundle sites | launch | sbatch`: a site's command for a program, printed, run or submitted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import click
+
+from ..batch import BatchJob, parse_job_id, sbatch_script, script_environment
+from ..errors import UserError
+from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
+from ..launch.execute import run_bounded
+from ..outputs import write_atomic
+from ..sites import Site
+from . import main, pass_bundle
+
+DEFAULT_SITE = "local"
+_PROGRAM = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+_site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+_image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
+_program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+
+
+def site_for(bundle, ref: str) -> Site:
+    """The site named `ref`, with every problem in it refused (exit 2)."""
+    return load_site(ref, bundle.get().sites_dir)
+
+
+@main.command("sites")
+@pass_bundle
+def sites_command(bundle) -> None:
+    """List the clusters in site_configs/ (every file is validated)."""
+    directory = bundle.get().sites_dir
+    for path in sorted(directory.glob("*.yaml")):
+        site = load_site(path.stem, directory)
+        mpi = f"{site.mpi.flavour} {site.mpi.version}"
+        click.echo(f"{site.name:<20} {site.launcher.name:<14} {site.container.runtime:<13} {mpi:<17} {site.description}")
+
+
+@main.command("launch", context_settings=_PROGRAM)
+@_site_option
+@_image_option
+@click.option("--np", "np_", type=click.IntRange(min=1), required=True, help="Number of ranks.")
+@click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
+@click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
+@click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
+@click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
+@click.option("--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout).")
+@_program_argument
+@pass_bundle
+@click.pass_context
+def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
+                   explain: bool, execute: bool, timeout: int | None, program: tuple[str, ...]) -> None:
+    """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
+
+    \b
+    Examples:
+      hpcbundle launch --np 2 --exec -- python3 train.py
+      hpcbundle launch --site ib-v100 --image horovod.sif --np 4 --hosts f1:2,f2:2 -- python /examples/keras_mnist_advanced.py
+      hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
+    """
+    model = site_for(bundle, site)
+    command = build_command(model, _layout(np_, hosts, hostfile), program, image)
+    if not execute:
+        click.echo(command.display())
+        for line in command.explain() if explain else ():
+            click.echo(line)
+        return
+    for line in command.explain() if explain else ():
+        click.echo(line, err=True)
+    limit, source = (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
+    click.echo(f"+ {command.display()}", err=True)
+    status = run_bounded(command.argv, limit)
+    if status is None:
+        click.echo(f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. MPI hangs like this "
+                   f"when ranks cannot reach each other, most often over a wrong network interface: check network.interfaces, "
+                   f"mca btl_tcp_if_include/oob_tcp_if_include and NCCL_SOCKET_IFNAME in {model.where} against `ip -br addr` "
+                   f"on the nodes (or raise the limit for a long job)", err=True)
+        ctx.exit(124)
+    ctx.exit(status)
+
+
+def _layout(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
+    """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
+    if hosts and hostfile:
+        raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
+    slots = None
+    if hostfile is not None:
+        try:
+            slots = hostfile_slots(hostfile.read_text(encoding="utf-8"), str(hostfile))
+        except OSError as exc:
+            raise UserError.at(str(hostfile), "", f"cannot read: {exc.strerror}", "check the --hostfile path") from None
+    return Layout(np=np_, hosts=parse_hosts(hosts) if hosts else (), hostfile=str(hostfile) if hostfile else None,
+                  hostfile_slots=slots, in_allocation="SLURM_JOB_ID" in os.environ)
+
+
+@main.command("sbatch", context_settings=_PROGRAM)
+@_site_option
+@_image_option
+@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to allocate.")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).")
+@click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the script here (atomically) instead of standard output.")
+@click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
+@_program_argument
+@pass_bundle
+def sbatch_command(bundle, site: str, image: str | None, nodes: int, tasks_per_node: int | None, time_: str | None,
+                   output: Path | None, submit: bool, program: tuple[str, ...]) -> None:
+    """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
+
+    \b
+    Examples:
+      hpcbundle sbatch --site eth-a100-slurm --image horovod.sif --nodes 2 -o job.sh -- python train.py
+      hpcbundle sbatch --nodes 1 --submit -- python3 train.py
+    """
+    model = site_for(bundle, site)
+    text = sbatch_script(model, BatchJob(nodes, tasks_per_node, time_), program, image, script_environment(bundle.get().scripts_dir))
+    if output is not None:
+        write_atomic(output, text, mode=0o755)
+        click.echo(f"wrote {output} (site {model.name}, {nodes} node(s))", err=True)
+    elif not submit:
+        click.echo(text, nl=False)
+    if submit:
+        click.echo(_submit(text, output))
+
+
+def _submit(text: str, path: Path | None) -> str:
+    """Run sbatch on the written file (or the text on stdin); return the job id."""
+    argv = ["sbatch", "--parsable", *([str(path)] if path else [])]
+    try:
+        result = subprocess.run(argv, input=None if path else text, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    except FileNotFoundError:
+        raise UserError.at("", "sbatch", "not found on PATH", "run --submit on a SLURM login node, or drop it and copy the script there") from None
+    except subprocess.TimeoutExpired:
+        raise UserError.at("", "sbatch", "did not answer within 120 s", "check that slurmctld is reachable (sinfo)") from None
+    if result.returncode:
+        raise UserError.at("", "sbatch", f"refused the job: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}", "fix the site's slurm settings or the flags")
+    return parse_job_id(result.stdout)

@@ -1,0 +1,19 @@
+"""Launch generation: a site, a layout, an image and a program in, an explained argv out.
+
+    >>> from hpcbundle.launch import Layout, build_command, load_site
+    >>> site = load_site("local", bundle.sites_dir)                                # doctest: +SKIP
+    >>> build_command(site, Layout(np=2), ["python3", "train.py"]).display()       # doctest: +SKIP
+    'mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none --map-by slot python3 train.py'
+
+Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
+"""
+
+from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
+from .build import build_command, check_layout, check_site, load_site
+from .command import Command, Part
+from .layout import Layout, hostfile_slots, parse_hosts
+
+__all__ = [
+    "LAUNCHERS", "RUNTIMES", "Command", "Launcher", "Layout", "Part", "Runtime", "build_command",
+    "check_layout", "check_site", "hostfile_slots", "load_site", "parse_hosts",
+]

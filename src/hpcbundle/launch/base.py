@@ -1,0 +1,185 @@
+"""The two registries and the base classes every launcher and container runtime file subclasses.
+
+A launcher turns (site, layout) into its own options; a runtime turns (site, image) into the
+words that start one container. Each is a small class in its own file, registered by name:
+
+    @LAUNCHERS.register
+    class Srun(Launcher):
+        name, command, flavours = "srun", "srun", ALL_FLAVOURS
+        ...
+
+Adding one is adding a file to launchers/ or runtimes/ (they are imported on start-up).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from typing import ClassVar, Generic, Iterable, TypeVar
+
+from ..fields import parse_version
+from ..sites import Launcher as LauncherKeys
+from ..sites import Problem, Site
+from . import reasons
+from .command import Parts
+from .layout import Layout
+
+T = TypeVar("T")
+ALL_FLAVOURS = frozenset({"openmpi", "intelmpi", "mpich", "mvapich2"})
+# launcher.* keys every launcher reads; the rest are honoured only by launchers listing them.
+COMMON_KEYS = frozenset({"name", "command", "args", "timeout"})
+
+
+class Registry(Generic[T]):
+    """Classes by name; an unknown name is a Problem with a did-you-mean."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._classes: dict[str, type[T]] = {}
+
+    def register(self, cls: type[T]) -> type[T]:
+        name: str = cls.name  # type: ignore[attr-defined]
+        if name in self._classes:
+            raise ValueError(f"{self.kind} {name!r} registered twice")
+        self._classes[name] = cls
+        return cls
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def get(self, name: str) -> T | None:
+        cls = self._classes.get(name)
+        return cls() if cls else None
+
+    def all(self) -> list[T]:
+        return [self._classes[name]() for name in self.names()]
+
+    def unknown(self, name: str, key: str) -> Problem:
+        near = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.5)
+        fix = f"did you mean {near[0]}?" if near else f"known {self.kind}s: " + ", ".join(self.names())
+        return Problem(key, f"unknown {self.kind} {name!r}", fix)
+
+
+def import_all(package: str, path: Iterable[str]) -> None:
+    """Import every module of a package, so each file registers its class."""
+    for module in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{module.name}")
+
+
+def openmpi_major(site: Site) -> int | None:
+    """The host Open MPI's major version, or None for another MPI."""
+    return parse_version(site.mpi.version).major if site.mpi.flavour == "openmpi" else None
+
+
+class Launcher:
+    """Starts the ranks. Subclasses set the class attributes and write `head`.
+
+    `forwards_env`: the launcher passes its whole environment to every rank, so site env and
+    MCA variables are set with env(1) in front of it; otherwise `setenv` gives its own option.
+    """
+
+    name: ClassVar[str]
+    command: ClassVar[str]
+    flavours: ClassVar[frozenset[str]]
+    summary: ClassVar[str]
+    options: ClassVar[frozenset[str]] = frozenset()
+    forwards_env: ClassVar[bool] = False
+    reads_allocation: ClassVar[bool] = True
+    takes_hosts: ClassVar[bool] = True
+
+    def problems(self, site: Site) -> list[Problem]:
+        """What this launcher cannot do with this site (beyond the flavour, which the caller checks)."""
+        defaults = LauncherKeys.model_fields
+        unused = [key for key in LauncherKeys.model_fields if key not in COMMON_KEYS | self.options
+                  and getattr(site.launcher, key) != defaults[key].default]
+        return [Problem(f"launcher.{key}", f"{self.name} has no such option", "drop it or pick a launcher that has it") for key in unused]
+
+    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+        """The executable and the options that place the ranks."""
+        raise NotImplementedError
+
+    def start(self, site: Site, out: Parts) -> None:
+        """The executable, from launcher.command or the launcher's usual name."""
+        key = "launcher.command" if site.launcher.command else "launcher.name"
+        out.site(key, [site.launcher.command or self.command], self.summary)
+
+    def export(self, site: Site, name: str) -> tuple[str, ...]:
+        """Option that forwards variable `name` from the launching shell (empty: forwarded anyway)."""
+        return ()
+
+    def setenv(self, site: Site, name: str, value: str) -> tuple[str, ...]:
+        """Option that sets `name=value` in every rank (empty: set it in front of the launcher)."""
+        return ()
+
+    def mca(self, site: Site, name: str, value: str) -> tuple[str, ...]:
+        """Option that sets an MCA parameter (empty: pass it as an OMPI_MCA_ variable)."""
+        return ()
+
+    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
+        """MCA parameters that confine Open MPI's TCP traffic to the site's interfaces."""
+        return [("btl_tcp_if_include", interfaces), ("oob_tcp_if_include", interfaces)]
+
+    def tail(self, site: Site, out: Parts) -> None:
+        """Options after env and MCA (interfaces for launchers with their own flag)."""
+
+    def add_flags(self, site: Site, out: Parts, flags: dict[str, str]) -> None:
+        """Boolean launcher options that are on: {key: flag} in the order given."""
+        for key, flag in flags.items():
+            if getattr(site.launcher, key):
+                out.site(f"launcher.{key}", [flag], reasons.LAUNCHER[key])
+
+    def add_values(self, site: Site, out: Parts, flags: dict[str, str]) -> None:
+        """Launcher options with a value that are set: {key: flag}."""
+        for key, flag in flags.items():
+            value = getattr(site.launcher, key)
+            if value is not None:
+                out.site(f"launcher.{key}", [flag, value], reasons.LAUNCHER[key])
+
+    def add_hosts(self, layout: Layout, out: Parts, hosts_flag: str, hostfile_flag: str) -> None:
+        if layout.hosts:
+            out.add([hosts_flag, layout.host_list()], "flag --hosts", "the hosts and how many ranks each takes")
+        elif layout.hostfile:
+            out.add([hostfile_flag, layout.hostfile], "flag --hostfile", "the hosts and their slots, from a file")
+
+
+class Runtime:
+    """Starts one container per rank (or, with `wraps_launcher`, one container holding the launcher).
+
+    `userns`: runs unprivileged in a user namespace by default (site container.userns overrides).
+    """
+
+    name: ClassVar[str]
+    command: ClassVar[str]
+    summary: ClassVar[str]
+    needs_image: ClassVar[bool] = True
+    userns: ClassVar[bool] = False
+    wraps_launcher: ClassVar[bool] = False
+
+    def problems(self, site: Site) -> list[Problem]:
+        return []
+
+    def parts(self, site: Site, image: str | None, out: Parts) -> None:
+        """The words before the program: command, options, image (None only for runtime none)."""
+        raise NotImplementedError
+
+    def start(self, site: Site, out: Parts, *words: str) -> None:
+        key = "container.command" if site.container.command else "container.runtime"
+        out.site(key, [site.container.command or self.command, *words], self.summary)
+
+    def in_user_namespace(self, site: Site) -> bool:
+        return self.userns if site.container.userns is None else site.container.userns
+
+    def add_binds(self, site: Site, out: Parts, flag: str, both_sides: bool = False) -> None:
+        """One `flag SRC[:DST]` per site bind; `both_sides` writes a bare path as SRC:SRC."""
+        for index, bind in enumerate(site.container.binds):
+            value = bind if ":" in bind or not both_sides else f"{bind}:{bind}"
+            out.site(f"container.binds[{index}]", [flag, value], "host directory visible inside the container")
+
+    def add_args(self, site: Site, out: Parts) -> None:
+        if site.container.args:
+            out.site("container.args", site.container.args, "extra runtime options from the site")
+
+
+LAUNCHERS: Registry[Launcher] = Registry("launcher")
+RUNTIMES: Registry[Runtime] = Registry("container runtime")

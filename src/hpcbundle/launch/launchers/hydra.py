@@ -1,0 +1,47 @@
+"""Intel MPI / MPICH / MVAPICH2 `mpiexec.hydra`."""
+
+from __future__ import annotations
+
+from ...sites import Problem, Site
+from ..base import LAUNCHERS, Launcher
+from ..command import Parts
+from ..layout import Layout
+
+
+@LAUNCHERS.register
+class Hydra(Launcher):
+    """The Hydra process manager, as on TACC Stampede2's KNL nodes::
+
+        mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64 numactl -p 1 python train.py
+
+    -ppn comes from node.ranks_per_node, -l from launcher.tag_output, -iface from
+    network.interfaces. Hydra passes its whole environment to every rank (-genvall is the
+    default), so the site's variables are set in front of it.
+    """
+
+    name = command = "mpiexec.hydra"
+    flavours = frozenset({"intelmpi", "mpich", "mvapich2"})
+    summary = "Hydra (Intel MPI / MPICH) starts every rank"
+    options = frozenset({"tag_output"})
+    forwards_env = True
+
+    def problems(self, site: Site) -> list[Problem]:
+        found = super().problems(site)
+        if len(site.network.interfaces) > 1:
+            found.append(Problem("network.interfaces", "hydra's -iface takes one interface", "name one"))
+        return found
+
+    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+        self.start(site, out)
+        self.add_flags(site, out, {"tag_output": "-l"})
+        if site.node.ranks_per_node:
+            out.site("node.ranks_per_node", ["-ppn", str(site.node.ranks_per_node)], "ranks per node")
+        out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
+        self.add_hosts(layout, out, "-hosts", "-f")
+
+    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
+        return []
+
+    def tail(self, site: Site, out: Parts) -> None:
+        if site.network.interfaces:
+            out.site("network.interfaces", ["-iface", site.network.interfaces[0]], "MPI's traffic stays on this interface (a wrong one hangs the job)")

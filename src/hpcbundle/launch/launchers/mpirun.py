@@ -1,0 +1,57 @@
+"""Open MPI 3.x/4.x `mpirun` (orterun)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ...sites import Problem, Site
+from ..base import LAUNCHERS, Launcher, openmpi_major
+from ..command import Parts
+from ..layout import Layout
+
+
+@LAUNCHERS.register
+class OpenMpi4(Launcher):
+    """Open MPI 4 mpirun, spelled as its manual and the Singularity example do::
+
+        mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x NCCL_SOCKET_IFNAME=^virbr0,lo \\
+            -mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python train.py
+
+    Keys: allow_run_as_root, tag_output, oversubscribe, bind_to, map_by, and single_dash for the
+    -mca/-bind-to/-map-by spellings (Open MPI <= 4 reads both; Open MPI 5 rejects single dashes).
+    Open MPI does not forward the environment, so variables go through -x.
+    """
+
+    name = command = "mpirun"
+    flavours = frozenset({"openmpi"})
+    summary = "Open MPI's launcher starts every rank (remote ones through ssh or SLURM)"
+    options = frozenset({"allow_run_as_root", "tag_output", "oversubscribe", "bind_to", "map_by", "single_dash"})
+    ompi5: ClassVar[bool] = False  # speaks Open MPI 5's (prterun's) syntax
+
+    def problems(self, site: Site) -> list[Problem]:
+        found = super().problems(site)
+        major = openmpi_major(site)
+        if major is not None and (major >= 5) != self.ompi5:
+            other = "mpirun" if self.ompi5 else "mpirun5"
+            found.append(Problem("launcher.name", f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; this site has Open MPI {site.mpi.version}", f"use name: {other}"))
+        return found
+
+    def dash(self, site: Site) -> str:
+        return "-" if site.launcher.single_dash else "--"
+
+    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+        self.start(site, out)
+        self.add_flags(site, out, {"allow_run_as_root": "--allow-run-as-root", "tag_output": "--tag-output"})
+        out.add(["-np", str(layout.np)], layout.np_source, "number of ranks")
+        self.add_hosts(layout, out, "-H", "--hostfile")
+        self.add_flags(site, out, {"oversubscribe": "--oversubscribe"})
+        self.add_values(site, out, {"bind_to": f"{self.dash(site)}bind-to", "map_by": f"{self.dash(site)}map-by"})
+
+    def export(self, site: Site, name: str) -> tuple[str, ...]:
+        return ("-x", name)
+
+    def setenv(self, site: Site, name: str, value: str) -> tuple[str, ...]:
+        return ("-x", f"{name}={value}")
+
+    def mca(self, site: Site, name: str, value: str) -> tuple[str, ...]:
+        return (f"{self.dash(site)}mca", name, value)

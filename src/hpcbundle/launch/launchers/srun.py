@@ -1,0 +1,39 @@
+"""SLURM's `srun`, starting the ranks itself through PMI."""
+
+from __future__ import annotations
+
+from ..base import ALL_FLAVOURS, LAUNCHERS, Launcher
+from ..command import Parts
+from ..layout import Layout
+from ...sites import Site
+
+
+@LAUNCHERS.register
+class Srun(Launcher):
+    """srun as the MPI launcher (no mpirun): SLURM places the ranks and PMIx wires them::
+
+        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 apptainer exec --nv img python train.py
+
+    srun passes its environment to every rank (--export=ALL is the default); --export itself
+    cannot carry values with commas, so variables are set in front of it, and MCA parameters
+    become OMPI_MCA_* variables. Ranks come from the allocation: --hosts is refused.
+    """
+
+    name = command = "srun"
+    flavours = ALL_FLAVOURS
+    summary = "SLURM starts every rank itself, in the allocation"
+    options = frozenset({"pmi", "tag_output"})
+    forwards_env = True
+    takes_hosts = False
+
+    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+        self.start(site, out)
+        if site.launcher.pmi:
+            out.site("launcher.pmi", [f"--mpi={site.launcher.pmi}"], "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)")
+        out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
+        if site.node.ranks_per_node:
+            out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")
+        self.add_flags(site, out, {"tag_output": "--label"})
+
+    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
+        return [("btl_tcp_if_include", interfaces)]  # no mpirun daemons, so no oob traffic

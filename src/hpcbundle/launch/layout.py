@@ -1,0 +1,72 @@
+"""Where the ranks go: the rank count and the hosts given on the command line (pure parsing)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import UserError
+
+_HOST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The ranks of one launch.
+
+    `hosts` come from --hosts; `hostfile` is passed to the launcher and `hostfile_slots` is what
+    the CLI counted in it; `in_allocation` says the launch runs inside a SLURM allocation, where
+    the launcher takes the nodes from SLURM. `np_source` names where np came from, for --explain.
+    """
+
+    np: int
+    hosts: tuple[tuple[str, int], ...] = ()
+    hostfile: str | None = None
+    hostfile_slots: int | None = None
+    in_allocation: bool = False
+    np_source: str = "flag --np"
+
+    @property
+    def slots(self) -> int | None:
+        """Slots named on the command line, or None when no hosts were given."""
+        if self.hosts:
+            return sum(slots for _, slots in self.hosts)
+        return self.hostfile_slots
+
+    def host_list(self) -> str:
+        """'f1:2,f2:2', the form mpirun -H, hydra -hosts and horovodrun -H all read."""
+        return ",".join(f"{host}:{slots}" for host, slots in self.hosts)
+
+
+def parse_hosts(text: str) -> tuple[tuple[str, int], ...]:
+    """Parse --hosts: 'f1:2,f2:2' -> (('f1', 2), ('f2', 2)); a bare host has one slot.
+
+    >>> parse_hosts("f1:2,f2")
+    (('f1', 2), ('f2', 1))
+    """
+    hosts = []
+    for item in text.split(","):
+        match = _HOST.match(item.strip())
+        if not match or match.group(2) == "0":
+            raise UserError.at("", "--hosts", f"{item!r} is not HOST or HOST:SLOTS", "e.g. --hosts f1:2,f2:2")
+        hosts.append((match.group(1), int(match.group(2) or 1)))
+    return tuple(hosts)
+
+
+def hostfile_slots(text: str, where: str) -> int:
+    """Count the slots in a hostfile: Open MPI lines `host slots=N`, hydra lines `host:N`, or `host`.
+
+    >>> hostfile_slots("f1 slots=2\\n# spare\\nf2:4\\nf3\\n", "hosts.txt")
+    7
+    """
+    total = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        slots = re.search(r"\bslots=(\d+)", line)
+        match = _HOST.match(words[0])
+        if not match:
+            raise UserError.at(f"{where}:{number}", "", f"{words[0]!r} is not a host", "write `host slots=N` or `host:N`")
+        total += int(slots.group(1)) if slots else int(match.group(2) or 1)
+    return total

@@ -1,0 +1,47 @@
+"""One line of why for the flags hpcbundle generates; a site's own `why:` entry overrides these."""
+
+from __future__ import annotations
+
+LAUNCHER: dict[str, str] = {
+    "allow_run_as_root": "this machine runs jobs as root, which mpirun refuses without it",
+    "oversubscribe": "more ranks than the node has cores are allowed",
+    "bind_to": "Horovod's background thread and the framework's threads must not share one pinned core",
+    "map_by": "ranks fill each host's slots in order",
+    "tag_output": "each output line starts with the rank that wrote it",
+    "pmi": "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)",
+    "gloo": "Horovod's own Gloo controller instead of MPI",
+}
+
+ENV: dict[str, str] = {
+    "LD_LIBRARY_PATH": "remote ranks get the launching shell's library path",
+    "PATH": "remote ranks find the same programs (the runtime, python) as the launching shell",
+    "NCCL_SOCKET_IFNAME": "the interfaces NCCL's bootstrap and socket transport may use",
+    "NCCL_IB_HCA": "the InfiniBand/RoCE adapters NCCL may use",
+    "NCCL_IB_DISABLE": "NCCL moves data over sockets, not InfiniBand verbs",
+    "HOROVOD_MPI_THREADS_DISABLE": "Horovod asks MPI for no thread support (the transport is not thread-safe)",
+    "UCX_NET_DEVICES": "the adapter and port UCX may use",
+    "OMP_NUM_THREADS": "OpenMP threads per rank",
+    "KMP_BLOCKTIME": "milliseconds an Intel OpenMP thread spins before it sleeps",
+    "KMP_AFFINITY": "how Intel OpenMP pins its threads inside the rank's CPU set",
+}
+
+MCA: dict[str, str] = {
+    "btl": "the byte-transfer layers MPI may use",
+    "pml": "the point-to-point messaging layer",
+    "btl_vader_single_copy_mechanism": "Open MPI 4's shared-memory single copy (CMA) hangs across user namespaces",
+    "btl_tcp_if_include": "MPI's TCP traffic stays on these interfaces (a wrong one hangs the job)",
+    "oob_tcp_if_include": "the launcher's daemons talk over these interfaces (a wrong one hangs the launch)",
+    "plm_rsh_agent": "how mpirun reaches the other nodes",
+}
+
+
+def env(name: str) -> str:
+    return ENV.get(name, "set in every rank by the site")
+
+
+def export(name: str) -> str:
+    return ENV.get(name, "forwarded to every rank from the launching shell")
+
+
+def mca(name: str) -> str:
+    return MCA.get(name, "an Open MPI parameter the site sets")

@@ -1,0 +1,35 @@
+"""Charliecloud `ch-run`: unprivileged containers from directory or SquashFS images."""
+
+from __future__ import annotations
+
+from ...sites import Problem, Site
+from ..base import RUNTIMES, Runtime
+from ..command import Parts
+
+
+@RUNTIMES.register
+class Charliecloud(Runtime):
+    """One unprivileged container per rank::
+
+        mpirun -np 2 --mca btl_vader_single_copy_mechanism none ch-run /var/tmp/img -- python3 train.py
+
+    Always in a user namespace (so Open MPI 4 needs the vader setting above). `--` ends
+    ch-run's options. GPUs need the driver injected into the image once (ch-fromhost --nvidia).
+    """
+
+    name = "charliecloud"
+    command = "ch-run"
+    summary = "one unprivileged container per rank: the launcher starts ch-run on every node"
+    userns = True
+
+    def problems(self, site: Site) -> list[Problem]:
+        if site.container.gpu:
+            return [Problem("container.gpu", "ch-run has no GPU flag", "inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu")]
+        return []
+
+    def parts(self, site: Site, image: str | None, out: Parts) -> None:
+        self.start(site, out)
+        self.add_binds(site, out, "-b")
+        self.add_args(site, out)
+        out.add([image or ""], "flag --image", "the image (a directory or SquashFS file) every rank runs")
+        out.add(["--"], "default of ch-run", "ends ch-run's options, so the program's own options stay the program's")

@@ -1,0 +1,29 @@
+"""SingularityCE / Singularity 3 `singularity exec`."""
+
+from __future__ import annotations
+
+from ...sites import Site
+from ..base import RUNTIMES, Runtime
+from ..command import Parts
+
+
+@RUNTIMES.register
+class Singularity(Runtime):
+    """One container per rank, started by the host's launcher (the hybrid MPI model)::
+
+        mpirun -np 4 ... singularity exec --nv --bind /scratch horovod.sif python train.py
+
+    container.gpu adds --nv, container.binds one --bind each. The host environment reaches the
+    program unchanged. Installed setuid by default, so no user namespace (container.userns).
+    """
+
+    name = command = "singularity"
+    summary = "one container per rank: the launcher starts it on every node, MPI wires the ranks from outside"
+
+    def parts(self, site: Site, image: str | None, out: Parts) -> None:
+        self.start(site, out, "exec")
+        if site.container.gpu:
+            out.site("container.gpu", ["--nv"], "bind the host's NVIDIA driver libraries and GPU devices into the container")
+        self.add_binds(site, out, "--bind")
+        self.add_args(site, out)
+        out.add([image or ""], "flag --image", "the image every rank runs")

@@ -1,0 +1,28 @@
+#!/bin/bash
+# eth-a100-slurm: Ethernet GPU cluster under SLURM, 4x A100 per node, 100 GbE (no RDMA), srun --mpi=pmix + Apptainer --nv
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --time=01:00:00
+#SBATCH --partition=gpu
+#SBATCH --account=ml
+#SBATCH --gres=gpu:4
+#SBATCH --exclusive
+set -euo pipefail
+
+# Module scripts are not nounset-safe, so -u is off while they run.
+set +u
+module load apptainer
+set -u
+
+# Site prologue (slurm.prologue)
+nvidia-smi -L
+
+# 8 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+env NCCL_SOCKET_IFNAME=eth0 NCCL_IB_DISABLE=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl_tcp_if_include=eth0 \
+    srun --mpi=pmix -n 8 \
+    apptainer exec --nv --bind /scratch horovod.sif \
+    python train.py --lr '0.1 * $WORLD'

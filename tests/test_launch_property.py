@@ -1,0 +1,89 @@
+"""Property: whatever the program's arguments, bash hands the program exactly those arguments,
+from the printed launch line and from the sbatch script's launch line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpcbundle.batch import BatchJob, sbatch_script, script_environment
+from hpcbundle.launch import Layout, build_command, load_site
+
+from .helpers import ROOT
+
+SITES = ROOT / "site_configs"
+LAYOUTS: dict[str, tuple[Layout, str | None]] = {
+    "local": (Layout(2), None),
+    "local-charliecloud": (Layout(2), "/var/tmp/my image"),
+    "ib-v100": (Layout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
+    "stampede2-knl": (Layout(2, in_allocation=True), "horovod.sif"),
+    "eth-a100-slurm": (Layout(8), "/scratch/$USER/horovod.sif"),
+    "roce-h100-ompi5": (Layout(16, (("a", 8), ("b", 8))), "horovod.sif"),
+}
+TRICKY = [" ", "'", '"', "$HOME", "${x:-y}", "`id`", "$(touch /tmp/hpcbundle-pwned)", "\n", "a\nb", "\\", "-x", "--", "-np", "--mca",
+          "*", "~", "!", "#", ";", "|", "&", "<", ">", "ü", "日本語", "\t", "\r", "%s", "''", '\\"', "=", "a=b", "{a,b}"]
+argument = st.one_of(st.sampled_from(TRICKY), st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16))
+program = st.tuples(argument.filter(lambda a: a != "" and not a.startswith("-")), st.lists(argument, max_size=6)).map(lambda t: [t[0], *t[1]])
+MODELS = {name: load_site(name, SITES) for name in LAYOUTS}
+TEMPLATES = script_environment(ROOT / "scripts")
+FAST = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def bash_argv(script: str) -> list[str]:
+    """Run `script` with bash and split what it printed at NUL bytes."""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, timeout=30, check=True).stdout
+    return out.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
+def test_every_shipped_site_is_exercised():
+    assert sorted(LAYOUTS) == sorted(p.stem for p in SITES.glob("*.yaml"))
+
+
+@FAST
+@given(site=st.sampled_from(sorted(LAYOUTS)), words=program)
+def test_printed_launch_line_parses_back_to_the_same_argv(site, words):
+    layout, image = LAYOUTS[site]
+    command = build_command(MODELS[site], layout, words, image)
+    assert bash_argv("printf '%s\\0' " + command.display()) == command.argv
+    assert command.argv[-len(words):] == words
+
+
+@pytest.fixture(scope="module")
+def fake_sites(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shipped sites whose launcher is a fake that prints its arguments NUL-separated (no modules, no prologue)."""
+    assert shutil.which("bash"), "bash is needed to run the generated scripts"
+    directory = tmp_path_factory.mktemp("fake-sites")
+    fake = directory / "fake launcher"
+    fake.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    fake.chmod(0o755)
+    for name in ("local", "stampede2-knl", "eth-a100-slurm", "roce-h100-ompi5"):
+        data = yaml.safe_load((SITES / f"{name}.yaml").read_text())
+        data["launcher"]["command"] = str(fake).replace(" ", "_")
+        data.setdefault("slurm", {}).update(modules=[], prologue=[])
+        (directory / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    (directory / "fake_launcher").symlink_to(fake)  # launcher.command is one word: no spaces
+    return directory
+
+
+@pytest.fixture(scope="module")
+def fake_models(fake_sites: Path) -> dict:
+    return {name: load_site(name, fake_sites) for name in ("local", "stampede2-knl", "eth-a100-slurm", "roce-h100-ompi5")}
+
+
+@FAST
+@given(site=st.sampled_from(["local", "stampede2-knl", "eth-a100-slurm", "roce-h100-ompi5"]), words=program)
+def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, site, words):
+    model = fake_models[site]
+    image = None if site == "local" else "dir with space/horovod.sif"
+    job = BatchJob(nodes=2)
+    script = sbatch_script(model, job, words, image, TEMPLATES)
+    per_node = model.node.slots
+    argv = build_command(model, Layout(2 * per_node, in_allocation=True), words, image).argv
+    launcher_at = argv.index(model.launcher.command)
+    assert bash_argv(script) == argv[launcher_at + 1:]

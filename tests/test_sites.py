@@ -1,0 +1,105 @@
+"""Site files: every shipped site loads; every bad one is refused in one line naming file, key and
+fix, with exit status 2, no traceback and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hpcbundle.errors import UserError
+from hpcbundle.launch import check_site, load_site
+
+from .test_launch import SHIPPED, SITES, hpcbundle
+
+
+def _bad_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
+    """Shipped site `base` with dotted keys set (value None deletes), written as bad.yaml."""
+    data = yaml.safe_load((SITES / f"{base}.yaml").read_text())
+    data["name"] = "bad"
+    for dotted, value in edit.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    path = directory / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_site_loads_without_problems(name):
+    site = load_site(name, SITES)
+    assert site.name == name and check_site(site) == []
+
+
+def test_sites_command_lists_every_shipped_site():
+    result = hpcbundle("sites")
+    assert result.returncode == 0, result.stderr
+    assert sorted(line.split()[0] for line in result.stdout.splitlines()) == SHIPPED
+
+
+BAD_SITES = [
+    # (base site, edit, the one line expected after "bad.yaml: ")
+    ("ib-v100", {"launcher.nmae": "mpirun"}, "launcher.nmae: unknown key (did you mean name?)"),
+    ("ib-v100", {"contianer": {"runtime": "singularity"}}, "contianer: unknown key (did you mean container?)"),
+    ("ib-v100", {"launcher.name": "mpirn"}, "launcher.name: unknown launcher 'mpirn' (did you mean mpirun?)"),
+    ("ib-v100", {"container.runtime": "singulrity"}, "container.runtime: unknown container runtime 'singulrity' (did you mean singularity?)"),
+    ("ib-v100", {"launcher.name": "mpiexec.hydra", "launcher.single_dash": None},
+     "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) (use one of: horovodrun, mpirun, mpirun5, srun)"),
+    ("ib-v100", {"mpi.version": "5.0.3"}, "launcher.name: mpirun speaks Open MPI 3/4 syntax; this site has Open MPI 5.0.3 (use name: mpirun5)"),
+    ("roce-h100-ompi5", {"launcher.single_dash": True}, "launcher.single_dash: Open MPI 5's mpirun rejects single-dash long options such as -bind-to (drop single_dash)"),
+    ("roce-h100-ompi5", {"launcher": {"name": "horovodrun"}, "mca": {}, "why": {}},
+     "launcher.name: horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects (set launcher.gloo: true or use name: mpirun5)"),
+    ("eth-a100-slurm", {"launcher.gloo": True}, "launcher.gloo: srun has no such option (drop it or pick a launcher that has it)"),
+    ("stampede2-knl", {"mca": {"btl": "self,tcp"}}, "mca: MCA parameters are Open MPI's; this site's MPI is intelmpi (set the MPI's own variables in env)"),
+    ("local-charliecloud", {"container.gpu": True, "node.gpus": 1, "node.gpu_model": "T4"},
+     "container.gpu: ch-run has no GPU flag (inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu)"),
+    ("local", {"container.gpu": True}, "container.gpu: the site has no GPUs (node.gpus: 0) (set node.gpus or drop it)"),
+    ("ib-v100", {"node.gpus": "two"}, "node.gpus: Input should be a valid integer, unable to parse string as an integer"),
+    ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
+    ("eth-a100-slurm", {"mca.btl_tcp_if_include": "eth1"}, "mca.btl_tcp_if_include: network.interfaces already sets it (drop mca.btl_tcp_if_include or network.interfaces)"),
+    ("ib-v100", {"slurm.time": "two hours"}, "slurm.time: 'two hours' is not a SLURM time like 30, 02:00:00 or 1-00:00:00"),
+    ("ib-v100", {"name": "other"}, "name: is 'other' but the file is bad.yaml (set name: bad or rename the file)"),
+]
+
+
+@pytest.mark.parametrize("base, edit, line", BAD_SITES)
+def test_bad_site_is_refused_in_one_line_and_nothing_is_written(tmp_path, base, edit, line):
+    site = _bad_site(tmp_path, base, edit)
+    out = tmp_path / "out" / "job.sh"
+    for args in (["launch", "--np", "1", "--", "python3", "t.py"], ["sbatch", "--nodes", "1", "-o", str(out), "--", "python3", "t.py"]):
+        result = hpcbundle(args[0], "--site", str(site), *args[1:])
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"hpcbundle: error: {site}: {line}"), result.stderr
+    assert not out.parent.exists()
+
+
+def test_why_must_name_an_existing_key(tmp_path):
+    data = yaml.safe_load((SITES / "ib-v100.yaml").read_text())
+    data.update(name="bad", why={"env.NCCL_SOCKT_IFNAME": "typo"})
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(UserError) as caught:
+        load_site(str(tmp_path / "bad.yaml"), SITES)
+    assert caught.value.lines == (f"{tmp_path}/bad.yaml: why.env.NCCL_SOCKT_IFNAME: names no key of this site "
+                                  "(use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0])",)
+
+
+def test_several_problems_are_reported_together(tmp_path):
+    site = _bad_site(tmp_path, "ib-v100", {"launcher.nmae": "x", "node.cores": 0})
+    result = hpcbundle("launch", "--site", str(site), "--np", "1", "--", "python3", "t.py")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 2 and "launcher.nmae" in result.stderr and "node.cores" in result.stderr
+
+
+def test_a_yaml_number_for_an_mca_value_becomes_a_string(tmp_path):
+    site = load_site(str(_bad_site(tmp_path, "local", {"mca": {"plm_rsh_no_tree_spawn": 1}})), SITES)
+    assert site.mca == {"plm_rsh_no_tree_spawn": "1"}
