@@ -1,0 +1,198 @@
+"""Render a recipe into a Dockerfile or a Singularity/Apptainer .def (pure: templates come in an Environment).
+
+Both formats run the same steps. A step is a shell snippet from containers/common/, rendered once per
+recipe: the Dockerfile runs it as one RUN whose lines are joined with ` && \\`, the .def puts its lines
+in %post under `set -euo pipefail`. So that both mean the same, every snippet line must be one
+complete command (a simple command, a pipeline, or a compound that closes on the same line); the
+renderer refuses anything else, naming the snippet.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+from . import __version__
+from .errors import UserError
+from .imagespec import ImageSpec, image_spec
+from .knowledge import KnowledgeBase
+from .recipes import Recipe
+
+Format = Literal["docker", "singularity"]
+TEMPLATES: dict[str, str] = {
+    "docker": "docker/Dockerfile.j2",
+    "singularity": "singularity/horovod.def.j2",
+}
+SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rendered snippet: a title for the reader, the template it came from, its command lines."""
+
+    title: str
+    snippet: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps of the build stage, of the runtime stage, and the check run by both the build and %test."""
+
+    build: tuple[Step, ...]
+    runtime: tuple[Step, ...]
+    verify: Step
+
+    def all(self) -> tuple[Step, ...]:
+        return (*self.build, *self.runtime, self.verify)
+
+
+def template_environment(containers_dir: Path) -> jinja2.Environment:
+    """A Jinja2 environment over containers/ that fails on any undefined name."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(containers_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        run_chain=" && \\\n    ".join,  # Dockerfile: one RUN from a step's lines
+        continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
+        shquote=shlex.quote,
+        assignments=assignments,
+    )
+    return env
+
+
+def render_image(recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: KnowledgeBase) -> str:
+    """The Dockerfile or .def text for `recipe`."""
+    spec = image_spec(recipe, kb)
+    steps = render_steps(spec, env)
+    return env.get_template(TEMPLATES[fmt]).render(recipe=recipe, spec=spec, steps=steps, hpcbundle_version=__version__)
+
+
+def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
+    """Render every snippet the image runs, in order, for both formats to lay out."""
+
+    def step(title: str, snippet: str, **extra: object) -> Step:
+        return Step(title, snippet, render_snippet(env, snippet, recipe=spec.recipe, spec=spec, **extra))
+
+    build = [
+        step("OS packages for building", "apt", packages=spec.packages.build, pinned=spec.pinned.build),
+        step(f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers", "venv"),
+        *(step(f"{b.name} from {b.tarball} into {b.prefix}", "autotools", build=b) for b in spec.source_builds),
+    ]
+    if spec.mpi_requirements:
+        build.append(step("Intel MPI wheels into the venv", "pip", requirements=spec.mpi_requirements))
+    build += [
+        step("frameworks", "pip", requirements=spec.framework_requirements),
+        step(f"Horovod {spec.recipe.horovod.version} from its sdist, then horovodrun --check-build", "horovod"),
+    ]
+    runtime = [
+        step("OS packages to run", "apt", packages=spec.packages.runtime, pinned=spec.pinned.runtime),
+        step(f"the recipe as JSON at {spec.manifest_path}", "manifest"),
+    ]
+    return Steps(tuple(build), tuple(runtime), step("Horovod has every framework, controller and operation", "verify"))
+
+
+def render_snippet(env: jinja2.Environment, name: str, **context: object) -> tuple[str, ...]:
+    """Render containers/common/<name>.sh.j2 into command lines (blank and comment lines dropped)."""
+    path = f"common/{name}.sh.j2"
+    text = env.get_template(path).render(**context)
+    lines = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+    for line in lines:
+        problem = shell_line_problem(line)
+        if problem:
+            raise UserError.at(
+                f"containers/{path}", repr(line), problem,
+                "each snippet line must be one complete command: it becomes one link of a RUN `&&` chain",
+            )
+    return lines
+
+
+def assignments(env: dict[str, str]) -> list[str]:
+    """KEY="value" words for a Dockerfile ENV or LABEL, or a shell `export` (values may use ${VAR}, nothing else)."""
+    for key, value in env.items():
+        if any(c in value for c in '"\\`') or "$" in value.replace("${", ""):
+            raise ValueError(f"{key}: value {value!r} cannot be double-quoted the same way in a Dockerfile and in sh")
+    return [f'{key}="{value}"' for key, value in env.items()]
+
+
+_OPERATORS = ("&&", "||", ";;", "<<-", "<<", ">>", ">&", "<&", "&>", "|", ";", "&", "(", ")", "<", ">")
+_OPENERS = {"if": "fi", "case": "esac", "for": "done", "while": "done", "until": "done", "{": "}", "(": ")"}
+_TOP_LEVEL_JOINERS = {";", "&&", "||", "&", ";;"}
+
+
+def shell_words(line: str) -> list[str]:
+    """Split one shell line into words and operators, quotes kept inside words.
+
+    >>> shell_words('grep -q "a b" f || { echo no >&2; exit 1; }')
+    ['grep', '-q', '"a b"', 'f', '||', '{', 'echo', 'no', '>&', '2', ';', 'exit', '1', ';', '}']
+    """
+    words: list[str] = []
+    word, quote, i = "", "", 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            word += c
+            if c == "\\" and quote == '"':
+                word, i = word + line[i + 1 : i + 2], i + 1
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            word, quote = word + c, c
+        elif c == "\\":
+            word, i = word + line[i : i + 2], i + 1
+        elif c == "#" and not word:
+            break
+        elif c.isspace() or c in "();|&<>":
+            if word:
+                words.append(word)
+                word = ""
+            if not c.isspace():
+                op = next(o for o in _OPERATORS if line.startswith(o, i))
+                words.append(op)
+                i += len(op) - 1
+        else:
+            word += c
+        i += 1
+    if quote:
+        raise ValueError(f"unclosed {quote}")
+    return words + ([word] if word else [])
+
+
+def shell_line_problem(line: str) -> str | None:
+    """Why `line` is not one complete command (None if it is).
+
+    Refused: a trailing backslash or pipe, a heredoc, an unclosed quote, a compound command left
+    open (`if ...; then` without `fi`), and commands joined at the top level with ; && || & (in a
+    RUN chain `a; b` would run b after a failure, and under `set -e` `a && b` ignores a failure of a).
+    """
+    if line.endswith("\\"):
+        return "continues on the next line"
+    try:
+        words = shell_words(line)
+    except ValueError as exc:
+        return f"has an {exc}"
+    closers: list[str] = []
+    for word in words:
+        if word in _OPENERS:
+            closers.append(_OPENERS[word])
+        elif word in _OPENERS.values():
+            if not closers or closers.pop() != word:
+                return f"closes {word!r} without opening it"
+        elif word in ("<<", "<<-"):
+            return "uses a heredoc (the Docker legacy builder has none)"
+        elif word in _TOP_LEVEL_JOINERS and not closers:
+            return f"joins commands with {word!r}; put each command on its own line"
+    if closers:
+        return f"opens a compound command that does not close on this line (no {closers[-1]!r})"
+    if words and words[-1] == "|":
+        return "ends with a pipe"
+    return None

@@ -1,0 +1,85 @@
+# Rendered by hpcbundle 0.1.0 from recipe cpu-local; do not edit, re-render:
+#   hpcbundle render cpu-local --format docker
+# Debian 12, Open MPI 4.1.4 (distro), PyTorch 2.13 CPU + TensorFlow CPU 2.15.1, Horovod 0.28.1 (C++17 patch)
+#
+# Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
+# and source tarballs found there are used before the network). Build arguments:
+#   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
+#   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
+#   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
+ARG BUILD_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm
+
+# ---- build: compilers, frameworks, Horovod ----
+FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX=0
+ARG PIP_EXTRA_INDEX_URL=
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+COPY wheelhouse/ /wheelhouse/
+
+# OS packages for building
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# Python 3.11 venv at /opt/venv with Horovod's build helpers
+RUN python3 -m venv /opt/venv && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0
+
+# frameworks
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1 torch==2.13.0+cpu
+
+# Horovod 0.28.1 from its sdist, then horovodrun --check-build
+RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
+    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
+    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
+    for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done && \
+    export PATH="/opt/venv/bin:${PATH}" && \
+    export HOROVOD_WITH_TENSORFLOW="1" && \
+    export HOROVOD_WITH_PYTORCH="1" && \
+    export HOROVOD_WITHOUT_MXNET="1" && \
+    export HOROVOD_WITH_MPI="1" && \
+    export HOROVOD_WITH_GLOO="1" && \
+    export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
+    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    report="$(mktemp)" && \
+    horovodrun --check-build | tee "$report" && \
+    built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
+    rm -f "$report" && \
+    for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
+    python -c 'import horovod.tensorflow, horovod.torch' && \
+    rm -rf /tmp/build
+
+# ---- runtime: only what runs ----
+FROM ${RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+# OS packages to run
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 libopenmpi3 openmpi-bin openssh-client python3 && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# the recipe as JSON at /etc/hpcbundle/manifest.json
+RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-local", "description": "Debian 12, Open MPI 4.1.4 (distro), PyTorch 2.13 CPU + TensorFlow CPU 2.15.1, Horovod 0.28.1 (C++17 patch)", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": {"flavour": "openmpi", "version": "4.1.4", "install": "distro", "source": null, "configure": []}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": {"version": "2.13.0", "variant": "cpu"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-local", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4", "org.hpcbundle.mpi.install": "distro", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
+COPY --from=build /opt/venv /opt/venv
+COPY examples/ /examples/
+ENV PATH="/opt/venv/bin:${PATH}"
+LABEL org.hpcbundle.recipe="cpu-local" \
+    org.hpcbundle.hpcbundle-version="0.1.0" \
+    org.hpcbundle.os="debian12" \
+    org.hpcbundle.python="3.11" \
+    org.hpcbundle.mpi.flavour="openmpi" \
+    org.hpcbundle.mpi.version="4.1.4" \
+    org.hpcbundle.mpi.install="distro" \
+    org.hpcbundle.horovod="0.28.1" \
+    org.hpcbundle.horovod.controllers="mpi,gloo" \
+    org.hpcbundle.horovod.tensor-operations="mpi,gloo" \
+    org.hpcbundle.frameworks="tensorflow,pytorch" \
+    org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.tensorflow="2.15.1" \
+    org.hpcbundle.pytorch="2.13.0+cpu"
+CMD ["horovodrun", "--check-build"]

@@ -1,0 +1,92 @@
+# Rendered by hpcbundle 0.1.0 from recipe knl-intelmpi-tf2.15; do not edit, re-render:
+#   hpcbundle render knl-intelmpi-tf2.15 --format docker
+# Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL
+#
+# Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
+# and source tarballs found there are used before the network). Build arguments:
+#   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
+#   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
+#   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
+ARG BUILD_IMAGE=ubuntu:22.04
+ARG RUNTIME_IMAGE=ubuntu:22.04
+
+# ---- build: compilers, frameworks, Horovod ----
+FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX=0
+ARG PIP_EXTRA_INDEX_URL=
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+COPY wheelhouse/ /wheelhouse/
+
+# OS packages for building
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential cmake python3-dev python3-venv && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# Python 3.10 venv at /opt/venv with Horovod's build helpers
+RUN python3 -m venv /opt/venv && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0
+
+# Intel MPI wheels into the venv
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse impi-devel==2021.13.1 impi-rt==2021.13.1
+
+# frameworks
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1
+
+# Horovod 0.28.1 from its sdist, then horovodrun --check-build
+RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
+    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
+    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
+    export PATH="/opt/venv/bin:${PATH}" && \
+    export LD_LIBRARY_PATH="/opt/venv/lib:/opt/venv/lib/libfabric${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
+    export I_MPI_ROOT="/opt/venv" && \
+    export FI_PROVIDER_PATH="/opt/venv/lib/libfabric/prov" && \
+    export HOROVOD_WITH_TENSORFLOW="1" && \
+    export HOROVOD_WITHOUT_PYTORCH="1" && \
+    export HOROVOD_WITHOUT_MXNET="1" && \
+    export HOROVOD_WITH_MPI="1" && \
+    export HOROVOD_WITH_GLOO="1" && \
+    export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
+    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    report="$(mktemp)" && \
+    horovodrun --check-build | tee "$report" && \
+    built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
+    rm -f "$report" && \
+    for want in 'Frameworks: TensorFlow' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
+    python -c 'import horovod.tensorflow' && \
+    rm -rf /tmp/build
+
+# ---- runtime: only what runs ----
+FROM ${RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+# OS packages to run
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# the recipe as JSON at /etc/hpcbundle/manifest.json
+RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "knl-intelmpi-tf2.15", "description": "Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL", "base": {"os": "ubuntu22.04", "build_image": "ubuntu:22.04", "runtime_image": "ubuntu:22.04"}, "python": "3.10", "gpu": null, "mpi": {"flavour": "intelmpi", "version": "2021.13.1", "install": "pip", "source": null, "configure": []}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": null}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": [], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "knl-intelmpi-tf2.15", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "intelmpi", "org.hpcbundle.mpi.version": "2021.13.1", "org.hpcbundle.mpi.install": "pip", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.tensorflow": "2.15.1"}}' > /etc/hpcbundle/manifest.json
+COPY --from=build /opt/venv /opt/venv
+COPY examples/ /examples/
+ENV PATH="/opt/venv/bin:${PATH}" \
+    LD_LIBRARY_PATH="/opt/venv/lib:/opt/venv/lib/libfabric${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" \
+    I_MPI_ROOT="/opt/venv" \
+    FI_PROVIDER_PATH="/opt/venv/lib/libfabric/prov"
+LABEL org.hpcbundle.recipe="knl-intelmpi-tf2.15" \
+    org.hpcbundle.hpcbundle-version="0.1.0" \
+    org.hpcbundle.os="ubuntu22.04" \
+    org.hpcbundle.python="3.10" \
+    org.hpcbundle.mpi.flavour="intelmpi" \
+    org.hpcbundle.mpi.version="2021.13.1" \
+    org.hpcbundle.mpi.install="pip" \
+    org.hpcbundle.horovod="0.28.1" \
+    org.hpcbundle.horovod.controllers="mpi,gloo" \
+    org.hpcbundle.horovod.tensor-operations="mpi,gloo" \
+    org.hpcbundle.frameworks="tensorflow" \
+    org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.tensorflow="2.15.1"
+CMD ["horovodrun", "--check-build"]
