@@ -14,6 +14,7 @@ ship it at /examples).
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 import re
@@ -234,3 +235,20 @@ def save_rank_params(path, rank: int, flat: np.ndarray) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, flat)
     return out
+
+
+def training_arguments(description: str):
+    """The trainers' shared command line (pytorch_train.py and keras_train.py take the same flags)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--epochs", type=int, default=5, help="total epochs (a resumed run counts those done)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size per rank")
+    p.add_argument("--lr", type=float, default=0.025, help="base learning rate for one rank (scaled by size)")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--warmup-epochs", type=float, default=1.0, help="epochs to ramp lr from --lr to --lr * size")
+    p.add_argument("--checkpoint-dir", default=None, help="write/resume checkpoints here (rank 0 writes)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=None, help="directory of MNIST/Fashion-MNIST IDX files")
+    p.add_argument("--synthetic", action="store_true", help="synthetic images (benchmarking)")
+    p.add_argument("--final-params-out", default=None,
+                   help="write each rank's final flattened parameters to FILE.rank<N>.npy")
+    return p.parse_args()

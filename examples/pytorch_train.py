@@ -15,7 +15,6 @@ Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L image
 --final-params-out FILE makes every rank write its final parameters to FILE.rank<N>.npy.
 """
 
-import argparse
 import io
 import os
 import sys
@@ -32,19 +31,7 @@ import hvd_common as common  # noqa: E402  (shared with keras_train.py)
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--epochs", type=int, default=5, help="total epochs (a resumed run counts those done)")
-    p.add_argument("--batch-size", type=int, default=32, help="batch size per rank")
-    p.add_argument("--lr", type=float, default=0.025, help="base learning rate for one rank (scaled by size)")
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--warmup-epochs", type=float, default=1.0, help="epochs to ramp lr from --lr to --lr * size")
-    p.add_argument("--checkpoint-dir", default=None, help="write/resume checkpoints here (rank 0 writes)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=None, help="directory of MNIST/Fashion-MNIST IDX files")
-    p.add_argument("--synthetic", action="store_true", help="synthetic images (benchmarking)")
-    p.add_argument("--final-params-out", default=None,
-                   help="write each rank's final flattened parameters to FILE.rank<N>.npy")
-    return p.parse_args()
+    return common.training_arguments(__doc__.split("\n")[0])
 
 
 def build_model(height, width, num_classes):
