@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcbundle.errors import UserError
-from hpcbundle.loading import validate
+from hpcbundle.loading import key_text, validate
 from hpcbundle.recipes import Recipe
 
 from .helpers import recipe_data
@@ -63,7 +63,7 @@ def test_unknown_key_anywhere_is_refused_by_name(path, name):
         return
     data = _with(BASE, parent + (name,), "x") if parent else {**BASE, name: "x"}
     lines = _refused(data)
-    dotted = ".".join(str(p) for p in (*parent, name))
+    dotted = ".".join(key_text(p) for p in (*parent, name))
     assert any(line.startswith(f"{WHERE}: {dotted}: unknown key") for line in lines), lines
 
 

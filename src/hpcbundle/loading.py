@@ -69,7 +69,7 @@ def validate(model: type[M], data: dict[str, Any], where: str) -> M:
 
 def _describe(model: type[BaseModel], err: Any, where: str) -> str:
     loc = tuple(err["loc"])
-    key = ".".join(str(part) for part in loc) or "(top level)"
+    key = ".".join(key_text(part) for part in loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         valid = sorted(_fields_at(model, loc[:-1]))
@@ -80,6 +80,12 @@ def _describe(model: type[BaseModel], err: Any, where: str) -> str:
     if kind.endswith("_type") or kind in {"literal_error", "enum"}:
         message = f"{message[0].lower()}{message[1:]}, got {err.get('input')!r}"
     return format_problem(where, key, message)
+
+
+def key_text(part: Any) -> str:
+    """A key as the user typed it, quoted when it is not a plain word (spaces, newlines, '')."""
+    text = str(part)
+    return text if text and text.isprintable() and not any(c.isspace() for c in text) else repr(text)
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
