@@ -45,7 +45,8 @@ render: venv ## Render every recipe as a Dockerfile and a .def into build/
 	done
 
 wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for image builds
-	$(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==2.13.0+cpu"
+	@ls wheelhouse/torch-2.13.0+cpu-*.whl >/dev/null 2>&1 || \
+	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==2.13.0+cpu"
 
 build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name)
 	$(HPCBUNDLE) render $(RECIPE) --format singularity -o $(BUILD)/$(RECIPE).def
@@ -61,9 +62,14 @@ build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECI
 	echo "+ $(SIF_SUDO) $$builder build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def"; \
 	$(SIF_SUDO) "$$builder" build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def
 
-build-docker: venv ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name)
-	$(HPCBUNDLE) render $(RECIPE) --format docker -o $(BUILD)/$(RECIPE).Dockerfile
-	docker build -f $(BUILD)/$(RECIPE).Dockerfile -t hpcbundle/$(RECIPE):latest .
+build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name; DOCKER_HOST=your engine)
+	@if [ -n "$${DOCKER_HOST:-}" ]; then \
+	  $(HPCBUNDLE) build-docker $(RECIPE); \
+	else \
+	  echo "DOCKER_HOST is not set: starting a private Docker engine with a local debootstrapped base image"; \
+	  $(BIN)/python -m tests.fixtures.docker_engine -- \
+	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
+	fi
 
 lint: venv render ## hadolint on rendered Dockerfiles, shellcheck on the project's shell
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile

@@ -1,3 +1,3 @@
 """Shared pytest configuration."""
 
-pytest_plugins = ["tests.fixtures.plugin"]
+pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.docker_plugin"]

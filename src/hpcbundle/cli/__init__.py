@@ -63,5 +63,6 @@ pass_bundle = click.make_pass_decorator(_LazyBundle)
 
 from . import recipes as _recipes  # noqa: E402  (commands register themselves on `main`)
 from . import launch as _launch  # noqa: E402,F401
+from . import images as _images  # noqa: E402,F401
 
 __all__ = ["main", "pass_bundle", "_recipes"]
