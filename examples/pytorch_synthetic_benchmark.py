@@ -16,7 +16,6 @@ import json
 import os
 import timeit
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
