@@ -71,9 +71,11 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
 	fi
 
-lint: venv render ## hadolint on rendered Dockerfiles, shellcheck on the project's shell
+lint: venv render ## ruff, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
+	$(BIN)/ruff check src tests examples bench
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck scripts/setup/*.sh .ci/run
+	$(BIN)/shellcheck scripts/setup/*.sh tests/fixtures/rsh-agent tests/fixtures/node-exec .ci/run
+	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 golden: venv ## Regenerate the golden files after an intended change (review the diff!)
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q tests -k golden

@@ -146,7 +146,7 @@ def test_shard_order_is_per_epoch_and_reproducible():
 def test_warmup_ramps_from_base_to_scaled_lr():
     lrs = [common.warmup_lr(0.1, 4, e / 10, warmup_epochs=2) for e in range(0, 31)]
     assert lrs[0] == pytest.approx(0.1) and lrs[20] == pytest.approx(0.4) and lrs[-1] == pytest.approx(0.4)
-    assert all(a <= b for a, b in zip(lrs, lrs[1:]))
+    assert all(a <= b for a, b in zip(lrs, lrs[1:], strict=False))
     assert common.warmup_lr(0.1, 4, 0.0, warmup_epochs=0) == pytest.approx(0.4)
 
 

@@ -383,7 +383,7 @@ def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
             wait_for(lambda: rank_pids(cluster, "node1"), 120, "rank 0", log, job)
             rank0 = rank_pids(cluster, "node1")
             if how == "random":
-                wait_for(lambda: epochs_of(log.read_text()), 120, "the first epoch", log, job)
+                wait_for(lambda log=log: epochs_of(log.read_text()), 120, "the first epoch", log, job)
                 delay = rng.uniform(0.0, 1.5)
                 time.sleep(delay)
                 target = f"a random moment ({delay:.2f} s after the first epoch line)"
