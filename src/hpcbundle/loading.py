@@ -59,6 +59,21 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return parse_yaml(text, str(path))
 
 
+def named_file(ref: str, directory: Path, kind: str) -> Path:
+    """Resolve a name in `directory` ('cpu-local', 'ib-v100') or a path to a YAML file.
+
+    An unknown name is a UserError with the nearest known name, e.g.
+    ``recipes: cpu-locl: no such recipe (did you mean cpu-local?)``.
+    """
+    if ref.endswith((".yaml", ".yml")) or "/" in ref:
+        return Path(ref)
+    path = directory / f"{ref}.yaml"
+    if not path.exists():
+        names = [p.stem for p in sorted(directory.glob("*.yaml"))]
+        raise UserError.at(str(directory), ref, f"no such {kind}", did_you_mean(ref, names, f"known {kind}s") if names else f"{directory} has no {kind}s")
+    return path
+
+
 def validate(model: type[M], data: dict[str, Any], where: str) -> M:
     """Validate `data` as `model`; all problems are raised together, one line each."""
     try:

@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .errors import UserError, did_you_mean
+from .errors import UserError
 from .fields import Name, Sha256, Url, Version
-from .loading import read_yaml, validate
+from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
 OsName = Literal["ubuntu22.04", "ubuntu24.04", "debian12"]
@@ -153,20 +153,9 @@ class Recipe(StrictModel):
         return self.gpu is not None
 
 
-def recipe_path(ref: str, recipes_dir: Path) -> Path:
-    """Resolve RECIPE: a name in recipes/ ('cpu-local') or a path to a YAML file."""
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        return Path(ref)
-    path = recipes_dir / f"{ref}.yaml"
-    if not path.exists():
-        names = [p.stem for p in sorted(recipes_dir.glob("*.yaml"))]
-        raise UserError.at(str(recipes_dir), ref, "no such recipe", did_you_mean(ref, names, "known recipes"))
-    return path
-
-
 def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     """Load and validate one recipe by name or path; its `name` must match the file name."""
-    path = recipe_path(ref, recipes_dir)
+    path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
     if recipe.name != path.stem:
         raise UserError.at(str(path), "name", f"is {recipe.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file")

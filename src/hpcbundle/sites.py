@@ -21,7 +21,6 @@ runtime registries add theirs (hpcbundle.launch.load_site).
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple
@@ -30,7 +29,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, Privat
 
 from .errors import UserError
 from .fields import Name, Version
-from .loading import read_yaml, validate
+from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
 
@@ -209,19 +208,6 @@ def _has_key(data: Any, dotted: str) -> bool:
         else:
             return False
     return True
-
-
-def named_file(ref: str, directory: Path, kind: str) -> Path:
-    """Resolve a name in `directory` ('ib-v100') or a path to a YAML file; unknown names get a did-you-mean."""
-    if ref.endswith((".yaml", ".yml")) or "/" in ref:
-        return Path(ref)
-    path = directory / f"{ref}.yaml"
-    if not path.exists():
-        names = [p.stem for p in sorted(directory.glob("*.yaml"))]
-        near = difflib.get_close_matches(ref, names, n=1)
-        fix = f"did you mean {near[0]}?" if near else f"known {kind}s: " + (", ".join(names) or "none")
-        raise UserError.at(str(directory), ref, f"no such {kind}", fix)
-    return path
 
 
 def load_site(ref: str, sites_dir: Path, checks: Callable[[Site], list[Problem]] | None = None) -> Site:
