@@ -16,29 +16,22 @@ import io
 import json
 import re
 import tarfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hpcbundle import images
-from hpcbundle.bundle import Bundle
 from hpcbundle.cli import main
 from hpcbundle.imagespec import EXAMPLES, MANIFEST, image_spec
 from hpcbundle.knowledge import knowledge_base
-from hpcbundle.recipes import Recipe, load_recipe
-from hpcbundle.render import render_image, template_environment
 
-from .fixtures.docker_engine import DockerEngine, cache_dir, download_wheels
+from .fixtures.docker_engine import DockerEngine
+from .fixtures.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 from .helpers import ROOT
 
 pytestmark = pytest.mark.docker
 
-RECIPE = "cpu-local"
-BUILD_TAG = f"hpcbundle/{RECIPE}:build"
-RUNTIME_TAG = f"hpcbundle/{RECIPE}:latest"
 # The runtime stage drops compilers, headers, cmake and the wheelhouse; both hold the same ~2 GB of
 # PyTorch + TensorFlow, which bounds the ratio from below. Measured (bench/image_sizes.py, also in
 # the session summary): build stage 3.04 GB, runtime 2.35 GB, ratio 0.77.
@@ -48,79 +41,6 @@ BUILD_ONLY = ("/usr/bin/gcc", "/usr/bin/g++", "/usr/bin/cmake", "/usr/include/py
 # In-container commands: Open MPI as root in a container needs these; 2 ranks on 2 cores.
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 RUN_ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
-
-
-@dataclass(frozen=True)
-class Built:
-    """The two images of the recipe, what they were built from, and how the build went."""
-
-    recipe: Recipe
-    dockerfile: str
-    build: images.ImageInfo
-    runtime: images.ImageInfo
-    logs: dict[str, str]
-    seconds: dict[str, float]
-    cached_steps: dict[str, str]
-
-
-def _render(recipe_name: str) -> tuple[Recipe, str]:
-    bundle = Bundle(ROOT)
-    recipe = load_recipe(recipe_name, bundle.recipes_dir)
-    return recipe, render_image(recipe, "docker", template_environment(bundle.containers_dir), knowledge_base())
-
-
-def _stage_progress(request: pytest.FixtureRequest, stage: str):
-    """A progress callback: the whole log into a list, each `Step n/m` headline to the terminal
-    (a cold build runs for many minutes; CI should show where it is)."""
-    capman = request.config.pluginmanager.get_plugin("capturemanager")
-    writer = request.config.get_terminal_writer()
-    log: list[str] = []
-
-    def progress(text: str) -> None:
-        log.append(text)
-        if text.startswith("Step "):
-            with capman.global_and_fixture_disabled():
-                writer.line(f"[docker {stage} {time.strftime('%H:%M:%S')}] {text.strip()[:150]}")
-
-    return log, progress
-
-
-@pytest.fixture(scope="module")
-def wheelhouse():
-    """Wheels no index serves (torch==2.13.0+cpu) for the recipe, fetched with this machine's pip."""
-    recipe, _ = _render(RECIPE)
-    local_builds = [r for r in image_spec(recipe, knowledge_base()).framework_requirements if "+" in r]
-    return download_wheels(local_builds, cache_dir() / "wheelhouse" / RECIPE)
-
-
-@pytest.fixture(scope="module")
-def cpu_local(request, docker_engine: DockerEngine, docker_base_image, wheelhouse, docker_report) -> Built:
-    """The build stage (`target="build"`) and the runtime image, built through hpcbundle.images."""
-    recipe, dockerfile = _render(RECIPE)
-    client = docker_engine.client()
-    args = {"BUILD_IMAGE": docker_base_image.tag, "RUNTIME_IMAGE": docker_base_image.tag}
-    built, logs, seconds, cached = {}, {}, {}, {}
-    for stage, target, tag in (("build", "build", BUILD_TAG), ("runtime", None, RUNTIME_TAG)):
-        log, progress = _stage_progress(request, stage)
-        context = images.build_context(dockerfile, {"examples": ROOT / "examples", "wheelhouse": wheelhouse})
-        t0 = time.monotonic()
-        try:
-            built[stage] = images.build(client, context, tag=tag, target=target, buildargs=args,
-                                        network_mode="host", progress=progress)
-        except images.BuildFailed as exc:
-            pytest.fail(f"{stage}: {exc.message}\n{exc.tail(60)}", pytrace=False)
-        finally:
-            context.close()
-        seconds[stage] = time.monotonic() - t0
-        logs[stage] = "".join(log)
-        steps = len(re.findall(r"^Step \d+/\d+ :", logs[stage], re.M))
-        cached[stage] = f"{logs[stage].count('Using cache')}/{steps}"
-        docker_report.append(f"build {tag}: {seconds[stage]:.0f} s ({cached[stage]} steps from cache), "
-                             f"{images.format_size(built[stage].size)}")
-    ratio = built["runtime"].size / built["build"].size
-    docker_report.append(f"sizes: build stage {images.format_size(built['build'].size)} | "
-                         f"runtime {images.format_size(built['runtime'].size)} | runtime/build {ratio:.2f}")
-    return Built(recipe, dockerfile, built["build"], built["runtime"], logs, seconds, cached)
 
 
 def run_in(engine: DockerEngine, image: str, argv: list[str], timeout: float = 600) -> str:

@@ -46,7 +46,7 @@ def test_exec_runs_one_rank_per_namespace_node_over_the_sites_interface(netns_cl
 
 
 def test_exec_over_the_decoy_interface_is_killed_at_the_bound_and_blames_the_interface(netns_cluster, allreduce_program, tmp_path):
-    result = _launch_on_node1(netns_cluster, _netns_site(tmp_path, netns_cluster, "mgmt0"), allreduce_program, "--timeout", "15")
+    result = _launch_on_node1(netns_cluster, _netns_site(tmp_path, netns_cluster, "mgmt0"), allreduce_program, "--timeout", "15", "--no-doctor")
     assert result.returncode == 124, result.stdout + result.stderr
     assert "ranks=" not in result.stdout
     assert "killed after 15 s (--timeout)" in result.stderr and "wrong network interface" in result.stderr

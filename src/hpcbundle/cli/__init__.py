@@ -66,3 +66,4 @@ from . import launch as _launch  # noqa: E402,F401
 from . import images as _images  # noqa: E402,F401
 
 __all__ = ["main", "pass_bundle", "_recipes"]
+from . import doctor as _doctor  # noqa: E402,F401

@@ -21,6 +21,21 @@ _PROGRAM = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 _site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
 _image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
 _program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+_no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before --exec / --submit.")
+
+
+def _doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
+    """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
+    from ..doctor import exit_status
+    from .doctor import print_results, run_doctor
+
+    results = run_doctor(model, image, hosts, checksum=False, scope=scope, timeout=20)
+    shown = [r for r in results if r.status in ("WARN", "FAIL")]
+    print_results(shown, err=True)
+    if exit_status(results) == 2:
+        click.echo(f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
+                   f"fix {model.where}, or run with --no-doctor to launch anyway", err=True)
+        ctx.exit(2)
 
 
 def site_for(bundle, ref: str) -> Site:
@@ -48,11 +63,12 @@ def sites_command(bundle) -> None:
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout).")
+@_no_doctor_option
 @_program_argument
 @pass_bundle
 @click.pass_context
 def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
-                   explain: bool, execute: bool, timeout: int | None, program: tuple[str, ...]) -> None:
+                   explain: bool, execute: bool, timeout: int | None, no_doctor: bool, program: tuple[str, ...]) -> None:
     """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
 
     \b
@@ -62,7 +78,8 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
       hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
     """
     model = site_for(bundle, site)
-    command = build_command(model, _layout(np_, hosts, hostfile), program, image)
+    layout = _layout(np_, hosts, hostfile)
+    command = build_command(model, layout, program, image)
     if not execute:
         click.echo(command.display())
         for line in command.explain() if explain else ():
@@ -70,6 +87,8 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
         return
     for line in command.explain() if explain else ():
         click.echo(line, err=True)
+    if not no_doctor:
+        _doctor_first(ctx, model, image, layout.hosts, "nodes")
     limit, source = (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
     click.echo(f"+ {command.display()}", err=True)
     status = run_bounded(command.argv, limit)
@@ -104,10 +123,12 @@ def _layout(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the script here (atomically) instead of standard output.")
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
+@_no_doctor_option
 @_program_argument
 @pass_bundle
-def sbatch_command(bundle, site: str, image: str | None, nodes: int, tasks_per_node: int | None, time_: str | None,
-                   output: Path | None, submit: bool, program: tuple[str, ...]) -> None:
+@click.pass_context
+def sbatch_command(ctx: click.Context, bundle, site: str, image: str | None, nodes: int, tasks_per_node: int | None, time_: str | None,
+                   output: Path | None, submit: bool, no_doctor: bool, program: tuple[str, ...]) -> None:
     """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
 
     \b
@@ -123,6 +144,8 @@ def sbatch_command(bundle, site: str, image: str | None, nodes: int, tasks_per_n
     elif not submit:
         click.echo(text, nl=False)
     if submit:
+        if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
+            _doctor_first(ctx, model, image, (), "login")
         click.echo(_submit(text, output))
 
 

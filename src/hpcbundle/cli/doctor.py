@@ -1,0 +1,100 @@
+"""`hpcbundle doctor` and `hpcbundle site detect`: check a site and an image on the nodes; draft a site."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .. import probes
+from ..detect import draft_site, observe
+from ..doctor import Facts, Result, diagnose, exit_status, named_interfaces
+from ..errors import UserError
+from ..knowledge import knowledge_base
+from ..launch import load_site, parse_hosts
+from ..loading import parse_yaml, validate
+from ..outputs import write_atomic
+from ..sites import Site
+from . import main, pass_bundle
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+
+
+def run_doctor(site: Site, image: str | None, hosts: tuple[tuple[str, int], ...], *, checksum: bool,
+               scope: str = "nodes", timeout: float = 30.0) -> list[Result]:
+    """Gather facts on the hosts (or here) and judge them: what `doctor` and the launch pre-checks run."""
+    probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
+    nodes, reach = probes.gather(dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout)
+    return diagnose(Facts(site=site, nodes=nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope))  # type: ignore[arg-type]
+
+
+def print_results(results: list[Result], err: bool = False) -> None:
+    """A rich table on a terminal, one plain line per check otherwise."""
+    stream = sys.stderr if err else sys.stdout
+    if stream.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("check", "status", "evidence", "fix", show_lines=False)
+        for r in results:
+            table.add_row(r.check, f"[{_STYLE[r.status]}]{r.status}[/]", r.evidence, r.fix)
+        Console(file=stream).print(table)
+    else:
+        for r in results:
+            click.echo(r.line(), err=err)
+
+
+@main.command("doctor")
+@click.option("--site", default="local", show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+@click.option("--image", help="The image to check (.sif, directory image, or Docker name).")
+@click.option("--hosts", help="Check these nodes too, e.g. node1,node2 or node1:2,node2:2 (slots = ranks per node); "
+                              "reached through the site's plm_rsh_agent, else ssh.")
+@click.option("--no-checksum", is_flag=True, help="Do not hash the image on every node (hashing a large image takes a while).")
+@click.option("--timeout", type=click.IntRange(min=1), default=30, show_default=True, help="Seconds each node may take to answer.")
+@pass_bundle
+@click.pass_context
+def doctor_command(ctx: click.Context, bundle, site: str, image: str | None, hosts: str | None, no_checksum: bool, timeout: int) -> None:
+    """Check SITE (and IMAGE) on this node or on --hosts: PASS/WARN/FAIL with evidence and fix.
+
+    \b
+    Exit status: 0 all PASS, 1 a WARN, 2 a FAIL. Examples:
+      hpcbundle doctor
+      hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
+    """
+    model = load_site(site, bundle.get().sites_dir)
+    results = run_doctor(model, image, parse_hosts(hosts) if hosts else (), checksum=not no_checksum, timeout=timeout)
+    print_results(results)
+    ctx.exit(exit_status(results))
+
+
+@main.group("site")
+def site_group() -> None:
+    """Site helpers: draft a site for this cluster."""
+
+
+@site_group.command("detect")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the draft here (atomically); its name is the file's stem.")
+@click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
+@click.option("--hosts", help="Other nodes of the cluster (e.g. node2,node3): the data interface is the one their routes go through.")
+def detect_command(output: Path | None, name: str | None, hosts: str | None) -> None:
+    """Write a draft site config for the node this runs on; lines to check are marked CONFIRM.
+
+    \b
+    Example (on a compute node):
+      hpcbundle site detect --hosts node2,node3 -o site_configs/mycluster.yaml
+    """
+    site_name = name or (output.stem if output else "detected")
+    peers = [h for h, _ in parse_hosts(hosts)] if hosts else []
+    text = draft_site(observe(peers), site_name, list(knowledge_base().gpu_capability))
+    where = str(output or "site detect")
+    validate(Site, parse_yaml(text, where), where)  # a draft that does not load is a bug
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    write_atomic(output, text)
+    confirm = sum("CONFIRM" in line for line in text.splitlines())
+    click.echo(f"wrote {output}: {confirm} line(s) marked CONFIRM to check", err=True)
+
+
+__all__ = ["run_doctor", "print_results", "UserError"]

@@ -1,0 +1,134 @@
+"""`hpcbundle site detect`: a draft site YAML, with comments, from what was observed on one node (pure).
+
+`observe()` (the edge) gathers the facts; `draft_site(observed, name)` turns them into the text.
+Lines the user must check are marked CONFIRM. The data interface is chosen, in this order, as:
+
+1. the interface the routes to the given --hosts go through (the one the nodes share);
+2. the interface holding the address this node's own host name resolves to (the address its
+   peers, resolving the same name, will dial);
+3. the interface of the default route;
+4. the only candidate left.
+
+lo, docker*, virbr*, veth* and interfaces without an IPv4 address are never candidates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from typing import Any
+
+EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
+
+
+def _q(value: Any) -> str:
+    """A YAML scalar (JSON strings are valid YAML)."""
+    return json.dumps(value)
+
+
+def candidates(observed: dict[str, Any]) -> list[dict[str, Any]]:
+    """Interfaces that could carry MPI traffic: up, with IPv4, not loopback/container/VM bridges."""
+    return [i for i in observed.get("interfaces", []) if i["up"] and i["ipv4"] and not EXCLUDED.match(i["name"])]
+
+
+def choose_interface(observed: dict[str, Any]) -> tuple[str | None, str]:
+    """(interface, why) by the rules in the module docstring; (None, why) when it cannot tell."""
+    names = [i["name"] for i in candidates(observed)]
+    routes = {h: dev for h, dev in (observed.get("host_routes") or {}).items() if dev and dev != "lo"}
+    if routes:
+        devs = set(routes.values())
+        if len(devs) == 1 and (dev := next(iter(devs))) in names:
+            return dev, f"the routes to {', '.join(routes)} go through {dev}"
+    own = observed.get("hostname_interface")
+    if own in names:
+        return own, f"this node's name {observed.get('host')} resolves to {observed.get('hostname_address')}, on {own}: its peers dial that address"
+    default = observed.get("default_route")
+    if default in names:
+        return default, f"{default} carries the default route"
+    if len(names) == 1:
+        return names[0], f"{names[0]} is the only candidate"
+    return None, "several candidates and no route, host name or default route to tell them apart"
+
+
+def _gpu_model(name: str, known: list[str]) -> str:
+    """'NVIDIA A100-SXM4-40GB' -> 'A100' when the knowledge base knows it (longest match)."""
+    hits = [k for k in known if re.search(rf"\b{re.escape(k)}\b", name)]
+    return max(hits, key=len) if hits else name.replace(" ", "_")
+
+
+def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None = None) -> str:
+    """The draft site text for `observed` (see observe()); valid against the site schema."""
+    host = observed.get("host", "this node")
+    mpi = observed.get("mpi") or None
+    lines = [f"# Draft site for the nodes like {host}, written by `hpcbundle site detect`.",
+             "# Check every line marked CONFIRM, then run `hpcbundle doctor --site THIS_FILE --hosts A,B`",
+             "# on a compute node: it proves the interfaces carry traffic between the nodes.",
+             f"name: {name}"]
+    flavour = mpi["flavour"] if mpi and mpi["flavour"] != "unknown" else "openmpi"
+    version = mpi["version"] if mpi and mpi.get("version") else "4.1.6"
+    mpi_note = f"from {mpi['evidence']}" if mpi else "CONFIRM: no mpirun/mpiexec found on PATH (load the MPI module and rerun)"
+    gpu = observed.get("gpu") or {}
+    gpus_text = f"{len(gpu.get('gpus', []))} GPUs" if gpu.get("present") else "no GPU"
+    description = f"draft from site detect on {host}: {flavour} {version}, {observed.get('cpus', 1)} CPUs, {gpus_text}"
+    lines.append(f"description: {_q(description)}")
+    lines += ["mpi:", f"  flavour: {flavour}  # {mpi_note}", f"  version: {_q(version)}"]
+    is_ompi = flavour == "openmpi"
+    ompi5 = is_ompi and int(version.split(".")[0]) >= 5
+    launcher = "mpirun5" if ompi5 else "mpirun" if is_ompi else "mpiexec.hydra"
+    lines += ["launcher:", f"  name: {launcher}  # CONFIRM: srun under SLURM if srun --mpi=pmix works here"]
+    if is_ompi:
+        if observed.get("uid") == 0:
+            lines.append("  allow_run_as_root: true  # detect ran as root")
+        lines.append("  bind_to: none  # Horovod's default; bind with wrappers (taskset/numactl) if you need it")
+    lines.append("  timeout: 3600  # seconds `launch --exec` waits before killing a hung job")
+    found = observed.get("runtimes") or {}
+    lines += ["container:", "  runtime: none  # " + ("CONFIRM: found " + "; ".join(f"{k} ({v})" for k, v in found.items())
+                                                      + ": set runtime to run images" if found else "no container runtime found on PATH")]
+    ompi_env = observed.get("ompi_env") or {}
+    if is_ompi and ompi_env:
+        lines.append("mca:")
+        lines += [f"  {k}: {_q(v)}  # from OMPI_MCA_{k} in the environment detect ran in" for k, v in sorted(ompi_env.items())]
+    lines += ["node:", f"  cores: {observed.get('cpus', 1)}  # CPUs seen here; CONFIRM for the compute nodes"]
+    if gpu.get("present"):
+        model = _gpu_model(gpu["gpus"][0]["name"], known_gpus or [])
+        lines += [f"  gpus: {len(gpu['gpus'])}", f"  gpu_model: {_q(model)}  # nvidia-smi: {gpu['gpus'][0]['name']}"]
+        if gpu.get("driver") and re.match(r"^\d+(\.\d+){0,3}$", gpu["driver"]):
+            lines.append(f"  driver: {_q(gpu['driver'])}")
+    else:
+        lines.append(f"  gpus: 0  # {gpu.get('note') or 'no GPU'}")
+    iface, why = choose_interface(observed)
+    others = [f"{i['name']} ({', '.join(i['ipv4'])})" for i in candidates(observed) if i["name"] != iface]
+    ib = observed.get("infiniband") or []
+    fabric = "infiniband" if ib else "ethernet" if iface else "loopback"
+    lines += ["network:", f"  fabric: {fabric}  # " + (f"/sys/class/infiniband: {', '.join(ib)}; CONFIRM mca pml: ucx" if ib else "no InfiniBand device")]
+    if iface:
+        lines.append(f"  interfaces: [{iface}]  # CONFIRM: {why}" + (f"; other candidates: {', '.join(others)}" if others else ""))
+    else:
+        lines.append(f"  interfaces: []  # CONFIRM: {why}; name the data interface among: {', '.join(others) or 'none found'}")
+    slurm = observed.get("slurm") or {}
+    if slurm.get("partition"):
+        lines += ["slurm:", f"  partition: {slurm['partition']}  # the default partition sinfo shows"]
+    elif slurm.get("sinfo"):
+        lines.append("# SLURM: sinfo is here but showed no partition; CONFIRM slurm.partition")
+    if iface:
+        lines += ["why:", f"  network.interfaces: {_q(why)}"]
+    return "\n".join(lines) + "\n"
+
+
+def observe(hosts: list[str]) -> dict[str, Any]:
+    """Gather the facts draft_site needs, on this node (the edge: runs ip, nvidia-smi, mpirun, sinfo)."""
+    from . import probes
+
+    found = probes.facts()
+    host = socket.gethostname()
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        address = None
+    own = next((i["name"] for i in found["interfaces"] if address and any(a.split("/")[0] == address for a in i["ipv4"])), None)
+    return {**found, "hostname_address": address, "hostname_interface": own,
+            "default_route": probes.default_route_interface(), "host_routes": {h: probes.route_interface(h) for h in hosts},
+            "slurm": probes.slurm(),
+            "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")}}

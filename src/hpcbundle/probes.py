@@ -1,0 +1,359 @@
+"""Gather the facts `doctor` and `site detect` judge: the I/O edge, run on each node (bounded).
+
+Every function here reads the machine (``ip -j addr``, /sys/class/infiniband, ``nvidia-smi``,
+``mpirun --version``, runtime ``--version``, the image) and returns plain JSON-able data; the
+judging is pure and lives in doctor.py and detect.py. Run on a node as::
+
+    python3 -m hpcbundle.probes facts --image /var/tmp/img --checksum   # one JSON object
+    python3 -m hpcbundle.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
+    python3 -m hpcbundle.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "etc/hpcbundle/manifest.json"
+RUNTIME_COMMANDS = {"singularity": "singularity", "apptainer": "apptainer", "charliecloud": "ch-run",
+                    "docker": "docker", "podman": "podman"}
+_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def _out(argv: list[str], timeout: float = 10.0) -> str | None:
+    """stdout+stderr of a bounded command, or None when it is missing, fails to start or times out."""
+    if shutil.which(argv[0], path=_PATH) is None:
+        return None
+    try:
+        env = os.environ if "USER" in os.environ else {**os.environ, "USER": _user()}  # ch-run needs $USER
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
+                             stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (res.stdout + res.stderr) if res.returncode == 0 else None
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+def interfaces() -> list[dict[str, Any]]:
+    """[{name, up, ipv4: [addr/len], kind}] from `ip -j addr` (up: operstate UP or UNKNOWN with UP flag)."""
+    text = _out(["ip", "-j", "addr"]) or "[]"
+    found = []
+    for link in json.loads(text):
+        flags = link.get("flags", [])
+        up = link.get("operstate") == "UP" or (link.get("operstate") == "UNKNOWN" and "UP" in flags and "LOWER_UP" in flags)
+        ipv4 = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"]
+        found.append({"name": link["ifname"], "up": up, "ipv4": ipv4, "kind": link.get("link_type", "")})
+    return found
+
+
+def default_route_interface() -> str | None:
+    text = _out(["ip", "-j", "route", "show", "default"])
+    routes = json.loads(text) if text else []
+    return routes[0].get("dev") if routes else None
+
+
+def route_interface(host: str) -> str | None:
+    """The interface this node would use to reach `host` (resolved like MPI resolves it)."""
+    try:
+        address = socket.gethostbyname(host)
+    except OSError:
+        return None
+    text = _out(["ip", "-j", "route", "get", address])
+    routes = json.loads(text) if text else []
+    return routes[0].get("dev") if routes else None
+
+
+def infiniband() -> list[str]:
+    root = Path("/sys/class/infiniband")
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def gpus() -> dict[str, Any]:
+    """{'present': bool, 'driver': str|None, 'gpus': [{'name', 'capability'}], 'note': str}."""
+    if shutil.which("nvidia-smi") is None:
+        return {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"}
+    text = _out(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"])
+    if text is None:
+        return {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi failed (no GPU or no driver)"}
+    rows = [[c.strip() for c in line.split(",")] for line in text.strip().splitlines() if line.strip()]
+    return {"present": bool(rows), "driver": rows[0][1] if rows else None,
+            "gpus": [{"name": r[0], "capability": r[2] if len(r) > 2 else None} for r in rows], "note": ""}
+
+
+def host_mpi() -> dict[str, Any] | None:
+    """{'flavour', 'version', 'evidence'} from `mpirun --version` (or mpiexec), None when absent."""
+    for command in ("mpirun", "mpiexec"):
+        text = _out([command, "--version"])
+        if not text:
+            continue
+        first = text.strip().splitlines()[0]
+        patterns = (("openmpi", r"Open MPI\)?\s+v?(\d+(?:\.\d+)+)"), ("intelmpi", r"Intel\(R\) MPI Library.*?(\d{4}(?:\.\d+)*)"),
+                    ("mvapich2", r"MVAPICH2?\D*(\d+(?:\.\d+)+)"), ("mpich", r"Version:\s+(\d+(?:\.\d+)+)"))
+        for flavour, pattern in patterns:
+            match = re.search(pattern, text)
+            if match:
+                return {"flavour": flavour, "version": match.group(1), "evidence": f"`{command} --version`: {first}"}
+        return {"flavour": "unknown", "version": "", "evidence": f"`{command} --version`: {first}"}
+    return None
+
+
+def runtimes() -> dict[str, str]:
+    """Runtime name -> its `--version` first line, for every runtime found on PATH."""
+    found = {}
+    for name, command in RUNTIME_COMMANDS.items():
+        text = _out([command, "--version"])
+        if text:
+            found[name] = text.strip().splitlines()[0]
+    return found
+
+
+def slurm() -> dict[str, Any]:
+    """Whether SLURM is here: sinfo on PATH, the default partition, and an allocation in the environment."""
+    text = _out(["sinfo", "-h", "-o", "%P"], timeout=10) if shutil.which("sinfo") else None
+    partitions = text.split() if text else []
+    default = next((p.rstrip("*") for p in partitions if p.endswith("*")), partitions[0].rstrip("*") if partitions else None)
+    return {"sinfo": shutil.which("sinfo") is not None, "partition": default, "job": os.environ.get("SLURM_JOB_ID")}
+
+
+def image(path: str | None, checksum: bool) -> dict[str, Any] | None:
+    """Whether the image exists here, its kind, its sha256 (when asked) and its manifest (directory images)."""
+    if not path:
+        return None
+    target = Path(path)
+    if not target.exists():
+        looks_named = "/" not in path and not path.endswith((".sif", ".sqfs", ".simg"))
+        return {"path": path, "exists": False, "kind": "name" if looks_named else "missing"}
+    info: dict[str, Any] = {"path": path, "exists": True, "kind": "dir" if target.is_dir() else "file", "manifest": None}
+    manifest = target / MANIFEST
+    if target.is_dir():
+        try:
+            info["manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            info["manifest_error"] = f"{manifest}: {exc}"
+    if checksum:
+        info["sha256"] = _sha256_tree(target) if target.is_dir() else _sha256_file(target)
+    return info
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sha256_tree(root: Path) -> str:
+    """One digest over a directory image: relative paths, link targets and file contents, in order."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix().encode()
+        if path.is_symlink():
+            digest.update(b"L" + rel + b"\0" + os.readlink(path).encode() + b"\0")
+        elif path.is_file():
+            digest.update(b"F" + rel + b"\0" + _sha256_file(path).encode())
+        elif path.is_dir():
+            digest.update(b"D" + rel + b"\0")
+    return digest.hexdigest()
+
+
+def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, Any]:
+    """Everything the per-node checks need, as one JSON-able mapping."""
+    return {"host": socket.gethostname(), "cpus": os.cpu_count() or 1, "uid": os.geteuid(),
+            "interfaces": interfaces(), "infiniband": infiniband(), "gpu": gpus(), "mpi": host_mpi(),
+            "runtimes": runtimes(), "image": image(image_path, checksum)}
+
+
+# --------------------------------------------------------------------------- TCP reachability
+def listen(address: str, seconds: float, expect: int = 0) -> None:
+    """Listen on `address` (an ephemeral port), print {"port": N}, accept for `seconds` (or `expect` connections)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind((address, 0))
+        server.listen(64)
+        print(json.dumps({"port": server.getsockname()[1]}), flush=True)
+        end, accepted = time.monotonic() + seconds, 0
+        while (not expect or accepted < expect) and (left := end - time.monotonic()) > 0:
+            server.settimeout(left)
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, socket.timeout):
+                break
+            with conn:
+                conn.sendall(b"hpcbundle\n")
+            accepted += 1
+
+
+def connect(targets: list[str], seconds: float) -> dict[str, str]:
+    """Try a TCP connection to each ADDR:PORT, at most `seconds` each (in parallel); 'ok' or the error."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(target: str) -> str:
+        addr, port = target.rsplit(":", 1)
+        try:
+            with socket.create_connection((addr, int(port)), timeout=seconds) as conn:
+                conn.settimeout(seconds)
+                return "ok" if conn.recv(16).startswith(b"hpcbundle") else "no greeting"
+        except (TimeoutError, socket.timeout):
+            return f"no answer within {seconds:g} s"
+        except OSError as exc:
+            return exc.strerror or str(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+        return dict(zip(targets, pool.map(one, targets), strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m hpcbundle.probes", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    f = sub.add_parser("facts")
+    f.add_argument("--image")
+    f.add_argument("--checksum", action="store_true")
+    li = sub.add_parser("listen")
+    li.add_argument("address")
+    li.add_argument("--seconds", type=float, default=10.0)
+    li.add_argument("--expect", type=int, default=0)
+    co = sub.add_parser("connect")
+    co.add_argument("targets", nargs="+")
+    co.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    if args.what == "facts":
+        print(json.dumps(facts(args.image, args.checksum)))
+    elif args.what == "listen":
+        listen(args.address, args.seconds, args.expect)
+    else:
+        print(json.dumps(connect(args.targets, args.seconds)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# --------------------------------------------------------------------- across nodes (the edge)
+def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
+    """argv that runs `words` on `host`: through the site's plm_rsh_agent (as Open MPI would), else ssh.
+
+    The agent and ssh get one shell-quoted command word, like Open MPI hands its agent.
+    """
+    import shlex
+
+    if host in ("localhost", socket.gethostname()) and "plm_rsh_agent" not in mca:
+        return list(words)
+    agent = shlex.split(mca["plm_rsh_agent"]) if "plm_rsh_agent" in mca else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    return [*agent, host, shlex.join(words)]
+
+
+def _self(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hpcbundle.probes", *args]
+
+
+def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {timeout:g} s"}
+    except OSError as exc:
+        return {"error": f"{argv[0]}: {exc.strerror}"}
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    if res.returncode or not lines:
+        tail = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
+        return {"error": f"probe failed: {tail}"}
+    return json.loads(lines[-1])
+
+
+def gather(mca: dict[str, str], hosts: list[str], image_path: str | None, checksum: bool,
+           interfaces_to_probe: list[str], timeout: float = 30.0, connect_seconds: float = 3.0
+           ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
+    """Facts from every host (or this one when `hosts` is empty) and a real TCP probe over each interface.
+
+    Returns (host -> facts or {'error'}, interface -> [(from, to, address, 'ok' or why)]).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    words = ["facts", *(["--image", image_path] if image_path else []), *(["--checksum"] if checksum else [])]
+    if not hosts:
+        return {socket.gethostname(): facts(image_path, checksum)}, {}
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        found = dict(zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True))
+    reach: dict[str, list[tuple[str, str, str, str]]] = {}
+    if len(hosts) > 1:
+        for name in interfaces_to_probe:
+            addrs = {}
+            for host, node in found.items():
+                link = next((i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None)
+                if link:
+                    addrs[host] = link["ipv4"][0].split("/")[0]
+            if len(addrs) == len(hosts):
+                reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout)
+    return found, reach
+
+
+def _tcp_mesh(mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float) -> list[tuple[str, str, str, str]]:
+    """Listen on each host's address, connect from every other host; bounded by `seconds` per connection."""
+    import select
+    from concurrent.futures import ThreadPoolExecutor
+
+    listeners: dict[str, subprocess.Popen] = {}
+    ports: dict[str, str] = {}
+    results: list[tuple[str, str, str, str]] = []
+    try:
+        for host, addr in addrs.items():
+            listeners[host] = subprocess.Popen(remote_argv(mca, host, _self("listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1))),  # noqa: S603
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        for host, proc in listeners.items():
+            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+            if line.startswith("{"):
+                ports[host] = f"{addrs[host]}:{json.loads(line)['port']}"
+            else:
+                results += [(other, host, addrs[host], f"could not listen on {addrs[host]}") for other in addrs if other != host]
+
+        def from_host(src: str) -> list[tuple[str, str, str, str]]:
+            targets = {dst: p for dst, p in ports.items() if dst != src}
+            if not targets:
+                return []
+            answer = _run_json(remote_argv(mca, src, _self("connect", *targets.values(), "--seconds", str(seconds))), seconds + timeout)
+            return [(src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()]
+
+        with ThreadPoolExecutor(max_workers=len(addrs)) as pool:
+            for part in pool.map(from_host, list(addrs)):
+                results += part
+    finally:
+        for proc in listeners.values():
+            _kill(proc)
+    return results
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(2)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
