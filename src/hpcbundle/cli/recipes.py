@@ -10,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ..compat import check_recipe, failed
+from ..errors import UserError
 from ..knowledge import knowledge_base
 from ..launch import load_site
 from ..outputs import write_atomic
 from ..pairs import check_pair
 from ..recipes import all_recipes, load_recipe
-from ..render import SUFFIXES, TEMPLATES, render_image, template_environment
+from ..render import TEMPLATES, render_image, template_environment
 from . import main, pass_bundle
 
 
@@ -115,9 +116,6 @@ def check_command(bundle, recipe: str, site: str | None) -> None:
 
 
 def _refuse(findings, name: str) -> None:
-    from ..errors import UserError
-
+    """Every FAIL as one error line; exit status 2."""
     raise UserError(*(f"recipe {name}: {f.rule}: {f.message}" for f in findings if f.status == "FAIL"))
 
-
-__all__ = ["SUFFIXES"]
