@@ -79,7 +79,7 @@ def test_dockerfile_builds_from_a_substitutable_base_with_the_legacy_builder(nam
     r = recipe(name)
     head = text[: text.index("\nFROM ")]
     assert f"\nARG BUILD_IMAGE={r.base.build_image}\n" in head and f"\nARG RUNTIME_IMAGE={r.base.runtime_image}\n" in head
-    assert re.findall(r"^FROM .*$", text, re.M) == ["FROM ${BUILD_IMAGE} AS build", "FROM ${RUNTIME_IMAGE} AS runtime"]
+    assert re.findall(r"^FROM .*$", text, re.M) == ["FROM ${BUILD_IMAGE} AS build", "FROM build AS slim", "FROM ${RUNTIME_IMAGE} AS runtime"]
     assert "--mount" not in text and "<<" not in text and "# syntax=" not in text
     assert text.count('SHELL ["/bin/bash", "-euo", "pipefail", "-c"]') == 2
     assert text.rstrip().endswith('CMD ["horovodrun", "--check-build"]')
@@ -179,7 +179,7 @@ def test_source_mpi_is_checksummed_and_configured_for_prefix_launch(name: str) -
     configure = next(line for line in text.splitlines() if "./configure --prefix=/opt/openmpi" in line)
     assert "--enable-orterun-prefix-by-default" in configure and all(option in configure for option in r.mpi.configure)
     assert ("--with-ucx=/opt/ucx" in configure) == (r.ucx is not None)
-    assert "COPY --from=build /opt/openmpi /opt/openmpi" in text
+    assert "COPY --from=slim /opt/openmpi /opt/openmpi" in text
 
 
 def test_ucx_recipe_builds_ucx_first_from_its_real_checksum() -> None:

@@ -41,14 +41,16 @@ class Step:
 
 @dataclass(frozen=True)
 class Steps:
-    """The steps of the build stage, of the runtime stage, and the check run by both the build and %test."""
+    """The steps of the build stage, the slimming of what it hands on, the runtime stage, and the
+    check run by both the build and %test."""
 
     build: tuple[Step, ...]
+    slim: tuple[Step, ...]
     runtime: tuple[Step, ...]
     verify: Step
 
     def all(self) -> tuple[Step, ...]:
-        return (*self.build, *self.runtime, self.verify)
+        return (*self.build, *self.slim, *self.runtime, self.verify)
 
 
 def template_environment(containers_dir: Path) -> jinja2.Environment:
@@ -94,11 +96,12 @@ def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
         step("frameworks", "pip", requirements=spec.framework_requirements),
         step(f"Horovod {spec.recipe.horovod.version} from its sdist, then horovodrun --check-build", "horovod"),
     ]
+    slim = [step("drop what only building needs from the venv", "prune")]
     runtime = [
         step("OS packages to run", "apt", packages=spec.packages.runtime, pinned=spec.pinned.runtime),
         step(f"the recipe as JSON at {spec.manifest_path}", "manifest"),
     ]
-    return Steps(tuple(build), tuple(runtime), step("Horovod has every framework, controller and operation", "verify"))
+    return Steps(tuple(build), tuple(slim), tuple(runtime), step("Horovod has every framework, controller and operation", "verify"))
 
 
 def render_snippet(env: jinja2.Environment, name: str, **context: object) -> tuple[str, ...]:

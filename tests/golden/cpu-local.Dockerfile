@@ -52,6 +52,15 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     python -c 'import horovod.tensorflow, horovod.torch' && \
     rm -rf /tmp/build
 
+# ---- slim: the build's results without what only building needs (the runtime copies from here) ----
+FROM build AS slim
+
+# drop what only building needs from the venv
+RUN rm -rf /opt/venv/lib/python3.11/site-packages/tensorflow/include && \
+    rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test && \
+    rm -f /opt/venv/lib/python3.11/site-packages/torch/bin/test_* && \
+    du -sh /opt/venv
+
 # ---- runtime: only what runs ----
 FROM ${RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
@@ -65,7 +74,7 @@ RUN apt-get update && \
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
     printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-local", "description": "Debian 12, Open MPI 4.1.4 (distro), PyTorch 2.13 CPU + TensorFlow CPU 2.15.1, Horovod 0.28.1 (C++17 patch)", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": {"flavour": "openmpi", "version": "4.1.4", "install": "distro", "source": null, "configure": []}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": {"version": "2.13.0", "variant": "cpu"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-local", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4", "org.hpcbundle.mpi.install": "distro", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
-COPY --from=build /opt/venv /opt/venv
+COPY --from=slim /opt/venv /opt/venv
 COPY examples/ /examples/
 ENV PATH="/opt/venv/bin:${PATH}"
 LABEL org.hpcbundle.recipe="cpu-local" \

@@ -57,6 +57,13 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     python -c 'import horovod.tensorflow' && \
     rm -rf /tmp/build
 
+# ---- slim: the build's results without what only building needs (the runtime copies from here) ----
+FROM build AS slim
+
+# drop what only building needs from the venv
+RUN rm -rf /opt/venv/lib/python3.10/site-packages/tensorflow/include && \
+    du -sh /opt/venv
+
 # ---- runtime: only what runs ----
 FROM ${RUNTIME_IMAGE} AS runtime
 SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
@@ -70,7 +77,7 @@ RUN apt-get update && \
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
     printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "knl-intelmpi-tf2.15", "description": "Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL", "base": {"os": "ubuntu22.04", "build_image": "ubuntu:22.04", "runtime_image": "ubuntu:22.04"}, "python": "3.10", "gpu": null, "mpi": {"flavour": "intelmpi", "version": "2021.13.1", "install": "pip", "source": null, "configure": []}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": null}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": [], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "knl-intelmpi-tf2.15", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "intelmpi", "org.hpcbundle.mpi.version": "2021.13.1", "org.hpcbundle.mpi.install": "pip", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.tensorflow": "2.15.1"}}' > /etc/hpcbundle/manifest.json
-COPY --from=build /opt/venv /opt/venv
+COPY --from=slim /opt/venv /opt/venv
 COPY examples/ /examples/
 ENV PATH="/opt/venv/bin:${PATH}" \
     LD_LIBRARY_PATH="/opt/venv/lib:/opt/venv/lib/libfabric${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" \
