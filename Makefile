@@ -6,7 +6,9 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-export PYTHON ?= python3
+# The interpreter for the venv: PYTHON if set, else Debian's python3 (scripts/setup/python-env.sh
+# chooses the same way, and makes the venv again if another Python made it).
+VENV_PYTHON := $(or $(PYTHON),$(wildcard /usr/bin/python3),python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 HPCBUNDLE := $(BIN)/hpcbundle
@@ -20,13 +22,13 @@ SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint test demo golden clean
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint test demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(BIN)/hpcbundle: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(VENV_PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
@@ -90,6 +92,14 @@ demo: setup ## The main job: a real 2-rank Horovod training run on the default `
 	$(HPCBUNDLE) check $(RECIPE) --site local
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HPCBUNDLE) launch --site local --np 2 --exec -- \
 	  python examples/pytorch_train.py $(DEMO_ARGS)
+
+BENCH_OUT ?= $(BUILD)/bench
+
+bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), launch overhead, scaling
+	mkdir -p $(BENCH_OUT)
+	$(BIN)/python bench/allreduce.py --tuned | tee $(BENCH_OUT)/allreduce.txt
+	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt
+	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt
 
 clean: ## Remove build outputs (keeps the venv and the cache)
 	rm -rf $(BUILD)

@@ -42,18 +42,24 @@ py_v=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
     || die "$PYTHON does not run"
 [[ $py_v == "$SUPPORTED_PY" ]] \
     || die "$PYTHON is Python $py_v; need $SUPPORTED_PY (tensorflow-cpu 2.15.1 + torch 2.13 CPU wheel); set PYTHON="
+# Which interpreter this is: its binary and its standard library. A venv made by one Python and
+# later "reused" by another can run one's binary on the other's library, and then breaks in odd
+# places (multiprocessing's spawn, which horovodrun uses); such a venv is made again.
+identity='import os, sys; print(os.path.realpath(sys.executable), sys.base_prefix, sys.version.split()[0])'
+want_id=$("$PYTHON" -c "$identity")
 
 pyproject=$repo_root/pyproject.toml
 stamp_hash=$(
     {
         cat "$script_dir/python-env.sh" "$script_dir/horovod-wheel.sh"
-        printf '%s\n' "$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$py_v" "$PYTHON"
+        printf '%s\n' "$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$want_id"
         if [[ -f $pyproject ]]; then cat "$pyproject"; else echo "no pyproject"; fi
     } | sha256sum | cut -c1-16
 )
 stamp=$VENV/.hpcbundle-env.stamp
 
-if [[ -f $stamp && $(<"$stamp") == "$stamp_hash" ]] && "$VENV/bin/python" -c '' 2>/dev/null; then
+venv_id=$("$VENV/bin/python" -c "$identity" 2>/dev/null || true)
+if [[ -f $stamp && $(<"$stamp") == "$stamp_hash" && $venv_id == "$want_id" ]]; then
     log "$VENV is up to date (stamp $stamp_hash)"
     exit 0
 fi
@@ -62,13 +68,12 @@ fi
 if [[ -e $VENV && ! -f $VENV/pyvenv.cfg ]] && [[ -n $(ls -A "$VENV" 2>/dev/null) ]]; then
     die "$VENV exists and is not a virtualenv; remove it or pass another path"
 fi
-venv_py_v=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
-if [[ $venv_py_v != "$py_v" ]]; then
-    log "creating virtualenv $VENV with $PYTHON (Python $py_v)"
+if [[ $venv_id != "$want_id" ]]; then
+    log "creating virtualenv $VENV with $PYTHON (${want_id})${venv_id:+; it was made by another Python (${venv_id})}"
     "$PYTHON" -m venv --clear "$VENV" \
         || die "cannot create a virtualenv with $PYTHON (on Debian: apt-get install python3-venv)"
 else
-    log "reusing virtualenv $VENV (Python $venv_py_v)"
+    log "reusing virtualenv $VENV (${venv_id})"
 fi
 VENV=$(cd "$VENV" && pwd)
 PIP=("$VENV/bin/python" -m pip)
