@@ -132,6 +132,13 @@ def shard_indices(n: int, rank: int, size: int, epoch: int = 0, seed: int = 0, s
     return order[rank::size]
 
 
+def threads_per_rank(local_size: int) -> int:
+    """CPU threads for each of `local_size` ranks on this node: the cores this process may run on
+    (SLURM's cgroup, taskset or the launcher's binding; os.cpu_count() would count the whole host)
+    shared out, at least one."""
+    return max(1, len(os.sched_getaffinity(0)) // local_size)
+
+
 def steps_per_epoch(n: int, size: int, batch_size: int) -> int:
     """Steps each rank takes per epoch: the data set divided by size, then by the per-rank batch.
 

@@ -95,7 +95,7 @@ def main():
     if gpus:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     else:
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+        tf.config.threading.set_intra_op_parallelism_threads(common.threads_per_rank(hvd.local_size()))
     # 2. Log (and write) only on rank 0.
     verbose = hvd.rank() == 0
     log = print if verbose else (lambda *a, **k: None)

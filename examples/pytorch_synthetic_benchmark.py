@@ -14,6 +14,7 @@ timed iterations, then one machine-readable line:
 import argparse
 import json
 import os
+import sys
 import timeit
 
 import torch
@@ -21,6 +22,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hvd_common as common  # noqa: E402  (threads per rank, shared with the trainers)
 
 
 class BasicBlock(nn.Module):
@@ -88,7 +92,7 @@ def main():
     if use_cuda:
         torch.cuda.set_device(hvd.local_rank())  # one GPU per local rank
     else:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+        torch.set_num_threads(common.threads_per_rank(hvd.local_size()))
     device_name = "GPU" if use_cuda else "CPU rank"
     device = torch.device("cuda" if use_cuda else "cpu")
     log = print if hvd.rank() == 0 else (lambda *a, **k: None)

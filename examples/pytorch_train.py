@@ -72,7 +72,7 @@ def main():
         device = torch.device("cuda", hvd.local_rank())
     else:
         device = torch.device("cpu")
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+        torch.set_num_threads(common.threads_per_rank(hvd.local_size()))
     # 2. Log (and write) only on rank 0.
     verbose = hvd.rank() == 0
     log = print if verbose else (lambda *a, **k: None)

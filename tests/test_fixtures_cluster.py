@@ -129,3 +129,16 @@ def _runs_sleep(pids: list[int]) -> bool:
         if Path(argv0.decode()).name == "sleep":
             return True
     return False
+
+
+def test_own_cores_gives_each_node_a_core_of_its_own_and_remote_ranks_keep_it(cluster_tools, allreduce_program):
+    """A rank started on node2 by mpirun (through the rsh agent) runs on node2's core only."""
+    with NetnsCluster(2, own_cores=True) as cluster:
+        assert cluster.cores["node1"] != cluster.cores["node2"] or len(set(cluster.cores.values())) == 1
+        argv = ["mpirun", "--allow-run-as-root", *cluster.mpirun_agent_args(), "--host", "node1,node2", "-np", "2",
+                "--bind-to", "none", "--mca", "btl_tcp_if_include", "data0", "--mca", "oob_tcp_if_include", "data0",
+                "sh", "-c", 'echo "$(hostname) $(taskset -pc $$ | sed "s/.*: //")"']
+        res = cluster.run("node1", argv, timeout=60)
+        assert res.returncode == 0, res.stderr
+        seen = dict(line.split() for line in res.stdout.splitlines())
+        assert seen == {node: str(core) for node, core in cluster.cores.items()}
