@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import UserError
@@ -28,12 +29,7 @@ def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int 
     True
     """
     stdin = None if sys.stdin is not None and sys.stdin.isatty() else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(list(argv), stdin=stdin, start_new_session=True)  # noqa: S603 - argv list
-    except FileNotFoundError:
-        raise UserError.at("", argv[0], "not found on PATH", "install it on this host, or set launcher.command / container.command in the site") from None
-    except PermissionError:
-        raise UserError.at("", argv[0], "is not executable", "check the path and its permissions") from None
+    proc = _start(argv, stdin=stdin)
     try:
         status = proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -42,7 +38,50 @@ def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int 
     except KeyboardInterrupt:
         kill_group(proc, grace)
         raise
-    return 128 - status if status < 0 else status
+    return _status(status)
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What a bounded, captured run gave: exit status (None: killed at the bound) and its output."""
+
+    status: int | None
+    stdout: str
+    stderr: str
+
+
+def run_captured(argv: Sequence[str], timeout: float, grace: float = 5.0) -> Captured:
+    """Like run_bounded, but stdin is /dev/null and the output is returned, not shown.
+
+    >>> run_captured(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
+    Captured(status=3, stdout='out\\n', stderr='err\\n')
+    """
+    proc = _start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc, grace)
+        out, err = proc.communicate()
+        return Captured(None, out, err)
+    except KeyboardInterrupt:
+        kill_group(proc, grace)
+        raise
+    return Captured(_status(proc.returncode), out, err)
+
+
+def _start(argv: Sequence[str], **popen: object) -> subprocess.Popen:
+    """Start `argv` in its own process group (so a bound can stop all of it); missing tools are user errors."""
+    try:
+        return subprocess.Popen(list(argv), start_new_session=True, **popen)  # type: ignore[call-overload]  # noqa: S603 - argv list
+    except FileNotFoundError:
+        raise UserError.at("", argv[0], "not found on PATH", "install it on this host, or set launcher.command / container.command in the site") from None
+    except PermissionError:
+        raise UserError.at("", argv[0], "is not executable", "check the path and its permissions") from None
+
+
+def _status(returncode: int) -> int:
+    """Exit status as the shell reports it: 128+N for a process killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def kill_group(proc: subprocess.Popen, grace: float) -> None:

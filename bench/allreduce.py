@@ -1,0 +1,385 @@
+"""Allreduce bandwidth on the namespace cluster, next to the raw TCP bandwidth of the same link.
+
+    .venv/bin/python bench/allreduce.py                          # 2 and 3 nodes, 4 KiB .. 256 MiB
+    .venv/bin/python bench/allreduce.py --nodes 2 --quick        # 64 KiB, 4 MiB, 64 MiB
+    .venv/bin/python bench/allreduce.py --nodes 2 --sizes 64M --backends horovod-mpi,mpi4py \\
+        --set mca.btl_tcp_sndbuf=4194304 --set mca.btl_tcp_rcvbuf=4194304   # try a knob by hand
+    .venv/bin/python bench/allreduce.py --nodes 2 --tuned        # also: hpcbundle tune, then Horovod again
+
+Needs root (it builds the tests' namespace cluster, tests/fixtures/netns_cluster.py: one rank per
+node, data0 real, mgmt0 a decoy) and iperf3. Each node runs on a core of its own, as real nodes do
+(own_cores: this host's cores dealt out; 3 nodes on 2 cores share one; --shared-cores lets every
+node use every core). For each cluster size, in one run:
+
+  link        iperf3 over data0, before and after the backends (the mean of both is used: the
+              load of a shared machine drifts during a run; both are in the JSON). Servers are
+              started on the nodes and stopped by PID. 2 nodes:
+              `iperf3 --bidir` node1 <-> node2, GiB/s each way; 3 nodes: the three ring links
+              node1->node2, node2->node3, node3->node1 at once, GiB/s per link. Both are what each
+              node's link carries while a ring allreduce runs (every node sends and receives at
+              once); "link" below is the mean of those concurrent streams (min and max printed).
+              The unidirectional node1->node2 figure is printed too.
+  backends    examples/allreduce_bench.py through `hpcbundle launch --site SITE --np N --hosts
+              node1:1,... --exec --no-doctor`, run on node1, SITE written by tests/fixtures/sites.py
+              for this cluster (the untuned test site: TCP btl on data0, mpi_yield_when_idle 1):
+                horovod-mpi    Horovod, MPI controller, env HOROVOD_CPU_OPERATIONS=mpi
+                horovod-gloo   Horovod, Gloo controller and operations (env HOROVOD_CONTROLLER=gloo,
+                               HOROVOD_CPU_OPERATIONS=gloo; the program runs Horovod's rendezvous)
+                torch-gloo     torch.distributed all_reduce on a Gloo process group
+                mpi4py         comm.Allreduce(IN_PLACE) (Open MPI's coll_tuned choice)
+              Every site also sets GLOO_SOCKET_IFNAME and HOROVOD_GLOO_IFACE to data0.
+  --tuned     first `hpcbundle tune` on the horovod-mpi site, then Horovod again with the tuned site
+              (horovod-tuned); the target lines use it when present.
+
+Prints a table per cluster size (size, backend, ops, algbw, busbw, busbw/link), the two target
+ratios at 64 MiB (Horovod busbw >= 0.6 x link and >= 1.0 x torch-gloo; measured, never asserted),
+and one JSON line (metric allreduce_bench). Exit status 1 if a backend failed or summed wrong.
+The machine is shared and noisy: compare ratios from one run, never absolute figures across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.netns_cluster import NetnsCluster, reap_stale  # noqa: E402
+from tests.fixtures.sites import site_data, write_site  # noqa: E402
+from tests.fixtures.tools import ensure_cluster_tools  # noqa: E402
+
+PROGRAM = ROOT / "examples" / "allreduce_bench.py"
+IPERF_PORT = 5201
+TARGET_SIZE = 64 << 20
+TARGET_LINK, TARGET_GLOO = 0.6, 1.0
+QUICK_SIZES = "64K,4M,64M"
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One backend run: the program's --backend and what the site's env adds for it."""
+
+    name: str
+    backend: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+VARIANTS = {v.name: v for v in (
+    Variant("horovod-mpi", "horovod", {"HOROVOD_CPU_OPERATIONS": "mpi"}),
+    Variant("horovod-gloo", "horovod", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}),
+    Variant("torch-gloo", "torch-gloo"),
+    Variant("mpi4py", "mpi4py"),
+)}
+
+
+def hpcbundle(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
+
+
+def hosts_of(cluster: NetnsCluster) -> str:
+    return ",".join(f"{node}:1" for node in cluster.nodes)
+
+
+# ----------------------------------------------------------------------------------- sites
+def bench_site(directory: Path, cluster: NetnsCluster, name: str, env: dict[str, str], overrides: dict[str, str],
+               timeout: int) -> Path:
+    """The tests' namespace site for `cluster`, plus a variant's env and --set overrides."""
+    data = site_data(name, cluster=cluster, interfaces=[NetnsCluster.DATA_IFACE], timeout=timeout)
+    data["description"] = f"namespace cluster for bench/allreduce.py ({len(cluster.nodes)} nodes)"
+    data["env"].update({"GLOO_SOCKET_IFNAME": NetnsCluster.DATA_IFACE, "HOROVOD_GLOO_IFACE": NetnsCluster.DATA_IFACE, **env})
+    for key, value in overrides.items():
+        section, _, name_ = key.partition(".")
+        if section not in ("mca", "env") or not name_:
+            raise SystemExit(f"--set {key}: only mca.NAME=VALUE and env.NAME=VALUE")
+        if value == "":
+            data[section].pop(name_, None)
+            data["why"].pop(key, None)
+        else:
+            data[section][name_] = value
+    return write_site(directory, data)
+
+
+def require_tune() -> None:
+    """Stop with a clear message (before any cluster is built) when `hpcbundle tune` is missing."""
+    probe = subprocess.run(hpcbundle("tune", "--help"), capture_output=True, text=True, timeout=60, check=False)
+    if probe.returncode:
+        last = (probe.stderr or probe.stdout).strip().splitlines()[-1:] or [f"exit {probe.returncode}"]
+        raise SystemExit(f"bench/allreduce.py: --tuned needs `hpcbundle tune`, which this checkout does not have yet ({last[0]})")
+
+
+def run_tune(cluster: NetnsCluster, site: Path, out: Path, timeout: float) -> Path:
+    """`hpcbundle tune` on node1 for `site`; returns the tuned site file (the one place that knows tune's flags)."""
+    argv = hpcbundle("tune", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
+                     "--python", sys.executable, "--no-doctor", "-o", str(out))
+    result = cluster.run("node1", argv, timeout=timeout)
+    sys.stderr.write(result.stdout + result.stderr)
+    if result.returncode or not out.is_file():
+        raise SystemExit(f"bench/allreduce.py: hpcbundle tune failed (exit {result.returncode})")
+    return out
+
+
+# ---------------------------------------------------------------------------------- iperf3
+def _gib(bits_per_second: float) -> float:
+    return bits_per_second / 8 / GIB
+
+
+def _iperf_json(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"iperf3 {what}: no JSON: {text[-500:]!r}") from None
+    if "error" in data:
+        raise RuntimeError(f"iperf3 {what}: {data['error']}")
+    return data
+
+
+def _wait_listening(cluster: NetnsCluster, node: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = cluster.run(node, ["ss", "-Hltn", f"sport = :{IPERF_PORT}"], timeout=10).stdout
+        if out.strip():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"iperf3 server on {node} not listening after {timeout} s")
+
+
+def measure_link(cluster: NetnsCluster, seconds: int, logs: Path) -> dict[str, Any]:
+    """iperf3 over data0: unidirectional node1->node2, then every node sending and receiving at
+    once (2 nodes: --bidir; more: the ring node_i -> node_i+1, all links concurrently). GiB/s."""
+    nodes = cluster.nodes
+    servers = {node: cluster.start(node, ["iperf3", "-s", "-p", str(IPERF_PORT)], log=logs / f"iperf3-server-{node}.log")
+               for node in nodes}
+    try:
+        for node in nodes:
+            _wait_listening(cluster, node)
+        client = ["iperf3", "-c", cluster.address("node2"), "-p", str(IPERF_PORT), "-t", str(seconds), "-J"]
+        uni = _iperf_json(cluster.run("node1", client, timeout=seconds + 30).stdout, "node1->node2")
+        unidirectional = _gib(uni["end"]["sum_received"]["bits_per_second"])
+        if len(nodes) == 2:
+            bidir = _iperf_json(cluster.run("node1", [*client, "--bidir"], timeout=seconds + 30).stdout, "--bidir")
+            streams = {"node1->node2": _gib(bidir["end"]["sum_received"]["bits_per_second"]),
+                       "node2->node1": _gib(bidir["end"]["sum_received_bidir_reverse"]["bits_per_second"])}
+            mode = "bidir"
+        else:
+            ring = [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+            procs = [(src, dst, cluster.tracker.popen(
+                cluster.node_argv(src, ["iperf3", "-c", cluster.address(dst), "-p", str(IPERF_PORT), "-t", str(seconds), "-J"]),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)) for src, dst in ring]
+            streams = {}
+            for src, dst, proc in procs:
+                out, _ = proc.communicate(timeout=seconds + 30)
+                streams[f"{src}->{dst}"] = _gib(_iperf_json(out.decode(), f"{src}->{dst}")["end"]["sum_received"]["bits_per_second"])
+            mode = "ring"
+    finally:
+        for proc in servers.values():  # stopped by PID: node-exec execs down to iperf3 itself
+            proc.terminate()
+        for proc in servers.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+    values = list(streams.values())
+    return {"mode": mode, "streams": {k: round(v, 4) for k, v in streams.items()}, "gib": round(statistics.mean(values), 4),
+            "min_gib": round(min(values), 4), "max_gib": round(max(values), 4), "unidirectional_gib": round(unidirectional, 4)}
+
+
+# -------------------------------------------------------------------------------- backends
+def run_backend(cluster: NetnsCluster, site: Path, backend: str, sizes: str, timeout: float) -> tuple[list[dict], str]:
+    """examples/allreduce_bench.py through the generated command, on node1; (records, error or "")."""
+    argv = hpcbundle("launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
+                     "--exec", "--no-doctor", "--", sys.executable, str(PROGRAM), "--backend", backend, "--sizes", sizes)
+    try:
+        result = cluster.run("node1", argv, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], f"killed after {timeout:.0f} s"
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"metric": "allreduce"')]
+    if result.returncode:
+        tail = " | ".join(line for line in result.stderr.strip().splitlines()[-4:])
+        return records, f"exit {result.returncode}: {tail}"
+    return records, ""
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def _fmt_size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} B"
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], work: Path) -> dict[str, Any]:
+    """One cluster size: link, then every backend (and tune + tuned Horovod), in one cluster."""
+    with NetnsCluster(n, own_cores=not args.shared_cores) as cluster:
+        directory = work / f"n{n}"
+        directory.mkdir()
+        print(f"\n== {n} nodes: iperf3 ({args.iperf_seconds} s per test) ...", file=sys.stderr, flush=True)
+        link = measure_link(cluster, args.iperf_seconds, directory)
+        print(f"   link {link['gib']:.3f} GiB/s ({link['mode']}: {link['streams']}), unidirectional "
+              f"{link['unidirectional_gib']:.3f} GiB/s", file=sys.stderr, flush=True)
+        runs: list[tuple[str, Path, str]] = []
+        for name in args.backends:
+            variant = VARIANTS[name]
+            runs.append((name, bench_site(directory, cluster, f"bench-n{n}-{name}", variant.env, overrides, args.timeout),
+                         variant.backend))
+        if args.tuned:
+            base = next((site for name, site, _ in runs if name == "horovod-mpi"), None) or \
+                bench_site(directory, cluster, f"bench-n{n}-horovod-mpi", VARIANTS["horovod-mpi"].env, overrides, args.timeout)
+            print(f"   hpcbundle tune on {base.name} ...", file=sys.stderr, flush=True)
+            tuned = run_tune(cluster, base, directory / "tuned.yaml", timeout=args.tune_timeout)
+            runs.insert(0, ("horovod-tuned", tuned, "horovod"))
+        results, errors = [], {}
+        for name, site, backend in runs:
+            print(f"   {name} ...", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
+            records, error = run_backend(cluster, site, backend, args.sizes, args.timeout + 60)
+            print(f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s{'; FAILED ' + error if error else ''}",
+                  file=sys.stderr, flush=True)
+            if error:
+                errors[name] = error
+            results.extend({**r, "variant": name} for r in records)
+        print("   iperf3 again ...", file=sys.stderr, flush=True)
+        link = combine_links(link, measure_link(cluster, args.iperf_seconds, directory))
+        print(f"   link after {link['after']['gib']:.3f} GiB/s; used: the mean of before and after, {link['gib']:.3f} GiB/s",
+              file=sys.stderr, flush=True)
+    for r in results:
+        r["busbw_over_link"] = ratio(r["busbw_gib"], link["gib"])
+    return {"nodes": n, "link": link, "results": results, "errors": errors, "targets": targets(results, link)}
+
+
+def combine_links(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The link measured before and after the backends (the machine's load drifts during a run):
+    figures are the means of the two measurements; both are kept under "before" and "after"."""
+    mean = {key: round((before[key] + after[key]) / 2, 4) for key in ("gib", "min_gib", "max_gib", "unidirectional_gib")}
+    streams = {k: round((before["streams"][k] + after["streams"][k]) / 2, 4) for k in before["streams"]}
+    return {"mode": before["mode"], "streams": streams, **mean, "before": before, "after": after}
+
+
+def targets(results: list[dict], link: dict[str, Any]) -> dict[str, Any]:
+    """The two target ratios at 64 MiB: Horovod (tuned if run, else horovod-mpi) busbw over the
+    link and over torch-gloo."""
+    at = {r["variant"]: r for r in results if r["bytes"] == TARGET_SIZE}
+    horovod = at.get("horovod-tuned") or at.get("horovod-mpi")
+    gloo = at.get("torch-gloo")
+    return {"bytes": TARGET_SIZE, "horovod_variant": horovod["variant"] if horovod else None,
+            "horovod_busbw_gib": horovod["busbw_gib"] if horovod else None, "link_gib": link["gib"],
+            "torch_gloo_busbw_gib": gloo["busbw_gib"] if gloo else None,
+            "over_link": ratio(horovod and horovod["busbw_gib"], link["gib"]),
+            "over_torch_gloo": ratio(horovod and horovod["busbw_gib"], gloo and gloo["busbw_gib"])}
+
+
+def report(cluster: dict[str, Any]) -> list[str]:
+    link = cluster["link"]
+    lines = [f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction (before {link['before']['gib']:.3f}, after "
+             f"{link['after']['gib']:.3f}; {link['mode']}, concurrent: "
+             + ", ".join(f"{k} {v:.3f}" for k, v in link["streams"].items())
+             + f"; unidirectional node1->node2 {link['unidirectional_gib']:.3f} GiB/s)",
+             f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} {'busbw/link':>10} ok"]
+    for r in sorted(cluster["results"], key=lambda r: (r["bytes"], r["variant"])):
+        lines.append(f"{_fmt_size(r['bytes']):>9}  {r['variant']:<14} {r['ops']:<5} {r['iters']:>5} {r['seconds']:>10.6f} "
+                     f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} {'yes' if r['correct'] else 'NO'}")
+    for name, error in cluster["errors"].items():
+        lines.append(f"  {name} FAILED: {error}")
+    t = cluster["targets"]
+    for what, value, want in (("link", t["over_link"], TARGET_LINK), ("torch-gloo busbw", t["over_torch_gloo"], TARGET_GLOO)):
+        verdict = "not measured" if value is None else "met" if value >= want else "NOT met"
+        lines.append(f"target at 64 MiB, {cluster['nodes']} nodes: {t['horovod_variant'] or 'horovod'} busbw / {what} = "
+                     f"{_fmt(value)} (want >= {want}: {verdict})")
+    return lines
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # so the cluster's context manager tears it down
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated (default 2,3)")
+    p.add_argument("--sizes", help="message sizes for every backend, e.g. 4K,64M (K/M/G = KiB/MiB/GiB)")
+    p.add_argument("--min-bytes", default="4K", help="smallest size when --sizes is not given (default 4K)")
+    p.add_argument("--max-bytes", default="256M", help="largest size when --sizes is not given (default 256M)")
+    p.add_argument("--quick", action="store_true", help=f"only {QUICK_SIZES}")
+    p.add_argument("--iperf-seconds", type=int, default=5, help="duration of each iperf3 test (default 5)")
+    p.add_argument("--backends", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="change every site: mca.NAME=VALUE or env.NAME=VALUE (empty VALUE removes the key)")
+    p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with the tuned site")
+    p.add_argument("--shared-cores", action="store_true", help="every node may use every core of this host (default: one core each)")
+    p.add_argument("--timeout", type=int, default=600, help="seconds each backend run may take (default 600)")
+    p.add_argument("--tune-timeout", type=int, default=1800, help="seconds hpcbundle tune may take (default 1800)")
+    args = p.parse_args(argv)
+    bench = _program_module()
+    try:
+        if args.quick:
+            sizes = bench.parse_sizes(QUICK_SIZES)
+        elif args.sizes:
+            sizes = bench.parse_sizes(args.sizes)
+        else:
+            sizes = bench.size_range(bench.parse_size(args.min_bytes), bench.parse_size(args.max_bytes), 4)
+        args.nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
+    except ValueError as e:
+        p.error(str(e))
+    args.sizes = ",".join(str(s) for s in sizes)
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in args.backends if b not in VARIANTS]
+    if unknown or not args.backends:
+        p.error(f"--backends: unknown {unknown}; choose from {','.join(VARIANTS)}")
+    if any(n < 2 for n in args.nodes):
+        p.error("--nodes: every cluster needs at least 2 nodes")
+    if any("=" not in item for item in args.set):
+        p.error("--set takes KEY=VALUE")
+    return args
+
+
+def _program_module():
+    """examples/allreduce_bench.py as a module (its size parsing is the one the ranks use)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("allreduce_bench", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    overrides = dict(item.split("=", 1) for item in args.set)
+    if args.tuned:
+        require_tune()
+    signal.signal(signal.SIGTERM, _sigterm)
+    ensure_cluster_tools()
+    reap_stale()
+    clusters = []
+    with tempfile.TemporaryDirectory(prefix="hpcbundle-bench-allreduce-") as tmp:
+        for n in args.nodes:
+            cluster = bench_cluster(n, args, overrides, Path(tmp))
+            clusters.append(cluster)
+            print("\n".join(report(cluster)), flush=True)
+    failed = any(c["errors"] or not all(r["correct"] for r in c["results"]) for c in clusters)
+    print(json.dumps({"metric": "allreduce_bench", "sizes": [int(s) for s in args.sizes.split(",")],
+                      "backends": args.backends, "tuned": args.tuned, "set": overrides, "clusters": clusters,
+                      "ok": not failed}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
