@@ -85,3 +85,25 @@ def test_readme_recipes_table_is_the_generated_one():
     start = readme.index("<!-- recipes-table:start")
     block = readme[readme.index("\n", start) + 1 : readme.index("<!-- recipes-table:end -->")]
     assert block == hpcbundle("recipes", "--format", "markdown").stdout, "run: hpcbundle recipes --format markdown, paste into README.md"
+
+
+def test_every_command_module_registers_exactly_the_commands_it_is_listed_for():
+    """The CLI imports a command's module only when it runs: the table must name them all, and right."""
+    import importlib
+
+    from hpcbundle.cli import COMMAND_MODULES, main
+
+    for module in set(COMMAND_MODULES.values()):
+        importlib.import_module(f"hpcbundle.cli.{module}")
+    assert set(main.commands) == set(COMMAND_MODULES)
+    for name, module in COMMAND_MODULES.items():
+        assert main.commands[name].callback.__module__ == f"hpcbundle.cli.{module}", name
+
+
+def test_launch_does_not_import_the_other_commands_modules():
+    code = ("import sys; from hpcbundle.cli import main\n"
+            "try:\n    main(['--bundle', sys.argv[1], 'launch', '--np', '2', '--', 'true'])\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('hpcbundle.cli.', 'numpy', 'matplotlib'))))")
+    res = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
+    assert res.stdout.splitlines()[-1] == "['hpcbundle.cli.launch']", res.stdout + res.stderr

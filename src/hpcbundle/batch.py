@@ -25,11 +25,18 @@ TEMPLATE = "sbatch.sh.j2"
 
 @dataclass(frozen=True)
 class BatchJob:
-    """What the sbatch flags ask for; `tasks_per_node` None means the site's node.slots."""
+    """What the sbatch flags ask for; `tasks_per_node` None means the site's node.slots.
+
+    `job_name` replaces the site's slurm.job_name, `output` is the job's output file (SLURM's
+    default, slurm-%j.out in the submit directory, when None), `dependency` e.g. "singleton".
+    """
 
     nodes: int
     tasks_per_node: int | None = None
     time: str | None = None
+    job_name: str | None = None
+    output: str | None = None
+    dependency: str | None = None
 
 
 def script_environment(scripts_dir: Path) -> jinja2.Environment:
@@ -46,9 +53,9 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     if time is not None and not re.match(SLURM_TIME, time):
         raise UserError.at("", "--time", f"{time!r} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
     values = {
-        "job-name": slurm.job_name, "nodes": str(job.nodes), "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
+        "job-name": job.job_name or slurm.job_name, "nodes": str(job.nodes), "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
         "time": time, "partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-        "gres": slurm.gres, "constraint": slurm.constraint,
+        "gres": slurm.gres, "constraint": slurm.constraint, "output": job.output, "dependency": job.dependency,
     }
     return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -12,8 +13,27 @@ from ..bundle import Bundle, find_bundle
 from ..errors import UserError
 
 
+# Command -> the module that defines it, imported only when the command runs (or --help lists
+# them all): `hpcbundle launch --exec` should not pay for numpy, Jinja2 and the knowledge base.
+COMMAND_MODULES = {
+    "recipes": "recipes", "render": "recipes", "check": "recipes",
+    "sites": "launch", "launch": "launch", "sbatch": "launch",
+    "build-docker": "images", "doctor": "doctor", "site": "doctor",
+    "scaling": "scaling", "tune": "tune",
+}
+
+
 class _Group(click.Group):
-    """Turns UserError into one line per problem on stderr and exit status 2 (no traceback)."""
+    """Loads command modules on first use; turns UserError into one line per problem on stderr
+    and exit status 2 (no traceback)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(COMMAND_MODULES))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            importlib.import_module(f"{__name__}.{COMMAND_MODULES[cmd_name]}")
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -61,9 +81,4 @@ class _LazyBundle:
 
 pass_bundle = click.make_pass_decorator(_LazyBundle)
 
-from . import recipes as _recipes  # noqa: E402  (commands register themselves on `main`)
-from . import launch as _launch  # noqa: E402,F401
-from . import images as _images  # noqa: E402,F401
-
-__all__ = ["main", "pass_bundle", "_recipes"]
-from . import doctor as _doctor  # noqa: E402,F401
+__all__ = ["COMMAND_MODULES", "main", "pass_bundle"]

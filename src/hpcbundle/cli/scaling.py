@@ -1,0 +1,152 @@
+"""`hpcbundle scaling plan | report`: a strong/weak-scaling study of the synthetic benchmark under SLURM."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .. import __version__
+from ..batch import script_environment
+from ..errors import UserError
+from ..outputs import write_atomic
+from ..scaling import MODELS, Study, csv_text, fits, plan, plan_document, points_of, results, scripts, table
+from . import main, pass_bundle
+from .launch import DEFAULT_SITE, _doctor_first, _submit, site_for
+
+PLAN = "plan.json"
+CSV = "scaling.csv"
+PNG = "scaling.png"
+
+
+@main.group("scaling", short_help="Strong/weak-scaling study of the synthetic benchmark under SLURM.")
+def scaling_group() -> None:
+    """Scaling studies over 1..N nodes, under SLURM.
+
+    \b
+    The program is examples/pytorch_synthetic_benchmark.py. Strong scaling keeps the global
+    batch and splits it over the ranks; weak scaling keeps the batch per rank. `plan` writes
+    one sbatch script per (mode, node count) and plan.json; `report` reads the outputs and
+    writes scaling.csv and scaling.png (images/sec and efficiency against ideal, with the model
+    T(W) = G/W + a*2(W-1)/W + b*(W-1) fitted: compute, ring-allreduce bandwidth and latency).
+      hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1-8 -o study --submit
+      hpcbundle scaling report study
+    """
+
+
+@scaling_group.command("plan", short_help="Write (and --submit) one sbatch script per point.", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+@click.option("--image", help="The image every rank runs; the benchmark is then its /examples copy. Omit it to run on the host.")
+@click.option("--nodes", "nodes_text", required=True, help="Node counts, e.g. 1-4 or 1,2,4,8 (the smallest is the baseline).")
+@click.option("--mode", type=click.Choice(["strong", "weak", "both"]), default="both", show_default=True,
+              help="strong: fixed --global-batch split over the ranks; weak: fixed --batch-per-rank.")
+@click.option("--tasks-per-node", type=click.IntRange(min=1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).")
+@click.option("--global-batch", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Images per step over all ranks (strong mode); a multiple of every rank count.")
+@click.option("--batch-per-rank", type=click.IntRange(min=1), default=32, show_default=True, help="Images per step on each rank (weak mode).")
+@click.option("--model", type=click.Choice(MODELS), default="resnet", show_default=True, help="The benchmark's --model.")
+@click.option("--image-size", type=click.IntRange(min=4), default=32, show_default=True, help="Height and width of the synthetic images.")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed batches before timing.")
+@click.option("--batches-per-iter", type=click.IntRange(min=1), default=5, show_default=True, help="Batches per timed iteration.")
+@click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations (their spread is the +-).")
+@click.option("--time", "time_", help="Time limit of each job, e.g. 00:20:00 (default: the site's slurm.time).")
+@click.option("--python", default="python", show_default=True, help="The interpreter the ranks run (inside the image with --image).")
+@click.option("--concurrent", is_flag=True, help="Let points run at the same time (default: one at a time, --dependency=singleton).")
+@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).")
+@click.option("--submit", is_flag=True, help="Submit every script with sbatch and print '<point> <job id>'.")
+@click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before --submit.")
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED)
+@pass_bundle
+@click.pass_context
+def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes_text: str, mode: str, tasks_per_node: int | None,
+                 global_batch: int, batch_per_rank: int, model: str, image_size: int, warmup: int, batches_per_iter: int, iters: int,
+                 time_: str | None, python: str, concurrent: bool, outdir: Path, submit: bool, no_doctor: bool,
+                 extra: tuple[str, ...]) -> None:
+    """Write one sbatch script per point of a scaling study into OUTPUT (and submit them, with --submit).
+
+    \b
+    Each job writes OUTPUT/<mode>-n<NN>.out, where `hpcbundle scaling report OUTPUT` reads it.
+    Arguments after -- go to the benchmark as given. Examples:
+      hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1-4 -o study --submit
+      hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
+    """
+    from ..scaling import parse_nodes
+
+    model_site = site_for(bundle, site)
+    directory = outdir.resolve()
+    if any(c.isspace() or c == "%" for c in str(directory)):
+        raise UserError.at(str(outdir), "-o", "contains whitespace or %, which #SBATCH --output cannot carry", "choose a plain directory path")
+    study = Study(nodes=parse_nodes(nodes_text), modes=("strong", "weak") if mode == "both" else (mode,),
+                  tasks_per_node=tasks_per_node or model_site.node.slots, global_batch=global_batch, batch_per_rank=batch_per_rank,
+                  model=model, image_size=image_size, warmup=warmup, batches_per_iter=batches_per_iter, iters=iters, time=time_,
+                  python=python, extra=extra, serial=not concurrent)
+    points = plan(study)
+    texts = scripts(model_site, study, points, image, str(bundle.get().examples_dir.resolve()), str(directory),
+                    script_environment(bundle.get().scripts_dir))
+    stale = [directory / f"{p.name}.out" for p in points if (directory / f"{p.name}.out").exists()]
+    if stale:
+        raise UserError.at(str(stale[0]), "", "exists from an earlier run, and `report` would read it",
+                           "use a new -o directory, or delete the .out files to measure again")
+    for name, text in texts.items():
+        write_atomic(directory / f"{name}.sh", text, mode=0o755)
+    document = plan_document(model_site, study, points, image, __version__)
+    write_atomic(directory / PLAN, json.dumps(document, indent=2) + "\n")
+    click.echo(f"wrote {len(texts)} script(s) and {PLAN} to {outdir} (site {model_site.name}, "
+               f"{', '.join(study.modes)} scaling over {', '.join(map(str, study.nodes))} node(s))", err=True)
+    if submit:
+        if not no_doctor:
+            _doctor_first(ctx, model_site, image, (), "login")
+        for name in texts:
+            click.echo(f"{name} {_submit(texts[name], directory / f'{name}.sh')}")
+
+
+@scaling_group.command("report", short_help="Read the outputs; write scaling.csv and scaling.png.")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def report_command(directory: Path) -> None:
+    """Read the outputs of a study planned into DIRECTORY; write scaling.csv and scaling.png there.
+
+    \b
+    Prints one line per point (images/sec, time per step T, speedup, efficiency against the
+    smallest point, the model's efficiency) and the fitted T(W) = G/W + a*2(W-1)/W + b*(W-1).
+    Points without a figure are named with the reason, and the exit status is then 1.
+      hpcbundle scaling report study
+    """
+    from ..scalingplot import render_png
+
+    plan_path = directory / PLAN
+    try:
+        document = json.loads(plan_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError.at(str(plan_path), "", "not found", f"plan the study first: hpcbundle scaling plan ... -o {directory}") from None
+    except (OSError, ValueError) as exc:
+        raise UserError.at(str(plan_path), "", f"cannot be read as JSON ({exc})", "write the plan again with `hpcbundle scaling plan`") from None
+    if not isinstance(document, dict):
+        raise UserError.at(str(plan_path), "", "is not a plan (a JSON object)", "write the plan again with `hpcbundle scaling plan`")
+    points = points_of(document, str(plan_path))
+    outputs = {p.name: _read(directory / f"{p.name}.out") for p in points}
+    rows = results(points, outputs)
+    fitted = fits(rows)
+    write_atomic(directory / CSV, csv_text(rows, fitted))
+    study = document.get("study", {})
+    title = (f"{document.get('site', '?')}: {study.get('model', '?')} synthetic benchmark, global batch {study.get('global_batch')} "
+             f"(strong), {study.get('batch_per_rank')}/rank (weak), {study.get('tasks_per_node')} rank(s)/node")
+    write_atomic(directory / PNG, render_png(rows, fitted, title))
+    for line in table(rows, fitted):
+        click.echo(line)
+    click.echo(f"wrote {directory / CSV} and {directory / PNG}", err=True)
+    missing = [r for r in rows if r.measured is None]
+    for row in missing:
+        click.echo(f"hpcbundle: {row.point.name}: {row.status} (see {directory / (row.point.name + '.out')})", err=True)
+    if missing:
+        raise click.exceptions.Exit(1)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError.at(str(path), "", f"cannot read: {exc.strerror}", "check the directory's permissions") from None

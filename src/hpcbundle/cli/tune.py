@@ -1,0 +1,156 @@
+"""`hpcbundle tune`: measure a site's allreduce on its nodes, knob by knob, and write a tuned copy."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import UserError
+from ..launch import Layout, build_command, load_site
+from ..launch.execute import run_captured
+from ..loading import parse_yaml, read_yaml, validate
+from ..outputs import write_atomic
+from ..sites import Site
+from ..tune import KNOB_NAMES, KNOBS, Knob, Settings, Workload, apply_settings, current_settings, report_lines, sweep, tuned_site_text
+from . import main, pass_bundle
+from .launch import _doctor_first, _image_option, _layout, _no_doctor_option, _site_option
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """'64M' -> 67108864 (K/M/G are KiB/MiB/GiB); a plain number is bytes."""
+    number, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in _UNITS else (text, "")
+    if not number.isdigit() or int(number) <= 0:
+        raise UserError.at("", "--size", f"{text!r} is not a size", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
+    return int(number) * _UNITS.get(unit, 1)
+
+
+def busbw_of(stdout: str, size: int) -> float | None:
+    """busbw (GiB/s) of the `size` allreduce in allreduce_bench.py's JSON lines; None if absent or wrong."""
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("metric") == "allreduce" and record.get("bytes") == size and record.get("correct") is True:
+                return float(record["busbw_gib"])
+    return None
+
+
+def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
+    """The knobs to sweep: those named (each must apply), or all that apply to the site and workload."""
+    if names is None:
+        return [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
+    chosen = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        knob = next((k for k in KNOBS if k.name == name), None)
+        if knob is None:
+            raise UserError.at("", "--knobs", f"no knob {name!r}", f"choose from {', '.join(KNOB_NAMES)}")
+        if not knob.applies(site):
+            raise UserError.at(site.where, "launcher", f"knob {name!r} is for {knob.sites}",
+                               "drop it from --knobs")
+        if tensors < knob.needs_tensors:
+            raise UserError.at("", "--knobs", f"knob {name!r} needs --tensors {knob.needs_tensors} or more (one tensor is never fused)",
+                               "add e.g. --tensors 16, or drop it")
+        chosen.append(knob)
+    if not chosen:
+        raise UserError.at("", "--knobs", "names no knob", f"choose from {', '.join(KNOB_NAMES)}")
+    return chosen
+
+
+@main.command("tune")
+@_site_option
+@_image_option
+@click.option("--np", "np_", type=click.IntRange(min=2), required=True, help="Number of ranks (at least 2: an allreduce needs peers).")
+@click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
+@click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
+@click.option("--size", default="64M", show_default=True, help="Bytes allreduced per step (K/M/G = KiB/MiB/GiB).")
+@click.option("--tensors", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).")
+@click.option("--knobs", help=f"Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): {', '.join(KNOB_NAMES)}.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per candidate, interleaved; the median counts.")
+@click.option("--python", "python", default="python3", show_default=True, help="The Python that runs the benchmark on the nodes (in the image: its own).")
+@click.option("--bench", "bench", help="allreduce_bench.py to run (default: the bundle's examples/, /examples in an image).")
+@click.option("--timeout", type=click.IntRange(min=1), default=180, show_default=True, help="Seconds one run may take before it is killed (and counts as failed).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.")
+@click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
+@_no_doctor_option
+@pass_bundle
+@click.pass_context
+def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
+                 size: str, tensors: int, knobs: str | None, repeat: int, python: str, bench: str | None, timeout: int,
+                 output: Path | None, plan: bool, no_doctor: bool) -> None:
+    """Sweep the knobs that decide allreduce speed on SITE's nodes; write the winners into a copy of SITE.
+
+    Runs examples/allreduce_bench.py (Horovod, float32, --size split in --tensors) through the
+    site's generated launch command for every candidate, one knob at a time, each candidate
+    --repeat times interleaved, and keeps a value only if its median busbw beats the kept one by
+    more than 5 %. The copy carries the figures as comments and a `why` line per changed key;
+    the original is not touched. Knobs: Open MPI's allreduce algorithm,
+    TCP links and buffers, mpi_yield_when_idle, HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME.
+    MPI vs Gloo is a knob of horovodrun sites only (launcher.gloo): under mpirun or srun Horovod
+    0.28 cannot switch to Gloo by environment (it needs horovodrun's rendezvous).
+
+    \b
+    Examples:
+      hpcbundle tune --site eth-a100-slurm --image horovod.sif --np 2 --hosts n1:1,n2:1
+      hpcbundle tune --site my-site.yaml --np 4 --hostfile hosts --knobs algorithm,tcp-links --repeat 5
+      hpcbundle launch --site eth-a100-slurm-tuned --np 2 --hosts n1:1,n2:1 -- python train.py
+    """
+    b = bundle.get()
+    model = load_site(site, b.sites_dir)
+    layout: Layout = _layout(np_, hosts, hostfile)
+    nbytes = parse_size(size)
+    chosen = _knobs(knobs, model, tensors)
+    out = output or b.sites_dir / f"{model.name}-tuned.yaml"
+    name = out.stem
+    script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
+    program = [python, script, "--backend", "horovod", "--sizes", str(nbytes), *(["--tensors", str(tensors)] if tensors > 1 else [])]
+    data = read_yaml(Path(model.where))
+
+    def command(settings: Settings) -> list[str]:
+        variant = validate(Site, apply_settings(data, settings), model.where)
+        return build_command(variant, layout, program, image).argv
+
+    start = current_settings(model, chosen)
+    if plan:
+        for knob in chosen:
+            click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates))
+        click.echo(" ".join(command(start)))
+        return
+    if not no_doctor:
+        _doctor_first(ctx, model, image, layout.hosts, "nodes")
+
+    def measure(settings: Settings) -> float | None:
+        ran = run_captured(command(settings), timeout)
+        busbw = busbw_of(ran.stdout, nbytes) if ran.status == 0 else None
+        if busbw is None:
+            why = "killed at --timeout" if ran.status is None else f"exit {ran.status}"
+            tail = " / ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
+            click.echo(f"tune:   failed ({why}): {tail}", err=True)
+        return busbw
+
+    def progress(knob: str, label: str, busbw: float | None) -> None:
+        click.echo(f"tune: {knob:<12} {label:<20} {'failed' if busbw is None else f'{busbw:.3f} GiB/s'}", err=True)
+
+    runs = sum(len(k.candidates) for k in chosen) * repeat
+    click.echo(f"tune: {len(chosen)} knobs, {runs} runs of {nbytes} bytes in {tensors} tensor(s) on {np_} ranks", err=True)
+    result = sweep(chosen, measure, repeat=repeat, start=start, progress=progress)
+    if result.baseline() is None and result.final() is None:
+        raise UserError.at(model.where, "launcher", "every benchmark run failed, nothing to compare",
+                           "run the first command of `hpcbundle tune --plan` by hand and read its error")
+    hosts_text = hosts or (str(hostfile) if hostfile else "the allocation")
+    workload = Workload(bytes=nbytes, tensors=tensors, ranks=np_, hosts=hosts_text, repeat=repeat)
+    text = tuned_site_text(data, name, model.where, result, workload, datetime.date.today().isoformat())
+    validate(Site, parse_yaml(text, str(out)), str(out))
+    for line in report_lines(result):
+        click.echo(line)
+    write_atomic(out, text)
+    changed = ", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"
+    click.echo(f"wrote {out} (changed: {changed}); use it with --site {out if output else name}")

@@ -1,0 +1,305 @@
+"""Tuning a site's allreduce: the knobs worth sweeping, a coordinate-descent sweep, the tuned copy.
+
+Pure: the sweep takes a `measure` function (the CLI's runs the generated command on the nodes and
+returns busbw in GiB/s), so the selection rules are tested with exact expectations.
+
+    >>> knobs = [k for k in KNOBS if k.name in ("algorithm", "yield")]
+    >>> result = sweep(knobs, lambda s: 2.0 if s.get("mca.mpi_yield_when_idle") == "1" else 1.0, repeat=1)
+    >>> result.winners, result.changed()
+    ({'algorithm': 'default', 'yield': '1'}, {'mca.mpi_yield_when_idle': '1'})
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from .sites import Site
+
+Value = str | bool | None
+Settings = dict[str, Value]  # "mca.X" / "env.Y" / "launcher.gloo" -> value; None removes the key (the default)
+
+# A challenger must beat the kept value's median by this much: the nodes are shared and noisy,
+# and a change the site does not need is a change nobody can explain later.
+MIN_GAIN = 0.05
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One value of a knob: the site keys it sets (None: remove the key, i.e. the default)."""
+
+    label: str
+    settings: tuple[tuple[str, Value], ...] = ()
+
+    def apply(self, base: Mapping[str, Value]) -> Settings:
+        """`base` with this candidate's keys on top."""
+        return {**base, **dict(self.settings)}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """Something that decides allreduce speed, with the values worth trying (the first is kept
+    unless another wins) and whether it applies to a site (Open MPI knobs need Open MPI ranks)."""
+
+    name: str
+    what: str
+    candidates: tuple[Candidate, ...]
+    applies: Callable[[Site], bool] = lambda site: True
+    sites: str = "every site"  # which sites `applies` accepts, for the error when it does not
+    needs_tensors: int = 1  # a knob about fusing tensors shows nothing with fewer
+
+
+def _openmpi(site: Site) -> bool:
+    return site.mpi.flavour == "openmpi" and site.launcher.name != "horovodrun"
+
+
+def _mca(name: str, value: str | None) -> tuple[str, str | None]:
+    return (f"mca.{name}", value)
+
+
+def _algorithm(number: int | None, label: str, segment: int | None = None) -> Candidate:
+    """Open MPI's coll_tuned allreduce forced to algorithm `number` (None: Open MPI's own choice)."""
+    forced = None if number is None else "1"
+    return Candidate(label, (_mca("coll_tuned_use_dynamic_rules", forced),
+                             _mca("coll_tuned_allreduce_algorithm", None if number is None else str(number)),
+                             _mca("coll_tuned_allreduce_algorithm_segmentsize", None if segment is None else str(segment))))
+
+
+
+OPEN_MPI_RANKS = "sites whose ranks run Open MPI under mpirun or srun"
+HOROVODRUN = "sites with the horovodrun launcher"
+
+
+def _horovodrun(site: Site) -> bool:
+    return site.launcher.name == "horovodrun"
+
+
+KNOBS: tuple[Knob, ...] = (
+    # Only horovodrun can switch: it starts Gloo's rendezvous. Under mpirun/srun, Horovod 0.28 with
+    # HOROVOD_CPU_OPERATIONS=gloo and an MPI controller segfaults (no Gloo context is made).
+    Knob("controller", "Horovod over MPI or Gloo (horovodrun --gloo: launcher.gloo)",
+         (Candidate("mpi", (("launcher.gloo", False),)), Candidate("gloo", (("launcher.gloo", True),))), _horovodrun, HOROVODRUN),
+    Knob("algorithm", "Open MPI's allreduce algorithm (coll_tuned dynamic rules; default: its size-based choice; segmented ring: 1 MiB segments)",
+         (_algorithm(None, "default"), _algorithm(3, "recursive doubling"), _algorithm(4, "ring"),
+          _algorithm(5, "segmented ring", _MIB), _algorithm(6, "rabenseifner")), _openmpi, OPEN_MPI_RANKS),
+    Knob("tcp-links", "TCP connections per peer (btl_tcp_links)",
+         (Candidate("1", (_mca("btl_tcp_links", None),)), Candidate("2", (_mca("btl_tcp_links", "2"),)),
+          Candidate("4", (_mca("btl_tcp_links", "4"),))), _openmpi, OPEN_MPI_RANKS),
+    Knob("tcp-buffers", "TCP socket buffers (btl_tcp_sndbuf/rcvbuf; default: the kernel's autotuning)",
+         (Candidate("kernel", (_mca("btl_tcp_sndbuf", None), _mca("btl_tcp_rcvbuf", None))),
+          Candidate("4 MiB", (_mca("btl_tcp_sndbuf", str(4 * _MIB)), _mca("btl_tcp_rcvbuf", str(4 * _MIB))))), _openmpi, OPEN_MPI_RANKS),
+    Knob("yield", "a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores",
+         (Candidate("0", (_mca("mpi_yield_when_idle", None),)), Candidate("1", (_mca("mpi_yield_when_idle", "1"),))), _openmpi, OPEN_MPI_RANKS),
+    Knob("fusion", "Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD; default 128 MiB)",
+         (Candidate("128 MiB", (("env.HOROVOD_FUSION_THRESHOLD", None),)),
+          Candidate("32 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(32 * _MIB)),)),
+          Candidate("8 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(8 * _MIB)),))), needs_tensors=2),
+    Knob("cycle", "how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1)",
+         (Candidate("1 ms", (("env.HOROVOD_CYCLE_TIME", None),)), Candidate("0.5 ms", (("env.HOROVOD_CYCLE_TIME", "0.5"),)),
+          Candidate("5 ms", (("env.HOROVOD_CYCLE_TIME", "5"),)))),
+)
+KNOB_NAMES = tuple(k.name for k in KNOBS)
+
+
+def current_settings(site: Site, knobs: Sequence[Knob]) -> Settings:
+    """The site's own values of every key the knobs touch (None where the site leaves the default)."""
+    data = site.model_dump()
+    keys = {key for knob in knobs for cand in knob.candidates for key, _ in cand.settings}
+    current: Settings = {}
+    for key in sorted(keys):
+        section, name = key.split(".", 1)
+        value = data[section].get(name) if isinstance(data[section], dict) else None
+        current[key] = value if value is None or isinstance(value, bool) else str(value)
+    return current
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate's runs within its knob's round: busbw of each run (None: the run failed)."""
+
+    knob: str
+    candidate: str
+    settings: tuple[tuple[str, Value], ...]
+    busbw: tuple[float | None, ...]
+
+    @property
+    def median(self) -> float | None:
+        """Median busbw of the runs that worked; None if any failed (a setting that sometimes fails loses)."""
+        if not self.busbw or any(b is None for b in self.busbw):
+            return None
+        return statistics.median(b for b in self.busbw if b is not None)
+
+
+@dataclass
+class TuneResult:
+    """Every trial in order, the winning settings, and the kept (starting) figure for comparison."""
+
+    start: Settings
+    settings: Settings = field(default_factory=dict)
+    trials: list[Trial] = field(default_factory=list)
+    winners: dict[str, str] = field(default_factory=dict)
+
+    def changed(self) -> Settings:
+        """Keys whose winning value differs from the site's own."""
+        return {k: v for k, v in self.settings.items() if self.start.get(k) != v}
+
+    def best(self, knob: str) -> Trial | None:
+        """The trial that won `knob`."""
+        return next((t for t in self.trials if t.knob == knob and t.candidate == self.winners.get(knob)), None)
+
+    def baseline(self) -> float | None:
+        """busbw of the site as it was (the first knob's kept candidate)."""
+        return self.trials[0].median if self.trials else None
+
+    def final(self) -> float | None:
+        """busbw of the winning settings (as measured in the last knob's round)."""
+        last = self.trials[-1].knob if self.trials else None
+        return self.best(last).median if last and self.best(last) else None
+
+
+def paired_ratio(challenger: Trial, kept: Trial) -> float | None:
+    """Median over rounds of challenger/kept busbw, each pair measured back to back in one round,
+    so a slow spell of a shared machine divides out; None if a run of either failed.
+
+    >>> paired_ratio(Trial("k", "ring", (), (2.0, 1.2, 3.0)), Trial("k", "default", (), (1.0, 1.0, 2.0)))
+    1.5
+    """
+    if challenger.median is None or kept.median is None:
+        return None
+    return statistics.median(c / k for c, k in zip(challenger.busbw, kept.busbw, strict=True) if c is not None and k)
+
+
+def choose(kept: Trial, challengers: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial:
+    """The challenger with the best paired ratio to the kept one if that beats 1 + `min_gain`, else kept;
+    if the kept one failed, the challenger with the best median.
+
+    >>> kept = Trial("k", "default", (), (1.0, 1.0))
+    >>> choose(kept, [Trial("k", "ring", (), (1.04, 1.04))]).candidate
+    'default'
+    >>> choose(kept, [Trial("k", "ring", (), (1.2, 1.1))]).candidate
+    'ring'
+    """
+    working = [t for t in challengers if t.median is not None]
+    if kept.median is None:
+        return max(working, key=lambda t: t.median or 0.0, default=kept)
+    ratios = [(paired_ratio(t, kept) or 0.0, t) for t in working]
+    best_ratio, best = max(ratios, key=lambda rt: rt[0], default=(0.0, kept))
+    return best if best_ratio > 1 + min_gain else kept
+
+
+def sweep(knobs: Sequence[Knob], measure: Callable[[Settings], float | None], *, repeat: int = 3,
+          start: Settings | None = None, min_gain: float = MIN_GAIN,
+          progress: Callable[[str, str, float | None], None] = lambda knob, label, busbw: None) -> TuneResult:
+    """Tune one knob at a time, in order, keeping each winner for the knobs after it.
+
+    Each knob's candidates run `repeat` rounds, interleaved (a b c a b c ...), so slow spells of
+    a shared machine hit all of them; the kept value is the site's current one, the first
+    candidate when the site leaves the key at its default.
+    """
+    result = TuneResult(start=dict(start or {}))
+    current: Settings = dict(start or {})
+    for knob in knobs:
+        candidates = _with_current_first(knob, current)
+        runs: dict[str, list[float | None]] = {c.label: [] for c in candidates}
+        for _ in range(repeat):
+            for cand in candidates:
+                busbw = measure(cand.apply(current))
+                runs[cand.label].append(busbw)
+                progress(knob.name, cand.label, busbw)
+        trials = [Trial(knob.name, c.label, c.settings, tuple(runs[c.label])) for c in candidates]
+        result.trials.extend(trials)
+        winner = choose(trials[0], trials[1:], min_gain)
+        result.winners[knob.name] = winner.candidate
+        current = Candidate(winner.candidate, winner.settings).apply(current)
+    result.settings = current
+    return result
+
+
+def _with_current_first(knob: Knob, current: Mapping[str, Value]) -> list[Candidate]:
+    """The knob's candidates with the one matching the current settings first (it is 'kept');
+    if none matches (the site sets its own value), that value is added as the kept candidate."""
+    keys = [key for key, _ in knob.candidates[0].settings]
+    now = tuple((key, current.get(key)) for key in keys)
+    for cand in knob.candidates:
+        if all(current.get(key) == value for key, value in cand.settings):
+            return [cand, *(c for c in knob.candidates if c is not cand)]
+    label = "site: " + ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in now if v is not None)
+    return [Candidate(label, now), *knob.candidates]
+
+
+def apply_settings(data: Mapping[str, Any], settings: Mapping[str, Value], why: Mapping[str, str] = {}) -> dict[str, Any]:
+    """A copy of site data (as loaded from YAML) with `settings` set (None: removed) and `why` lines.
+
+    >>> apply_settings({"mca": {"btl": "self,tcp"}}, {"mca.btl_tcp_links": "2", "env.X": None})
+    {'mca': {'btl': 'self,tcp', 'btl_tcp_links': '2'}}
+    """
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for key, value in settings.items():
+        section, name = key.split(".", 1)
+        table = out.setdefault(section, {})
+        if value is None:
+            table.pop(name, None)
+            if key in out.get("why", {}):
+                out["why"] = {k: v for k, v in out["why"].items() if k != key}
+        else:
+            table[name] = value
+    for key, line in why.items():
+        out.setdefault("why", {})[key] = line
+    return {k: v for k, v in out.items() if v != {} or k in data}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What was measured: the program's allreduce, where, and how often."""
+
+    bytes: int
+    tensors: int
+    ranks: int
+    hosts: str
+    repeat: int
+
+
+def _gib(value: float | None) -> str:
+    return "failed" if value is None else f"{value:.3f}"
+
+
+def report_lines(result: TuneResult) -> list[str]:
+    """The table of every trial: knob, candidate, median busbw, paired ratio to the kept one, each run."""
+    lines = [f"{'knob':<12} {'candidate':<20} {'median GiB/s':>12} {'vs kept':>8}  runs"]
+    for knob in dict.fromkeys(t.knob for t in result.trials):
+        trials = [t for t in result.trials if t.knob == knob]
+        for t in trials:
+            paired = paired_ratio(t, trials[0])
+            ratio = "-" if paired is None else f"{paired:.2f}"
+            mark = " <- chosen" if result.winners.get(knob) == t.candidate else ""
+            runs = " ".join(_gib(b) for b in t.busbw)
+            lines.append(f"{knob:<12} {t.candidate:<20} {_gib(t.median):>12} {ratio:>8}  {runs}{mark}")
+    return lines
+
+
+def tuned_site_text(data: Mapping[str, Any], name: str, source: str, result: TuneResult, workload: Workload, when: str) -> str:
+    """The tuned copy of a site as YAML: the winners set, a `why` line for each changed key, and the
+    measured figures as comments at the top (the CLI validates the text before writing it)."""
+    before, after = result.baseline(), result.final()
+    gain = f" ({after / before:.2f}x)" if before and after else ""
+    why = {key: f"hpcbundle tune {when}: busbw {_gib(before)} -> {_gib(after)} GiB/s{gain} at "
+                f"{workload.bytes // _MIB} MiB on {workload.ranks} ranks" for key, v in result.changed().items() if v is not None}
+    tuned = apply_settings({**data, "name": name}, result.changed(), why)
+    header = [
+        f"Tuned by `hpcbundle tune` on {when} from {source}.",
+        f"Workload: allreduce of {workload.bytes // _MIB} MiB in {workload.tensors} float32 tensor(s), Horovod, "
+        f"{workload.ranks} ranks on {workload.hosts}; each candidate run {workload.repeat} times, interleaved; busbw (nccl-tests).",
+        f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
+        "Changed: " + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
+        "",
+        *report_lines(result),
+        "",
+        "Figures hold for these nodes and this network; run `hpcbundle tune` again after changes to either.",
+    ]
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in header)
+    return comments + yaml.safe_dump(tuned, sort_keys=False, width=120)

@@ -1,0 +1,153 @@
+"""`hpcbundle tune`: the sweep keeps only clear winners, the tuned copy is a valid site carrying its
+figures, bad flags are one-line errors, and on the namespace cluster it really measures and writes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+from hpcbundle.loading import parse_yaml, validate
+from hpcbundle.sites import Site
+from hpcbundle.tune import KNOBS, Candidate, Knob, Trial, TuneResult, Workload, apply_settings, choose, current_settings, sweep, tuned_site_text
+
+from .helpers import ROOT
+from .test_launch import GOLDEN, assert_golden, hpcbundle
+
+LINKS = next(k for k in KNOBS if k.name == "tcp-links")
+YIELD = next(k for k in KNOBS if k.name == "yield")
+
+
+def _site(**over) -> Site:
+    data = {"name": "t", "description": "d", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
+            "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet"}, **over}
+    return validate(Site, data, "t.yaml")
+
+
+def test_a_challenger_must_beat_the_kept_value_by_more_than_the_noise_margin():
+    kept = Trial("k", "default", (), (1.0, 1.0, 1.0))
+    assert choose(kept, [Trial("k", "ring", (), (1.05, 1.05, 1.05))]).candidate == "default"
+    assert choose(kept, [Trial("k", "ring", (), (1.06, 1.0, 1.2))]).candidate == "ring"
+
+
+def test_a_candidate_with_any_failed_run_never_wins():
+    kept = Trial("k", "default", (), (1.0,))
+    assert choose(kept, [Trial("k", "gloo", (), (9.0, None))]).candidate == "default"
+    assert choose(Trial("k", "default", (), (None,)), [Trial("k", "ring", (), (0.5,))]).candidate == "ring"
+
+
+def test_sweep_interleaves_candidates_and_carries_each_winner_into_the_next_knob():
+    calls: list[tuple[str | None, str | None]] = []
+
+    def measure(settings):
+        links, yield_ = settings.get("mca.btl_tcp_links"), settings.get("mca.mpi_yield_when_idle")
+        calls.append((links, yield_))
+        return {None: 1.0, "2": 1.5, "4": 1.2}[links] * (1.3 if yield_ == "1" else 1.0)
+
+    result = sweep([LINKS, YIELD], measure, repeat=2, start=current_settings(_site(), [LINKS, YIELD]))
+    assert calls == [(None, None), ("2", None), ("4", None)] * 2 + [("2", None), ("2", "1")] * 2
+    assert result.winners == {"tcp-links": "2", "yield": "1"}
+    assert result.changed() == {"mca.btl_tcp_links": "2", "mca.mpi_yield_when_idle": "1"}
+    assert result.baseline() == 1.0 and result.final() == pytest.approx(1.95)
+
+
+def test_the_sites_own_value_is_the_kept_candidate():
+    site = _site(mca={"btl_tcp_links": "3"})
+    result = sweep([LINKS], lambda s: 1.0, repeat=1, start=current_settings(site, [LINKS]))
+    assert [t.candidate for t in result.trials] == ["site: btl_tcp_links=3", "1", "2", "4"]
+    assert result.changed() == {}
+
+
+def test_a_value_equal_to_a_candidate_is_that_candidate_kept_first():
+    site = _site(mca={"mpi_yield_when_idle": "1"})
+    result = sweep([YIELD], lambda s: 1.0, repeat=1, start=current_settings(site, [YIELD]))
+    assert [t.candidate for t in result.trials] == ["1", "0"]
+
+
+def test_mpi_or_gloo_is_a_knob_of_horovodrun_sites_and_sets_launcher_gloo():
+    site = _site(launcher={"name": "horovodrun"})
+    knobs = [k for k in KNOBS if k.applies(site)]
+    assert [k.name for k in knobs] == ["controller", "fusion", "cycle"]
+    knobs = [knobs[0]]
+    result = sweep(knobs, lambda s: 2.0 if s["launcher.gloo"] else 1.0, repeat=1, start=current_settings(site, knobs))
+    assert result.changed() == {"launcher.gloo": True}
+    tuned = apply_settings({"launcher": {"name": "horovodrun"}}, result.changed())
+    assert tuned["launcher"] == {"name": "horovodrun", "gloo": True}
+
+
+def test_apply_settings_sets_removes_and_explains_without_touching_the_input():
+    data = {"name": "x", "mca": {"btl": "tcp", "btl_tcp_links": "2"}, "why": {"mca.btl_tcp_links": "old"}}
+    out = apply_settings(data, {"mca.btl_tcp_links": None, "env.HOROVOD_CYCLE_TIME": "5"}, {"env.HOROVOD_CYCLE_TIME": "measured"})
+    assert out == {"name": "x", "mca": {"btl": "tcp"}, "why": {"env.HOROVOD_CYCLE_TIME": "measured"},
+                   "env": {"HOROVOD_CYCLE_TIME": "5"}}
+    assert data["mca"] == {"btl": "tcp", "btl_tcp_links": "2"}
+
+
+def _fixed_result() -> TuneResult:
+    knob = Knob("tcp-links", "links", (Candidate("1", (("mca.btl_tcp_links", None),)), Candidate("2", (("mca.btl_tcp_links", "2"),))))
+    return sweep([knob, YIELD], lambda s: 0.4 + 0.2 * (s.get("mca.btl_tcp_links") == "2") + 0.1 * (s.get("mca.mpi_yield_when_idle") == "1"),
+                 repeat=2, start={})
+
+
+def test_tuned_copy_is_a_valid_site_with_the_winners_and_their_figures():
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    text = tuned_site_text(data, "local-tuned", "site_configs/local.yaml", _fixed_result(),
+                           Workload(bytes=64 << 20, tensors=1, ranks=2, hosts="node1:1,node2:1", repeat=2), "2026-11-22")
+    assert_golden(GOLDEN / "tune" / "local-tuned.yaml", text)
+    site = validate(Site, parse_yaml(text, "local-tuned.yaml"), "local-tuned.yaml")
+    assert site.name == "local-tuned"
+    assert site.mca == {"btl_tcp_links": "2", "mpi_yield_when_idle": "1"}
+    assert site.why["mca.btl_tcp_links"].endswith("busbw 0.400 -> 0.700 GiB/s (1.75x) at 64 MiB on 2 ranks")
+    assert "# busbw: site as it was 0.400 GiB/s, tuned 0.700 GiB/s (1.75x)." in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--knobs", "algorithm,nope"], "--knobs: no knob 'nope' (choose from controller, algorithm"),
+    (["--size", "64Q"], "--size: '64Q' is not a size"),
+    (["--site", "stampede2-knl", "--knobs", "algorithm"], "knob 'algorithm' is for sites whose ranks run Open MPI under mpirun or srun"),
+    (["--knobs", "fusion"], "--knobs: knob 'fusion' needs --tensors 2 or more (one tensor is never fused)"),
+])
+def test_bad_flags_are_one_line_errors_and_nothing_is_written(tmp_path, args, message):
+    out = tmp_path / "tuned.yaml"
+    res = hpcbundle("tune", "--np", "2", "-o", str(out), *args)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_path):
+    res = hpcbundle("tune", "--np", "2", "--knobs", "yield,cycle", "--tensors", "8", "--python", "py", "--bench", "b.py", "-o", str(tmp_path / "x.yaml"), "--plan")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores: 0 | 1",
+        "cycle: how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1): 1 ms | 0.5 ms | 5 ms",
+        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot py b.py --backend horovod --sizes 67108864 --tensors 8",
+    ]
+    assert not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.cluster
+def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_path):
+    from .fixtures.sites import netns_site
+
+    site = netns_site(tmp_path, netns_cluster)
+    out = tmp_path / "netns-tuned.yaml"
+    hosts = "node1:1,node2:1"
+    cli = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT)]
+    res = netns_cluster.run("node1", [*cli, "tune", "--site", str(site), "--np", "2", "--hosts", hosts, "--size", "4M",
+                                      "--knobs", "yield,tcp-links", "--repeat", "1", "--python", sys.executable, "-o", str(out)],
+                            timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    tuned = validate(Site, parse_yaml(out.read_text(), str(out)), str(out))
+    assert tuned.name == "netns-tuned"
+    assert tuned.network.interfaces == ["data0"]
+    text = out.read_text()
+    assert "# Workload: allreduce of 4 MiB in 1 float32 tensor(s), Horovod, 2 ranks on node1:1,node2:1" in text
+    rows = [line for line in text.splitlines() if line.startswith(("# yield ", "# tcp-links "))]
+    assert len(rows) == 2 + 3 and all("GiB/s" not in r and "failed" not in r for r in rows), rows
+    run = netns_cluster.run("node1", [*cli, "launch", "--site", str(out), "--np", "2", "--hosts", hosts, "--exec", "--no-doctor", "--",
+                                      sys.executable, str(ROOT / "examples" / "allreduce_bench.py"), "--backend", "horovod", "--sizes", "1M"],
+                            timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert '"correct": true' in run.stdout
