@@ -12,5 +12,5 @@ set -euo pipefail
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none \
-    ch-run /var/tmp/cpu-local -- \
+    ch-run --set-env /var/tmp/cpu-local -- \
     python3 /examples/pytorch_mnist.py
