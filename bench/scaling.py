@@ -133,6 +133,7 @@ def main() -> int:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="one more variable for every rank (the site's env), e.g. HOROVOD_CYCLE_TIME=20")
     parser.add_argument("--mode", choices=["strong", "weak", "both"], default="both")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the whole study; each point's median counts (default 3)")
     parser.add_argument("--model", default="resnet")
     parser.add_argument("--image-size", type=int, default=32)
     parser.add_argument("--global-batch", type=int, help="default: 64, or the next multiple of every rank count")
@@ -173,7 +174,7 @@ def main() -> int:
                              "--global-batch", str(args.global_batch), "--batch-per-rank", str(args.batch_per_rank),
                              "--model", args.model, "--image-size", str(args.image_size), "--warmup", str(args.warmup),
                              "--batches-per-iter", str(args.batches_per_iter), "--iters", str(args.iters),
-                             "--python", str(VENV_PYTHON), "-o", str(study), "--submit")
+                             "--python", str(VENV_PYTHON), "--repeat", str(args.repeat), "-o", str(study), "--submit")
             print("+ " + " ".join(plan[1:]), flush=True)
             made = slurm.run(plan, timeout=180)
             sys.stderr.write(made.stderr)
@@ -203,7 +204,7 @@ def main() -> int:
             "metric": "strong_efficiency_2_nodes", "value": efficiency, "target": TARGET,
             "points": {f"{r['mode']}-{r['nodes']}": float(r["img_per_sec"]) if r["img_per_sec"] else None for r in rows},
             "efficiency": {f"{r['mode']}-{r['nodes']}": float(r["efficiency"]) if r["efficiency"] else None for r in rows},
-            "model": args.model, "global_batch": args.global_batch, "batch_per_rank": args.batch_per_rank,
+            "model": args.model, "repeat": args.repeat, "global_batch": args.global_batch, "batch_per_rank": args.batch_per_rank,
             "pair_step_seconds": control, "launcher": args.launcher, "shared_cores": args.shared_cores, "env": args.env, "cores": cores, "max_nodes": args.max_nodes}))
         if args.out:
             shutil.copytree(study, args.out, dirs_exist_ok=True)

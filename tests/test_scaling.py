@@ -201,6 +201,19 @@ def test_report_names_missing_points_and_exits_1_after_writing_what_it_has(tmp_p
     assert [r["status"] for r in csv.DictReader((out / "scaling.csv").open())][1].startswith("no output")
 
 
+def test_a_repeated_study_runs_round_after_round_and_reports_each_points_median(tmp_path):
+    out = _planned(tmp_path, "--mode", "strong", "--repeat", "3")
+    assert sorted(p.name for p in out.glob("*.sh")) == [f"strong-n0{n}-r{r}.sh" for n in (1, 2) for r in (1, 2, 3)]
+    for r, (one, two) in enumerate(((800, 1200), (1000, 1800), (900, 1440)), start=1):
+        (out / f"strong-n01-r{r}.out").write_text(benchmark_line(one, 1) + "\n")
+        (out / f"strong-n02-r{r}.out").write_text(benchmark_line(two, 2) + "\n")
+    result = scaling("report", str(out))
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader((out / "scaling.csv").open()))
+    assert [(r["nodes"], r["img_per_sec"], r["efficiency"], r["status"]) for r in rows] == [
+        ("1", "900", "1", "ok"), ("2", "1440", "0.8", "ok")]
+
+
 # --- refusals ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [

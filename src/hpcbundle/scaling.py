@@ -22,7 +22,8 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
 import jinja2
@@ -46,7 +47,9 @@ class Study:
     """What to measure: which node counts, which modes, which batches, which benchmark settings.
 
     `global_batch` is split over the ranks in strong mode; `batch_per_rank` is what each rank
-    gets in weak mode. `extra` are more benchmark arguments, passed as given.
+    gets in weak mode. `extra` are more benchmark arguments, passed as given. `repeat` runs the
+    whole study that many times, round after round, and reports each point's median: a shared
+    machine or network has slow spells, and rounds spread them over every point.
     """
 
     nodes: tuple[int, ...]
@@ -63,6 +66,7 @@ class Study:
     python: str = "python"
     extra: tuple[str, ...] = ()
     serial: bool = True
+    repeat: int = 1
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Point:
     nodes: int
     ranks: int
     batch_per_rank: int
+    round: int | None = None  # which round of a repeated study; None: the study runs once
 
     @property
     def global_batch(self) -> int:
@@ -80,8 +85,8 @@ class Point:
 
     @property
     def name(self) -> str:
-        """File stem of the point's script and output, e.g. 'strong-n02'."""
-        return f"{self.mode}-n{self.nodes:02d}"
+        """File stem of the point's script and output, e.g. 'strong-n02' (or 'strong-n02-r2')."""
+        return f"{self.mode}-n{self.nodes:02d}" + (f"-r{self.round}" if self.round is not None else "")
 
 
 def parse_nodes(text: str) -> tuple[int, ...]:
@@ -103,13 +108,24 @@ def parse_nodes(text: str) -> tuple[int, ...]:
 
 
 def plan(study: Study) -> list[Point]:
-    """The points of `study`, mode by mode, smallest node count first.
+    """The points of `study`, mode by mode, smallest node count first (round after round if repeated).
 
     Strong mode splits the global batch evenly, so it must be a multiple of every rank count:
 
     >>> [(p.name, p.ranks, p.batch_per_rank) for p in plan(Study(nodes=(1, 2, 4), global_batch=64, batch_per_rank=16))]
     [('strong-n01', 1, 64), ('strong-n02', 2, 32), ('strong-n04', 4, 16), ('weak-n01', 1, 16), ('weak-n02', 2, 16), ('weak-n04', 4, 16)]
+    >>> [p.name for p in plan(Study(nodes=(1, 2), modes=("strong",), repeat=2))]
+    ['strong-n01-r1', 'strong-n02-r1', 'strong-n01-r2', 'strong-n02-r2']
     """
+    if study.repeat < 1:
+        raise UserError.at("", "--repeat", f"is {study.repeat}", "run every point at least once")
+    once = _points(study)
+    if study.repeat == 1:
+        return once
+    return [replace(p, round=r) for r in range(1, study.repeat + 1) for p in once]
+
+
+def _points(study: Study) -> list[Point]:
     if not study.nodes:
         raise UserError.at("", "--nodes", "names no node count", "e.g. 1-4")
     unknown = [m for m in study.modes if m not in MODES]
@@ -174,9 +190,9 @@ def plan_document(site: Site, study: Study, points: Sequence[Point], image: str 
                   "global_batch": study.global_batch, "batch_per_rank": study.batch_per_rank, "model": study.model,
                   "image_size": study.image_size, "warmup": study.warmup, "batches_per_iter": study.batches_per_iter,
                   "iters": study.iters, "extra": list(study.extra), "serial": study.serial, "time": study.time,
-                  "python": study.python},
+                  "python": study.python, "repeat": study.repeat},
         "points": [{"name": p.name, "mode": p.mode, "nodes": p.nodes, "ranks": p.ranks, "batch_per_rank": p.batch_per_rank,
-                    "global_batch": p.global_batch, "script": f"{p.name}.sh", "output": f"{p.name}.out"} for p in points],
+                    "global_batch": p.global_batch, "round": p.round, "script": f"{p.name}.sh", "output": f"{p.name}.out"} for p in points],
     }
 
 
@@ -184,7 +200,8 @@ def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:
     """The points a plan.json describes; a damaged file is a UserError naming the key."""
     try:
         rows = document["points"]
-        return [Point(str(r["mode"]), int(r["nodes"]), int(r["ranks"]), int(r["batch_per_rank"])) for r in rows]
+        return [Point(str(r["mode"]), int(r["nodes"]), int(r["ranks"]), int(r["batch_per_rank"]),
+                      None if r.get("round") is None else int(r["round"])) for r in rows]
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError.at(where, "points", f"is not a plan's list of points ({type(exc).__name__}: {exc})",
                            "write the plan again with `hpcbundle scaling plan`") from None
@@ -252,7 +269,8 @@ class Row:
 
 
 def results(points: Sequence[Point], outputs: Mapping[str, str | None]) -> list[Row]:
-    """Rows for every point, from the job outputs (point name -> text, None when missing).
+    """Rows for every point, from the job outputs (point name -> text, None when missing); the
+    rounds of a repeated study become one row per point with the median throughput.
 
     Speedup and efficiency are relative to the mode's smallest measured point:
 
@@ -274,6 +292,7 @@ def results(points: Sequence[Point], outputs: Mapping[str, str | None]) -> list[
             rows.append(Row(point, None, "failed: the benchmark reported no throughput"))
         else:
             rows.append(Row(point, measured, "ok"))
+    rows = _merge_rounds(rows)
     scored = []
     for row in rows:
         base = _baseline(rows, row.point.mode)
@@ -283,6 +302,31 @@ def results(points: Sequence[Point], outputs: Mapping[str, str | None]) -> list[
         speedup = row.measured.img_per_sec / base.measured.img_per_sec
         scored.append(Row(row.point, row.measured, row.status, speedup, speedup / (row.point.ranks / base.point.ranks)))
     return scored
+
+
+def _merge_rounds(rows: Sequence[Row]) -> list[Row]:
+    """One row per (mode, nodes): the median throughput of the rounds that worked, their range as
+    the spread, and a status saying how many worked; rows of an unrepeated study pass through.
+
+    >>> ok = lambda r, v: Row(Point("weak", 1, 1, 32, r), Measurement(v, 1.0, 1), "ok")
+    >>> [(r.point.name, r.measured.img_per_sec, r.measured.spread, r.status) for r in _merge_rounds(
+    ...     [ok(1, 100.0), ok(2, 130.0), Row(Point("weak", 1, 1, 32, 3), None, "failed: boom"), ok(4, 120.0)])]
+    [('weak-n01', 120.0, 15.0, 'ok (3 of 4 rounds)')]
+    """
+    if all(r.point.round is None for r in rows):
+        return list(rows)
+    merged = []
+    for key in dict.fromkeys((r.point.mode, r.point.nodes) for r in rows):
+        rounds = [r for r in rows if (r.point.mode, r.point.nodes) == key]
+        point = replace(rounds[0].point, round=None)
+        good = [r.measured for r in rounds if r.measured is not None]
+        if not good:
+            merged.append(Row(point, None, f"{rounds[-1].status} (all {len(rounds)} rounds)"))
+            continue
+        values = sorted(m.img_per_sec for m in good)
+        status = "ok" if len(good) == len(rounds) else f"ok ({len(good)} of {len(rounds)} rounds)"
+        merged.append(Row(point, Measurement(statistics.median(values), (values[-1] - values[0]) / 2, good[0].ranks), status))
+    return merged
 
 
 def _baseline(rows: Sequence[Row], mode: str) -> Row | None:

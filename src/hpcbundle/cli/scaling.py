@@ -52,6 +52,8 @@ def scaling_group() -> None:
 @click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations (their spread is the +-).")
 @click.option("--time", "time_", help="Time limit of each job, e.g. 00:20:00 (default: the site's slurm.time).")
 @click.option("--python", default="python", show_default=True, help="The interpreter the ranks run (inside the image with --image).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run the whole study this many times, round after round; report takes each point's median.")
 @click.option("--concurrent", is_flag=True, help="Let points run at the same time (default: one at a time, --dependency=singleton).")
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).")
@@ -62,14 +64,16 @@ def scaling_group() -> None:
 @click.pass_context
 def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes_text: str, mode: str, tasks_per_node: int | None,
                  global_batch: int, batch_per_rank: int, model: str, image_size: int, warmup: int, batches_per_iter: int, iters: int,
-                 time_: str | None, python: str, concurrent: bool, outdir: Path, submit: bool, no_doctor: bool,
+                 time_: str | None, python: str, repeat: int, concurrent: bool, outdir: Path, submit: bool, no_doctor: bool,
                  extra: tuple[str, ...]) -> None:
     """Write one sbatch script per point of a scaling study into OUTPUT (and submit them, with --submit).
 
     \b
-    Each job writes OUTPUT/<mode>-n<NN>.out, where `hpcbundle scaling report OUTPUT` reads it.
+    Each job writes OUTPUT/<mode>-n<NN>.out (-r<K>.out with --repeat), where `hpcbundle scaling
+    report OUTPUT` reads it.
     Arguments after -- go to the benchmark as given. Examples:
       hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1-4 -o study --submit
+      hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1,2 --repeat 3 -o study3 --submit
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
     from ..scaling import parse_nodes
@@ -81,7 +85,7 @@ def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes
     study = Study(nodes=parse_nodes(nodes_text), modes=("strong", "weak") if mode == "both" else (mode,),
                   tasks_per_node=tasks_per_node or model_site.node.slots, global_batch=global_batch, batch_per_rank=batch_per_rank,
                   model=model, image_size=image_size, warmup=warmup, batches_per_iter=batches_per_iter, iters=iters, time=time_,
-                  python=python, extra=extra, serial=not concurrent)
+                  python=python, extra=extra, serial=not concurrent, repeat=repeat)
     points = plan(study)
     texts = scripts(model_site, study, points, image, str(bundle.get().examples_dir.resolve()), str(directory),
                     script_environment(bundle.get().scripts_dir))
@@ -138,7 +142,8 @@ def report_command(directory: Path) -> None:
     click.echo(f"wrote {directory / CSV} and {directory / PNG}", err=True)
     missing = [r for r in rows if r.measured is None]
     for row in missing:
-        click.echo(f"hpcbundle: {row.point.name}: {row.status} (see {directory / (row.point.name + '.out')})", err=True)
+        where = f"{row.point.name}{'-r*' if any(p.round for p in points) else ''}.out"
+        click.echo(f"hpcbundle: {row.point.name}: {row.status} (see {directory / where})", err=True)
     if missing:
         raise click.exceptions.Exit(1)
 
