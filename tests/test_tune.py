@@ -116,6 +116,13 @@ def test_bad_flags_are_one_line_errors_and_nothing_is_written(tmp_path, args, me
     assert not out.exists()
 
 
+def test_an_output_name_that_is_no_site_name_is_refused_before_any_run(tmp_path):
+    out = tmp_path / "bad name.yaml"
+    res = hpcbundle("tune", "--np", "2", "-o", str(out))
+    assert res.returncode == 2 and f"{out}: name:" in res.stderr, res.stderr
+    assert "tune:" not in res.stderr and not out.exists()
+
+
 def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_path):
     res = hpcbundle("tune", "--np", "2", "--knobs", "yield,cycle", "--tensors", "8", "--python", "py", "--bench", "b.py", "-o", str(tmp_path / "x.yaml"), "--plan")
     assert res.returncode == 0, res.stderr

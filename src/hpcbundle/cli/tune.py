@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -113,6 +114,7 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
     script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
     program = [python, script, "--backend", "horovod", "--sizes", str(nbytes), *(["--tensors", str(tensors)] if tensors > 1 else [])]
     data = read_yaml(Path(model.where))
+    validate(Site, {**data, "name": name}, str(out))  # a bad -o name fails now, not after the sweep
 
     def command(settings: Settings) -> list[str]:
         variant = validate(Site, apply_settings(data, settings), model.where)
@@ -122,7 +124,7 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
     if plan:
         for knob in chosen:
             click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates))
-        click.echo(" ".join(command(start)))
+        click.echo(shlex.join(command(start)))
         return
     if not no_doctor:
         _doctor_first(ctx, model, image, layout.hosts, "nodes")
