@@ -23,8 +23,8 @@ from .sites import Site
 Value = str | bool | None
 Settings = dict[str, Value]  # "mca.X" / "env.Y" / "launcher.gloo" -> value; None removes the key (the default)
 
-# A challenger must beat the kept value's median by this much: the nodes are shared and noisy,
-# and a change the site does not need is a change nobody can explain later.
+# A challenger must beat the kept value by this much (median of back-to-back pairs): nodes are
+# shared and noisy, and a change the site does not need is a change nobody can explain later.
 MIN_GAIN = 0.05
 _MIB = 1 << 20
 
@@ -68,7 +68,6 @@ def _algorithm(number: int | None, label: str, segment: int | None = None) -> Ca
     return Candidate(label, (_mca("coll_tuned_use_dynamic_rules", forced),
                              _mca("coll_tuned_allreduce_algorithm", None if number is None else str(number)),
                              _mca("coll_tuned_allreduce_algorithm_segmentsize", None if segment is None else str(segment))))
-
 
 
 OPEN_MPI_RANKS = "sites whose ranks run Open MPI under mpirun or srun"
@@ -129,7 +128,7 @@ class Trial:
 
     @property
     def median(self) -> float | None:
-        """Median busbw of the runs that worked; None if any failed (a setting that sometimes fails loses)."""
+        """Median busbw of the runs; None if any run failed (a setting that sometimes fails loses)."""
         if not self.busbw or any(b is None for b in self.busbw):
             return None
         return statistics.median(b for b in self.busbw if b is not None)
@@ -158,8 +157,8 @@ class TuneResult:
 
     def final(self) -> float | None:
         """busbw of the winning settings (as measured in the last knob's round)."""
-        last = self.trials[-1].knob if self.trials else None
-        return self.best(last).median if last and self.best(last) else None
+        winner = self.best(self.trials[-1].knob) if self.trials else None
+        return winner.median if winner else None
 
 
 def paired_ratio(challenger: Trial, kept: Trial) -> float | None:
