@@ -190,7 +190,7 @@ def test_podman_is_docker_with_its_own_command(tmp_path):
 
 def test_charliecloud_ends_its_options_with_double_dash_before_the_program():
     argv = _argv(SITES / "local-charliecloud.yaml", Layout(2), "/var/tmp/img", ("python3", "-c", "print(1)"))
-    assert argv[argv.index("ch-run"):] == ["ch-run", "/var/tmp/img", "--", "python3", "-c", "print(1)"]
+    assert argv[argv.index("ch-run"):] == ["ch-run", "--set-env", "/var/tmp/img", "--", "python3", "-c", "print(1)"]
     assert argv[argv.index("--mca"):][:3] == ["--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
