@@ -383,10 +383,14 @@ def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
             wait_for(lambda: rank_pids(cluster, "node1"), 120, "rank 0", log, job)
             rank0 = rank_pids(cluster, "node1")
             if how == "random":
+                # A random moment within one epoch's length after the second epoch line: a fixed
+                # window could outlast a fast machine's whole training, leaving nothing to kill.
                 wait_for(lambda log=log: epochs_of(log.read_text()), 120, "the first epoch", log, job)
-                delay = rng.uniform(0.0, 1.5)
+                first = time.monotonic()
+                wait_for(lambda log=log: len(epochs_of(log.read_text())) >= 2, 120, "the second epoch", log, job)
+                delay = rng.uniform(0.0, time.monotonic() - first)
                 time.sleep(delay)
-                target = f"a random moment ({delay:.2f} s after the first epoch line)"
+                target = f"a random moment ({delay:.2f} s after the second epoch line)"
             else:
                 nth, seen = rng.randint(1, 2), 0
                 deadline = time.monotonic() + 120
