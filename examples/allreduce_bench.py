@@ -148,7 +148,22 @@ class Backend:
     def close(self) -> None: ...
 
 
-class HorovodBackend(Backend):
+class TorchTensors(Backend):
+    """Buffers as torch float32 tensors (Horovod and torch.distributed both reduce them)."""
+
+    torch = None
+
+    def buffer(self, nbytes):
+        return self.torch.empty(nbytes // DTYPE_BYTES, dtype=self.torch.float32)
+
+    def fill(self, buf, value):
+        buf.fill_(value)
+
+    def all_equal(self, buf, value):
+        return bool(self.torch.all(buf == value))
+
+
+class HorovodBackend(TorchTensors):
     """horovod.torch: hvd.allreduce_(tensor, op=hvd.Sum) on CPU tensors.
 
     The controller is Horovod's choice (MPI under an MPI launcher). With HOROVOD_CONTROLLER=gloo
@@ -181,15 +196,6 @@ class HorovodBackend(Backend):
         self.ops = "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else "unknown"
         self.controller = "gloo" if controller == "gloo" else "mpi"
 
-    def buffer(self, nbytes):
-        return self.torch.empty(nbytes // DTYPE_BYTES, dtype=self.torch.float32)
-
-    def fill(self, buf, value):
-        buf.fill_(value)
-
-    def all_equal(self, buf, value):
-        return bool(self.torch.all(buf == value))
-
     def allreduce(self, buf, key):
         if self.tensors == 1:
             self.hvd.allreduce_(buf, op=self.hvd.Sum, name=key)
@@ -218,7 +224,7 @@ class HorovodBackend(Backend):
             self.server.stop()
 
 
-class TorchGlooBackend(Backend):
+class TorchGlooBackend(TorchTensors):
     """torch.distributed with the Gloo process group: dist.all_reduce(tensor) (sum, in place).
 
     Rank and size come from the launcher's environment (or mpi4py); rank 0's TCPStore address is
@@ -257,15 +263,6 @@ class TorchGlooBackend(Backend):
             host, port = comm.bcast(None, root=0)
             store = dist.TCPStore(host, port, self.size, False, timeout=timeout)
         dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.size, timeout=timeout)
-
-    def buffer(self, nbytes):
-        return self.torch.empty(nbytes // DTYPE_BYTES, dtype=self.torch.float32)
-
-    def fill(self, buf, value):
-        buf.fill_(value)
-
-    def all_equal(self, buf, value):
-        return bool(self.torch.all(buf == value))
 
     def allreduce(self, buf, key):
         self.dist.all_reduce(buf, op=self.dist.ReduceOp.SUM)
