@@ -111,14 +111,6 @@ def bench_site(directory: Path, cluster: NetnsCluster, name: str, env: dict[str,
     return write_site(directory, data)
 
 
-def require_tune() -> None:
-    """Stop with a clear message (before any cluster is built) when `hpcbundle tune` is missing."""
-    probe = subprocess.run(hpcbundle("tune", "--help"), capture_output=True, text=True, timeout=60, check=False)
-    if probe.returncode:
-        last = (probe.stderr or probe.stdout).strip().splitlines()[-1:] or [f"exit {probe.returncode}"]
-        raise SystemExit(f"bench/allreduce.py: --tuned needs `hpcbundle tune`, which this checkout does not have yet ({last[0]})")
-
-
 def run_tune(cluster: NetnsCluster, site: Path, out: Path, timeout: float) -> Path:
     """`hpcbundle tune` on node1 for `site`; returns the tuned site file (the one place that knows tune's flags)."""
     argv = hpcbundle("tune", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
@@ -363,8 +355,6 @@ def _program_module():
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     overrides = dict(item.split("=", 1) for item in args.set)
-    if args.tuned:
-        require_tune()
     signal.signal(signal.SIGTERM, _sigterm)
     ensure_cluster_tools()
     reap_stale()
