@@ -21,7 +21,7 @@ _PROGRAM = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 _site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
 _image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
 _program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-_no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before --exec / --submit.")
+_no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted.")
 
 
 def _doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:

@@ -11,9 +11,9 @@ from .. import __version__
 from ..batch import script_environment
 from ..errors import UserError
 from ..outputs import write_atomic
-from ..scaling import MODELS, Study, csv_text, fits, plan, plan_document, points_of, results, scripts, table
+from ..scaling import MODELS, Study, csv_text, fits, parse_nodes, plan, plan_document, points_of, results, scripts, table
 from . import main, pass_bundle
-from .launch import DEFAULT_SITE, _doctor_first, _submit, site_for
+from .launch import _doctor_first, _no_doctor_option, _site_option, _submit, site_for
 
 PLAN = "plan.json"
 CSV = "scaling.csv"
@@ -36,7 +36,7 @@ def scaling_group() -> None:
 
 
 @scaling_group.command("plan", short_help="Write (and --submit) one sbatch script per point.", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+@_site_option
 @click.option("--image", help="The image every rank runs; the benchmark is then its /examples copy. Omit it to run on the host.")
 @click.option("--nodes", "nodes_text", required=True, help="Node counts, e.g. 1-4 or 1,2,4,8 (the smallest is the baseline).")
 @click.option("--mode", type=click.Choice(["strong", "weak", "both"]), default="both", show_default=True,
@@ -58,7 +58,7 @@ def scaling_group() -> None:
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).")
 @click.option("--submit", is_flag=True, help="Submit every script with sbatch and print '<point> <job id>'.")
-@click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before --submit.")
+@_no_doctor_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
@@ -76,8 +76,6 @@ def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes
       hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1,2 --repeat 3 -o study3 --submit
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
-    from ..scaling import parse_nodes
-
     model_site = site_for(bundle, site)
     directory = outdir.resolve()
     if any(c.isspace() or c == "%" for c in str(directory)):
