@@ -18,6 +18,8 @@ Pure functions only (no I/O, no environment, no clock): `hpcbundle scaling plan`
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import math
@@ -436,22 +438,24 @@ def csv_text(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> str:
     mode,nodes,ranks,batch_per_rank,global_batch,img_per_sec,img_per_sec_spread,step_seconds,speedup,efficiency,model_step_seconds,model_efficiency,status
     weak,1,1,32,32,,,,,,,,no output
     """
-    import csv
-    import io
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for row in rows:
         p, m = row.point, row.measured
-        fit = fitted.get(p.mode)
-        base = _baseline(rows, p.mode)
-        model_t = fit.step_seconds(p.ranks) if fit else None
-        model_e = model_efficiency(fit, p.ranks, base.point.ranks) if fit and base else None
+        model_t, model_e = _modelled(row, rows, fitted)
         writer.writerow([p.mode, p.nodes, p.ranks, p.batch_per_rank, p.global_batch, _num(m.img_per_sec if m else None),
                          _num(m.spread if m else None), _num(row.step_seconds), _num(row.speedup), _num(row.efficiency),
                          _num(model_t), _num(model_e), row.status])
     return buffer.getvalue()
+
+
+def _modelled(row: Row, rows: Sequence[Row], fitted: Mapping[str, Fit]) -> tuple[float | None, float | None]:
+    """The model's step time and efficiency at `row`'s point (None without a fit or a baseline)."""
+    fit, base = fitted.get(row.point.mode), _baseline(rows, row.point.mode)
+    if fit is None:
+        return None, None
+    return fit.step_seconds(row.point.ranks), model_efficiency(fit, row.point.ranks, base.point.ranks) if base else None
 
 
 def _num(value: float | None) -> str:
@@ -463,9 +467,7 @@ def table(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> list[str]:
     lines = [f"{'mode':<7}{'nodes':>6}{'ranks':>6}{'batch/rank':>11}{'img/s':>10}{'+-':>8}{'T (s)':>9}{'speedup':>9}{'eff':>7}{'model eff':>10}  status"]
     for row in rows:
         p, m = row.point, row.measured
-        fit = fitted.get(p.mode)
-        base = _baseline(rows, p.mode)
-        model_e = model_efficiency(fit, p.ranks, base.point.ranks) if fit and base else None
+        _, model_e = _modelled(row, rows, fitted)
         lines.append(f"{p.mode:<7}{p.nodes:>6}{p.ranks:>6}{p.batch_per_rank:>11}{_cell(m and m.img_per_sec, '.1f'):>10}"
                      f"{_cell(m and m.spread, '.1f'):>8}{_cell(row.step_seconds, '.4f'):>9}{_cell(row.speedup, '.2f'):>9}"
                      f"{_cell(row.efficiency, '.2f'):>7}{_cell(model_e, '.2f'):>10}  {row.status}")
