@@ -6,7 +6,7 @@
 
 By default it starts the tests' private Docker engine (tests/fixtures/docker_engine.py: cached
 data root, debootstrapped local/debian base, wheelhouse from this machine's pip) and builds both
-targets of the rendered Dockerfile through hpcbundle.images; with a warm cache that takes seconds.
+targets of the rendered Dockerfile through hpcbundle.build.images; with a warm cache that takes seconds.
 --existing only inspects hpcbundle/RECIPE:build and :latest in the engine DOCKER_HOST names.
 Prints a table, the largest layers of each, and one JSON line (metric image_size_ratio).
 """
@@ -22,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcbundle import images  # noqa: E402
-from hpcbundle.bundle import Bundle  # noqa: E402
-from hpcbundle.imagespec import image_spec  # noqa: E402
-from hpcbundle.knowledge import knowledge_base  # noqa: E402
-from hpcbundle.recipes import load_recipe  # noqa: E402
-from hpcbundle.render import render_image, template_environment  # noqa: E402
+from hpcbundle.build import images  # noqa: E402
+from hpcbundle.build.imagespec import image_spec  # noqa: E402
+from hpcbundle.build.render import render_image, template_environment  # noqa: E402
+from hpcbundle.config.bundle import Bundle  # noqa: E402
+from hpcbundle.config.recipes import load_recipe  # noqa: E402
+from hpcbundle.rules.knowledge import knowledge_base  # noqa: E402
 
 
 def build_both(recipe_name: str) -> tuple[images.ImageInfo, images.ImageInfo, dict[str, float]]:

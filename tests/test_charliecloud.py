@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle import images
+from hpcbundle.build import images
 
 from .fixtures.docker_engine import DockerEngine
 from .fixtures.docker_plugin import RUNTIME_TAG
@@ -72,7 +72,7 @@ def generated(out: str) -> str:
 @pytest.fixture(scope="module")
 def ch_image(cpu_local, docker_engine: DockerEngine, docker_report: list[str]) -> Iterator[Path]:
     """The runtime image as a Charliecloud directory image: its flattened file system (exported
-    through hpcbundle.images, the Docker SDK) untarred into a directory, plus what ch-convert
+    through hpcbundle.build.images, the Docker SDK) untarred into a directory, plus what ch-convert
     would add, `ch/environment` from the image's ENV. Removed at the end of the module."""
     client = docker_engine.client()
     work = Path(tempfile.mkdtemp(prefix=f"{unique_prefix()}-"))  # reap_stale() removes it after a SIGKILL

@@ -101,9 +101,10 @@ def test_every_command_module_registers_exactly_the_commands_it_is_listed_for():
 
 
 def test_launch_does_not_import_the_other_commands_modules():
-    code = ("import sys; from hpcbundle.cli import main\n"
+    code = ("import sys; from hpcbundle.cli import COMMAND_MODULES, main\n"
             "try:\n    main(['--bundle', sys.argv[1], 'launch', '--np', '2', '--', 'true'])\n"
             "except SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('hpcbundle.cli.', 'numpy', 'matplotlib'))))")
+            "commands = {f'hpcbundle.cli.{m}' for m in COMMAND_MODULES.values()}\n"
+            "print(sorted(m for m in sys.modules if m in commands or m.startswith(('numpy', 'matplotlib'))))")
     res = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
     assert res.stdout.splitlines()[-1] == "['hpcbundle.cli.launch']", res.stdout + res.stderr

@@ -6,10 +6,10 @@ from typing import Any, Callable
 
 import pytest
 
-from hpcbundle.compat import RECIPE_RULES, check_recipe, failed
-from hpcbundle.knowledge import knowledge_base, pytorch_requirement
-from hpcbundle.loading import validate
-from hpcbundle.recipes import Recipe, all_recipes
+from hpcbundle.config.loading import validate
+from hpcbundle.config.recipes import Recipe, all_recipes
+from hpcbundle.rules.compat import RECIPE_RULES, check_recipe, failed
+from hpcbundle.rules.knowledge import knowledge_base, pytorch_requirement
 
 from .helpers import RECIPES, recipe_data
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hpcbundle.detect import choose_interface, draft_site
+from hpcbundle.config.loading import parse_yaml, validate
+from hpcbundle.config.sites import Site, site_problems
+from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.launch.build import check_site
-from hpcbundle.loading import parse_yaml, validate
-from hpcbundle.sites import Site, site_problems
 
 
 def iface(name: str, addr: str | None, up: bool = True) -> dict:

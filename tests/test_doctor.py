@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from hpcbundle.doctor import Facts, Result, diagnose, exit_status, named_interfaces
-from hpcbundle.sites import Site
+from hpcbundle.config.sites import Site
+from hpcbundle.diagnose.doctor import Facts, Result, diagnose, exit_status, named_interfaces
 
 SITE = {"name": "t", "description": "test", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
         "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet", "interfaces": ["data0"]}}

@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.batch import BatchJob, sbatch_script, script_environment
 from hpcbundle.launch import Layout, build_command, load_site
+from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
 
 from .helpers import ROOT
 

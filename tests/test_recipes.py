@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbundle.errors import UserError
-from hpcbundle.recipes import all_recipes, load_recipe
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.recipes import all_recipes, load_recipe
 
 from .helpers import RECIPES, recipe_data, write_recipe
 

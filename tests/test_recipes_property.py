@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.errors import UserError
-from hpcbundle.loading import key_text, validate
-from hpcbundle.recipes import Recipe
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.loading import key_text, validate
+from hpcbundle.config.recipes import Recipe
 
 from .helpers import recipe_data
 

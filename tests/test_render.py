@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.errors import UserError
-from hpcbundle.imagespec import image_spec
-from hpcbundle.knowledge import knowledge_base
-from hpcbundle.recipes import Recipe, load_recipe
-from hpcbundle.render import SUFFIXES, Steps, assignments, render_image, render_steps, shell_line_problem, template_environment
+from hpcbundle.build.imagespec import image_spec
+from hpcbundle.build.render import SUFFIXES, Steps, assignments, render_image, render_steps, shell_line_problem, template_environment
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.rules.knowledge import knowledge_base
 
 from .helpers import ROOT
 

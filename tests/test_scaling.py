@@ -19,10 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcbundle.cli import main
-from hpcbundle.errors import UserError
-from hpcbundle.scaling import (MODELS, Study, communication, csv_text, fit_model, fits, parse_nodes, parse_output, plan,
-                               results)
-from hpcbundle.scalingplot import PNG_SIGNATURE
+from hpcbundle.config.errors import UserError
+from hpcbundle.perf.plot import PNG_SIGNATURE
+from hpcbundle.perf.scaling import MODELS, Study, communication, csv_text, fit_model, fits, parse_nodes, parse_output, plan, results
 
 from .fixtures import SlurmCluster
 from .fixtures.sites import site_data, write_site
@@ -93,7 +92,7 @@ def test_without_an_image_the_scripts_run_the_bundles_example_and_pass_shellchec
 def test_docstring_examples_hold():
     import doctest
 
-    from hpcbundle import scaling as module
+    from hpcbundle.perf import scaling as module
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hpcbundle.errors import UserError
+from hpcbundle.config.errors import UserError
 from hpcbundle.launch import check_site, load_site
 
 from .test_launch import SHIPPED, SITES, hpcbundle

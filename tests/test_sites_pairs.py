@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hpcbundle.knowledge import knowledge_base
-from hpcbundle.loading import validate
-from hpcbundle.pairs import PAIR_RULES, check_pair
-from hpcbundle.recipes import Recipe
-from hpcbundle.sites import Site
+from hpcbundle.config.loading import validate
+from hpcbundle.config.recipes import Recipe
+from hpcbundle.config.sites import Site
+from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.rules.pairs import PAIR_RULES, check_pair
 
 from .helpers import recipe_data
 from .test_launch import SITES, hpcbundle

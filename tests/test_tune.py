@@ -8,9 +8,21 @@ import sys
 import pytest
 import yaml
 
-from hpcbundle.loading import parse_yaml, validate
-from hpcbundle.sites import Site
-from hpcbundle.tune import KNOBS, Candidate, Knob, Trial, TuneResult, Workload, apply_settings, choose, current_settings, sweep, tuned_site_text
+from hpcbundle.config.loading import parse_yaml, validate
+from hpcbundle.config.sites import Site
+from hpcbundle.perf.tune import (
+    KNOBS,
+    Candidate,
+    Knob,
+    Trial,
+    TuneResult,
+    Workload,
+    apply_settings,
+    choose,
+    current_settings,
+    sweep,
+    tuned_site_text,
+)
 
 from .helpers import ROOT
 from .test_launch import GOLDEN, assert_golden, hpcbundle

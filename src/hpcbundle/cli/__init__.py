@@ -9,9 +9,8 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..bundle import Bundle, find_bundle
-from ..errors import UserError
-
+from ..config.bundle import Bundle, find_bundle
+from ..config.errors import UserError
 
 # Command -> the module that defines it, imported only when the command runs (or --help lists
 # them all): `hpcbundle launch --exec` should not pay for numpy, Jinja2 and the knowledge base.

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
-from .. import probes
-from ..detect import draft_site, observe
-from ..doctor import Facts, Result, diagnose, exit_status, named_interfaces
-from ..errors import UserError
-from ..knowledge import knowledge_base
+from ..config.errors import UserError
+from ..config.loading import parse_yaml, validate
+from ..config.sites import Site
+from ..diagnose import probes
+from ..diagnose.detect import draft_site, observe
+from ..diagnose.doctor import Facts, Result, diagnose, exit_status, named_interfaces
 from ..launch import load_site, parse_hosts
-from ..loading import parse_yaml, validate
-from ..outputs import write_atomic
-from ..sites import Site
+from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
+from .outputs import write_atomic
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from .. import images
-from ..compat import check_recipe, failed
-from ..errors import UserError
-from ..imagespec import CONTEXT_DIRS, image_spec
-from ..knowledge import knowledge_base
-from ..recipes import load_recipe
-from ..render import render_image, template_environment
+from ..build import images
+from ..build.imagespec import CONTEXT_DIRS, image_spec
+from ..build.render import render_image, template_environment
+from ..config.errors import UserError
+from ..config.recipes import load_recipe
+from ..rules.compat import check_recipe, failed
+from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
 
 # Requirements with a local version label (torch==2.13.0+cpu) are never on PyPI.

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from ..batch import BatchJob, parse_job_id, sbatch_script, script_environment
-from ..errors import UserError
+from ..config.errors import UserError
+from ..config.sites import Site
 from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
+from ..launch.batch import BatchJob, parse_job_id, sbatch_script, script_environment
 from ..launch.execute import run_bounded
-from ..outputs import write_atomic
-from ..sites import Site
 from . import main, pass_bundle
+from .outputs import write_atomic
 
 DEFAULT_SITE = "local"
 _PROGRAM = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -26,7 +26,7 @@ _no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fas
 
 def _doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
     """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
-    from ..doctor import exit_status
+    from ..diagnose.doctor import exit_status
     from .doctor import print_results, run_doctor
 
     results = run_doctor(model, image, hosts, checksum=False, scope=scope, timeout=20)

@@ -9,15 +9,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..compat import check_recipe, failed
-from ..errors import UserError
-from ..knowledge import knowledge_base
+from ..build.render import TEMPLATES, render_image, template_environment
+from ..config.errors import UserError
+from ..config.recipes import all_recipes, load_recipe
 from ..launch import load_site
-from ..outputs import write_atomic
-from ..pairs import check_pair
-from ..recipes import all_recipes, load_recipe
-from ..render import TEMPLATES, render_image, template_environment
+from ..rules.compat import check_recipe, failed
+from ..rules.knowledge import knowledge_base
+from ..rules.pairs import check_pair
 from . import main, pass_bundle
+from .outputs import write_atomic
 
 
 def _stack_summary(recipe) -> dict[str, object]:

@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from .. import __version__
-from ..batch import script_environment
-from ..errors import UserError
-from ..outputs import write_atomic
-from ..scaling import MODELS, Study, csv_text, fits, parse_nodes, plan, plan_document, points_of, results, scripts, table
+from ..config.errors import UserError
+from ..launch.batch import script_environment
+from ..perf.scaling import MODELS, Study, csv_text, fits, parse_nodes, plan, plan_document, points_of, results, scripts, table
 from . import main, pass_bundle
 from .launch import _doctor_first, _no_doctor_option, _site_option, _submit, site_for
+from .outputs import write_atomic
 
 PLAN = "plan.json"
 CSV = "scaling.csv"
@@ -115,7 +115,7 @@ def report_command(directory: Path) -> None:
     Points without a figure are named with the reason, and the exit status is then 1.
       hpcbundle scaling report study
     """
-    from ..scalingplot import render_png
+    from ..perf.plot import render_png
 
     plan_path = directory / PLAN
     try:

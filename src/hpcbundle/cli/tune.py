@@ -9,15 +9,15 @@ from pathlib import Path
 
 import click
 
-from ..errors import UserError
+from ..config.errors import UserError
+from ..config.loading import parse_yaml, read_yaml, validate
+from ..config.sites import Site
 from ..launch import Layout, build_command, load_site
 from ..launch.execute import run_captured
-from ..loading import parse_yaml, read_yaml, validate
-from ..outputs import write_atomic
-from ..sites import Site
-from ..tune import KNOB_NAMES, KNOBS, Knob, Settings, Workload, apply_settings, current_settings, report_lines, sweep, tuned_site_text
+from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, Workload, apply_settings, current_settings, report_lines, sweep, tuned_site_text
 from . import main, pass_bundle
 from .launch import _doctor_first, _image_option, _layout, _no_doctor_option, _site_option
+from .outputs import write_atomic
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

@@ -18,9 +18,9 @@ import importlib
 import pkgutil
 from typing import ClassVar, Generic, Iterable, TypeVar
 
-from ..fields import parse_version
-from ..sites import Launcher as LauncherKeys
-from ..sites import Problem, Site
+from ..config.fields import parse_version
+from ..config.sites import Launcher as LauncherKeys
+from ..config.sites import Problem, Site
 from . import reasons
 from .command import Parts
 from .layout import Layout

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .. import sites
-from ..errors import UserError
-from ..sites import Problem, Site
+from ..config import sites
+from ..config.errors import UserError
+from ..config.sites import Problem, Site
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)

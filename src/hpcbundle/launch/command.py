@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
-from ..sites import Site
+from ..config.sites import Site
 
 Segment = Literal["env", "launcher", "wrapper", "runtime", "program"]
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import UserError
+from ..config.errors import UserError
 
 
 def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import UserError
+from ..config.errors import UserError
 
 _HOST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$")
 

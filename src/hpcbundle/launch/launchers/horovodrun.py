@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...sites import Problem, Site
+from ...config.sites import Problem, Site
 from ..base import ALL_FLAVOURS, LAUNCHERS, Launcher, openmpi_major
 from ..command import Parts
 from ..layout import Layout

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...sites import Problem, Site
+from ...config.sites import Problem, Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ...sites import Problem, Site
+from ...config.sites import Problem, Site
 from ..base import LAUNCHERS, Launcher, openmpi_major
 from ..command import Parts
 from ..layout import Layout

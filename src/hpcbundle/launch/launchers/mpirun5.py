@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...sites import Problem, Site
+from ...config.sites import Problem, Site
 from .. import reasons
 from ..base import LAUNCHERS
 from ..command import Parts

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ...config.sites import Site
 from ..base import ALL_FLAVOURS, LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout
-from ...sites import Site
 
 
 @LAUNCHERS.register

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...sites import Site
+from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
 

@@ -4,9 +4,9 @@ Every function here reads the machine (``ip -j addr``, /sys/class/infiniband, ``
 ``mpirun --version``, runtime ``--version``, the image) and returns plain JSON-able data; the
 judging is pure and lives in doctor.py and detect.py. Run on a node as::
 
-    python3 -m hpcbundle.probes facts --image /var/tmp/img --checksum   # one JSON object
-    python3 -m hpcbundle.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
-    python3 -m hpcbundle.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
+    python3 -m hpcbundle.diagnose.probes facts --image /var/tmp/img --checksum   # one JSON object
+    python3 -m hpcbundle.diagnose.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
+    python3 -m hpcbundle.diagnose.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def connect(targets: list[str], seconds: float) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m hpcbundle.probes", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python3 -m hpcbundle.diagnose.probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
     f = sub.add_parser("facts")
     f.add_argument("--image")
@@ -262,7 +262,7 @@ def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
 
 
 def _self(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle.probes", *args]
+    return [sys.executable, "-m", "hpcbundle.diagnose.probes", *args]
 
 
 def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:

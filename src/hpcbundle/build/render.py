@@ -16,11 +16,11 @@ from typing import Literal
 
 import jinja2
 
-from . import __version__
-from .errors import UserError
+from .. import __version__
+from ..config.errors import UserError
+from ..config.recipes import Recipe
+from ..rules.knowledge import KnowledgeBase
 from .imagespec import ImageSpec, image_spec
-from .knowledge import KnowledgeBase
-from .recipes import Recipe
 
 Format = Literal["docker", "singularity"]
 TEMPLATES: dict[str, str] = {

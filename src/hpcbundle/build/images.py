@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from .errors import UserError
+from ..config.errors import UserError
 
 Progress = Callable[[str], None]
 # Never sent to the engine: they only bust the COPY cache.

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..config.fields import major_minor, parse_version
+from ..config.recipes import Recipe
+from ..config.sites import Site
+from ..launch import RUNTIMES
 from .compat import Finding, Status
-from .fields import major_minor, parse_version
 from .knowledge import KnowledgeBase
-from .launch import RUNTIMES
-from .recipes import Recipe
-from .sites import Site
 
 PairRule = Callable[[Recipe, Site, KnowledgeBase], Finding]
 PAIR_RULES: list[PairRule] = []

@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
-from . import __version__
-from .errors import UserError
-from .knowledge import KnowledgeBase, pytorch_requirement
-from .recipes import Recipe
+from .. import __version__
+from ..config.errors import UserError
+from ..config.recipes import Recipe
+from ..rules.knowledge import KnowledgeBase, pytorch_requirement
 
 VENV = "/opt/venv"
 MPI_PREFIX = "/opt/openmpi"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from .fields import major_minor, parse_version
+from ..config.fields import major_minor, parse_version
+from ..config.recipes import Recipe
 from .knowledge import KnowledgeBase
-from .recipes import Recipe
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 

@@ -31,9 +31,9 @@ from typing import Iterable, Mapping, Sequence
 import jinja2
 import numpy as np
 
-from .batch import BatchJob, sbatch_script
-from .errors import UserError
-from .sites import Site
+from ..config.errors import UserError
+from ..config.sites import Site
+from ..launch.batch import BatchJob, sbatch_script
 
 BENCHMARK = "pytorch_synthetic_benchmark.py"
 IMAGE_EXAMPLES = "/examples"  # where images carry examples/ (containers/*: COPY examples /examples)

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .errors import UserError
+from ..config.errors import UserError
 
 
 def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:

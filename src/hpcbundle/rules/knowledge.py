@@ -7,9 +7,9 @@ from importlib import resources
 
 from pydantic import Field
 
-from .fields import Version, major_minor
-from .loading import parse_yaml, validate
-from .model import StrictModel
+from ..config.fields import Version, major_minor
+from ..config.loading import parse_yaml, validate
+from ..config.model import StrictModel
 
 
 class DriverFloor(StrictModel):

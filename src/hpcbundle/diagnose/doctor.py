@@ -1,6 +1,6 @@
 """`hpcbundle doctor`: judge observed facts against a site and an image, one check per rule (pure).
 
-The facts come from hpcbundle.probes (run on every node); each registered check turns them into
+The facts come from hpcbundle.diagnose.probes (run on every node); each registered check turns them into
 Results with PASS / WARN / FAIL / SKIP, the evidence seen and the fix. For example::
 
     >>> results = diagnose(Facts(site=site, nodes={"node1": probe}, reach={}))      # doctest: +SKIP
@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from .fields import major_minor, parse_version
-from .knowledge import KnowledgeBase, knowledge_base
-from .launch import RUNTIMES
-from .sites import Site
+from ..config.fields import major_minor, parse_version
+from ..config.sites import Site
+from ..launch import RUNTIMES
+from ..rules.knowledge import KnowledgeBase, knowledge_base
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}

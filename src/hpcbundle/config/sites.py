@@ -33,7 +33,6 @@ from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
 
-
 def _scalar(value: Any) -> Any:
     """YAML may write an MCA value or a variable as a number; refuse the lossy cases."""
     if isinstance(value, bool):

@@ -14,11 +14,11 @@ from typing import Sequence
 
 import jinja2
 
-from . import __version__
-from .errors import UserError
-from .launch import Layout, build_command
-from .render import template_environment
-from .sites import SLURM_TIME, Site
+from .. import __version__
+from ..build.render import template_environment
+from ..config.errors import UserError
+from ..config.sites import SLURM_TIME, Site
+from . import Layout, build_command
 
 TEMPLATE = "sbatch.sh.j2"
 

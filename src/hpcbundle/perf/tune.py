@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .sites import Site
+from ..config.sites import Site
 
 Value = str | bool | None
 Settings = dict[str, Value]  # "mca.X" / "env.Y" / "launcher.gloo" -> value; None removes the key (the default)
