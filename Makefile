@@ -69,14 +69,14 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	  $(HPCBUNDLE) build-docker $(RECIPE); \
 	else \
 	  echo "DOCKER_HOST is not set: starting a private Docker engine with a local debootstrapped base image"; \
-	  $(BIN)/python -m tests.fixtures.docker_engine -- \
+	  $(BIN)/python -m hpcbundle_testbed.docker_engine -- \
 	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
 	fi
 
 lint: venv render ## ruff, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck scripts/setup/*.sh tests/fixtures/rsh-agent tests/fixtures/node-exec .ci/run
+	$(BIN)/shellcheck scripts/setup/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 golden: venv ## Regenerate the golden files after an intended change (review the diff!)

@@ -6,7 +6,7 @@
         --set mca.btl_tcp_sndbuf=4194304 --set mca.btl_tcp_rcvbuf=4194304   # try a knob by hand
     .venv/bin/python bench/allreduce.py --nodes 2 --tuned        # also: hpcbundle tune, then Horovod again
 
-Needs root (it builds the tests' namespace cluster, tests/fixtures/netns_cluster.py: one rank per
+Needs root (it builds the testbed's namespace cluster, hpcbundle_testbed.netns_cluster: one rank per
 node, data0 real, mgmt0 a decoy) and iperf3. Each node runs on a core of its own, as real nodes do
 (own_cores: this host's cores dealt out; 3 nodes on 2 cores share one; --shared-cores lets every
 node use every core). For each cluster size, in one run:
@@ -20,7 +20,7 @@ node use every core). For each cluster size, in one run:
               once); "link" below is the mean of those concurrent streams (min and max printed).
               The unidirectional node1->node2 figure is printed too.
   backends    examples/allreduce_bench.py through `hpcbundle launch --site SITE --np N --hosts
-              node1:1,... --exec --no-doctor`, run on node1, SITE written by tests/fixtures/sites.py
+              node1:1,... --exec --no-doctor`, run on node1, SITE written by hpcbundle_testbed.sites
               for this cluster (the untuned test site: TCP btl on data0, mpi_yield_when_idle 1):
                 horovod-mpi    Horovod, MPI controller, env HOROVOD_CPU_OPERATIONS=mpi
                 horovod-gloo   Horovod, Gloo controller and operations (env HOROVOD_CONTROLLER=gloo,
@@ -52,13 +52,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
+from hpcbundle_testbed.sites import site_data, write_site
+from hpcbundle_testbed.tools import ensure_cluster_tools
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.fixtures.netns_cluster import NetnsCluster, reap_stale  # noqa: E402
-from tests.fixtures.sites import site_data, write_site  # noqa: E402
-from tests.fixtures.tools import ensure_cluster_tools  # noqa: E402
-
 PROGRAM = ROOT / "examples" / "allreduce_bench.py"
 IPERF_PORT = 5201
 TARGET_SIZE = 64 << 20
@@ -95,7 +93,7 @@ def hosts_of(cluster: NetnsCluster) -> str:
 # ----------------------------------------------------------------------------------- sites
 def bench_site(directory: Path, cluster: NetnsCluster, name: str, env: dict[str, str], overrides: dict[str, str],
                timeout: int) -> Path:
-    """The tests' namespace site for `cluster`, plus a variant's env and --set overrides."""
+    """The testbed's namespace site for `cluster`, plus a variant's env and --set overrides."""
     data = site_data(name, cluster=cluster, interfaces=[NetnsCluster.DATA_IFACE], timeout=timeout)
     data["description"] = f"namespace cluster for bench/allreduce.py ({len(cluster.nodes)} nodes)"
     data["env"].update({"GLOO_SOCKET_IFNAME": NetnsCluster.DATA_IFACE, "HOROVOD_GLOO_IFACE": NetnsCluster.DATA_IFACE, **env})

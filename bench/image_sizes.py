@@ -4,7 +4,7 @@
     .venv/bin/python bench/image_sizes.py --recipe cpu-local --layers 8
     DOCKER_HOST=unix:///run/docker.sock .venv/bin/python bench/image_sizes.py --existing
 
-By default it starts the tests' private Docker engine (tests/fixtures/docker_engine.py: cached
+By default it starts the testbed's private Docker engine (hpcbundle_testbed.docker_engine: cached
 data root, debootstrapped local/debian base, wheelhouse from this machine's pip) and builds both
 targets of the rendered Dockerfile through hpcbundle.build.images; with a warm cache that takes seconds.
 --existing only inspects hpcbundle/RECIPE:build and :latest in the engine DOCKER_HOST names.
@@ -19,20 +19,19 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from hpcbundle.build import images
+from hpcbundle.build.imagespec import image_spec
+from hpcbundle.build.render import render_image, template_environment
+from hpcbundle.config.bundle import Bundle
+from hpcbundle.config.recipes import load_recipe
+from hpcbundle.rules.knowledge import knowledge_base
 
-from hpcbundle.build import images  # noqa: E402
-from hpcbundle.build.imagespec import image_spec  # noqa: E402
-from hpcbundle.build.render import render_image, template_environment  # noqa: E402
-from hpcbundle.config.bundle import Bundle  # noqa: E402
-from hpcbundle.config.recipes import load_recipe  # noqa: E402
-from hpcbundle.rules.knowledge import knowledge_base  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_both(recipe_name: str) -> tuple[images.ImageInfo, images.ImageInfo, dict[str, float]]:
     """Build `target="build"` and the runtime image with the private engine; stop it after."""
-    from tests.fixtures.docker_engine import DockerEngine, cache_dir, download_wheels
+    from hpcbundle_testbed.docker_engine import DockerEngine, cache_dir, download_wheels
 
     bundle = Bundle(ROOT)
     kb = knowledge_base()

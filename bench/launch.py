@@ -4,7 +4,7 @@
     .venv/bin/python bench/launch.py --nodes 3 --np 6 --repeat 9
     .venv/bin/python bench/launch.py --variants plain,generated,cli --repeat 20
 
-Needs root: it builds the tests' namespace cluster (tests/fixtures/netns_cluster.py: data0 real,
+Needs root: it builds the testbed's namespace cluster (hpcbundle_testbed.netns_cluster: data0 real,
 mgmt0 a decoy that hangs, an rsh agent instead of sshd) and removes it at the end. Everything is
 launched from node1 with the same ranks and hosts (-H node1:K,node2:K,...). Each rank runs a bash
 script that prints $EPOCHREALTIME (CLOCK_REALTIME: one clock for every namespace on this host),
@@ -19,7 +19,7 @@ each round starts one variant later than the one before):
     plain       the minimal Open MPI 4 line that works here: --allow-run-as-root -np -H, the rsh
                 agent (plm_rsh_agent, plm_rsh_no_tree_spawn), btl/oob_tcp_if_include data0
     generated   the argv hpcbundle.launch.build_command makes for the namespace site
-                (tests/fixtures/sites.py netns_site), executed directly
+                (hpcbundle_testbed.sites netns_site), executed directly
     cli         hpcbundle launch --site SITE --np N --hosts ... --exec --no-doctor -- PROGRAM
                 (its `+ command` echo must be exactly the generated argv)
     cli-doctor  the same with the doctor pre-checks (probes every node through the rsh agent)
@@ -52,14 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from hpcbundle.launch import Layout, build_command, load_site
+from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
+from hpcbundle_testbed.sites import netns_site
+from hpcbundle_testbed.tools import ensure_cluster_tools
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from hpcbundle.launch import Layout, build_command, load_site  # noqa: E402
-from tests.fixtures.netns_cluster import NetnsCluster, reap_stale  # noqa: E402
-from tests.fixtures.sites import netns_site  # noqa: E402
-from tests.fixtures.tools import ensure_cluster_tools  # noqa: E402
-
 VARIANTS = ("plain", "generated", "cli", "cli-doctor", "horovodrun")
 BASELINE, TARGET, TARGET_S = "plain", "generated", 0.3
 IFACE = NetnsCluster.DATA_IFACE

@@ -5,8 +5,8 @@
     .venv/bin/python bench/scaling.py --shared-cores           # every node sees both cores
     .venv/bin/python bench/scaling.py --max-nodes 3 --out study  # 3 nodes oversubscribe 2 cores
 
-It builds a NetnsCluster of --max-nodes nodes with slurmctld/slurmd in it (tests/fixtures), writes
-a site for it (tests/fixtures/sites.py: one rank per node, OMP_NUM_THREADS=1, TCP over data0), runs
+It builds a NetnsCluster of --max-nodes nodes with slurmctld/slurmd in it (hpcbundle_testbed), writes
+a site for it (hpcbundle_testbed.sites: one rank per node, OMP_NUM_THREADS=1, TCP over data0), runs
 `hpcbundle scaling plan --submit` on the controller node, waits for the jobs, runs
 `hpcbundle scaling report`, and prints the table, the 2-node strong-scaling efficiency against the
 0.85 target, where the 2-node step time goes, and one JSON line (metric strong_efficiency_2_nodes).
@@ -37,12 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpcbundle_testbed import NetnsCluster, SlurmCluster, ensure_cluster_tools, reap_stale
+from hpcbundle_testbed.sites import site_data, write_site
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.fixtures import NetnsCluster, SlurmCluster, ensure_cluster_tools, reap_stale  # noqa: E402
-from tests.fixtures.sites import site_data, write_site  # noqa: E402
-
 TARGET = 0.85
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .fixtures import parse_allreduce
+from hpcbundle_testbed import parse_allreduce
+
 from .test_launch import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, assert_golden, hpcbundle
 
 # One typical batch job per shipped site.

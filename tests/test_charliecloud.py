@@ -13,7 +13,7 @@ hangs until the launch bound kills it, while 1 MiB (under the single-copy thresh
 (Outside the namespace nodes Open MPI also prints its `cma-different-user-namespace-warning`;
 on them that help message is lost to a PMIx show_help error, so it is not asserted.)
 
-The image is the session fixture `cpu_local` (tests/fixtures/docker_plugin.py) that
+The image is the session fixture `cpu_local` (hpcbundle_testbed.docker_plugin) that
 test_docker_image.py uses too: built once per session (warm, from the layer cache). Every run is bounded; the image directory, namespaces and processes are
 removed also when a test fails. Nothing skips.
 """
@@ -32,18 +32,19 @@ from pathlib import Path
 
 import pytest
 
+import hpcbundle_testbed
 from hpcbundle.build import images
+from hpcbundle_testbed.docker_engine import DockerEngine
+from hpcbundle_testbed.docker_plugin import RUNTIME_TAG
+from hpcbundle_testbed.netns_cluster import NetnsCluster, unique_prefix
+from hpcbundle_testbed.sites import charliecloud_site
 
-from .fixtures.docker_engine import DockerEngine
-from .fixtures.docker_plugin import RUNTIME_TAG
-from .fixtures.netns_cluster import NetnsCluster, unique_prefix
-from .fixtures.sites import charliecloud_site
 from .helpers import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
-BIG_ALLREDUCE = Path(__file__).resolve().parent / "fixtures" / "big_allreduce.py"
-IN_IMAGE_TESTS = "/opt/hpcbundle-tests"  # where the image directory gets tests/fixtures/big_allreduce.py
+BIG_ALLREDUCE = Path(hpcbundle_testbed.__file__).resolve().parent / "big_allreduce.py"
+IN_IMAGE_TESTS = "/opt/hpcbundle-tests"  # where the image directory gets the testbed's big_allreduce.py
 BIG_MIB = 48  # well over vader's single-copy threshold; 32 MiB already hangs (testbed notes)
 SMALL_MIB = 1  # under it: goes through the copy-in/copy-out path, no CMA
 HANG_BOUND = 30  # launcher.timeout of the trap variant: the OK run takes ~5 s, the allreduce itself < 1 s

@@ -1,6 +1,6 @@
 """The cpu-local recipe's rendered Dockerfile, built unchanged by a real Docker engine, and run.
 
-The engine is private (tests/fixtures/docker_engine.py) and no registry is used: both stages start
+The engine is private (hpcbundle_testbed.docker_engine) and no registry is used: both stages start
 FROM a debootstrapped `local/debian:bookworm` passed as the BUILD_IMAGE / RUNTIME_IMAGE build
 arguments; torch==2.13.0+cpu comes from a wheelhouse that this machine's pip fills. Builds, tags,
 inspection and export go through hpcbundle.build.images (the Docker SDK). Cold (empty cache) this is
@@ -25,9 +25,9 @@ from hpcbundle.build import images
 from hpcbundle.build.imagespec import EXAMPLES, MANIFEST, image_spec
 from hpcbundle.cli import main
 from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle_testbed.docker_engine import DockerEngine
+from hpcbundle_testbed.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 
-from .fixtures.docker_engine import DockerEngine
-from .fixtures.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 from .helpers import ROOT
 
 pytestmark = pytest.mark.docker
@@ -197,8 +197,8 @@ def test_build_docker_without_an_engine_says_where_it_looked(tmp_path):
 def test_private_engine_stops_by_pid_and_leaves_nothing_behind():
     """A second, throw-away engine (fresh data root) next to the session's: it answers, runs a
     container, and after stop() its PID, cgroups, mounts, socket and directories are all gone."""
-    from .fixtures.docker_engine import mounts_under
-    from .fixtures.procs import pid_alive
+    from hpcbundle_testbed.docker_engine import mounts_under
+    from hpcbundle_testbed.procs import pid_alive
 
     engine = DockerEngine()
     with engine:

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .fixtures import NetnsCluster
-from .fixtures.sites import site_data, write_site
+from hpcbundle_testbed import NetnsCluster
+from hpcbundle_testbed.sites import site_data, write_site
+
 from .helpers import ROOT
 
 pytestmark = pytest.mark.cluster

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from .fixtures import IfaceBytes, NetnsCluster, SlurmCluster, parse_allreduce
-from .fixtures.procs import pid_alive, wait_until
+from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster, parse_allreduce
+from hpcbundle_testbed.procs import pid_alive, wait_until
 
 pytestmark = pytest.mark.cluster
 

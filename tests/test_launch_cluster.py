@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .fixtures import NetnsCluster, parse_allreduce
-from .fixtures.procs import wait_until
+from hpcbundle_testbed import NetnsCluster, parse_allreduce
+from hpcbundle_testbed.procs import wait_until
+
 from .helpers import ROOT
 
 pytestmark = pytest.mark.cluster

@@ -3,7 +3,7 @@ across a 3-node network-namespace cluster, in batch scripts under a real SLURM, 
 interface, and under faults (a rank SIGKILLed mid-training, rank 0 killed while it writes a checkpoint).
 
 Every launch is `hpcbundle launch --exec` or a script from `hpcbundle sbatch`, with a site YAML
-describing the test cluster (tests/fixtures/sites.py) given as `--site PATH`: no mpirun line is
+describing the test cluster (hpcbundle_testbed.sites) given as `--site PATH`: no mpirun line is
 written by hand here. Each run is bounded by a timeout; the cluster fixtures kill whatever is left,
 also when a test fails. Nothing is skipped: a missing component fails, naming `make setup`.
 """
@@ -28,9 +28,10 @@ from subprocess import Popen
 import numpy as np
 import pytest
 
-from .fixtures import IfaceBytes, NetnsCluster, SlurmCluster
-from .fixtures.procs import wait_until
-from .fixtures.sites import netns_site, site_data, write_site
+from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster
+from hpcbundle_testbed.procs import wait_until
+from hpcbundle_testbed.sites import netns_site, site_data, write_site
+
 from .helpers import ROOT
 
 pytestmark = pytest.mark.cluster

@@ -22,9 +22,9 @@ from hpcbundle.cli import main
 from hpcbundle.config.errors import UserError
 from hpcbundle.perf.plot import PNG_SIGNATURE
 from hpcbundle.perf.scaling import MODELS, Study, communication, csv_text, fit_model, fits, parse_nodes, parse_output, plan, results
+from hpcbundle_testbed import SlurmCluster
+from hpcbundle_testbed.sites import site_data, write_site
 
-from .fixtures import SlurmCluster
-from .fixtures.sites import site_data, write_site
 from .helpers import ROOT
 
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"

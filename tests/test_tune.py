@@ -148,7 +148,7 @@ def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_pa
 
 @pytest.mark.cluster
 def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_path):
-    from .fixtures.sites import netns_site
+    from hpcbundle_testbed.sites import netns_site
 
     site = netns_site(tmp_path, netns_cluster)
     out = tmp_path / "netns-tuned.yaml"
