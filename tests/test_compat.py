@@ -1,4 +1,4 @@
-"""Every compatibility rule passes the shipped recipes and refuses a concrete bad one."""
+"""Every rule over a recipe alone passes the shipped recipes and refuses a concrete bad one."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import pytest
 
 from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe, all_recipes
-from hpcbundle.rules.compat import RECIPE_RULES, check_recipe, failed
+from hpcbundle.rules.engine import RULES, applicable, failed
+from hpcbundle.rules.facts import check_declared, declared_facts
 from hpcbundle.rules.knowledge import knowledge_base, pytorch_requirement
 
 from .helpers import RECIPES, recipe_data
 
 KB = knowledge_base()
+RECIPE_RULES = [r.name for r in applicable(declared_facts(all_recipes(RECIPES)[0], None, KB))]
 
 
 def _recipe(base: str, change: Callable[[dict[str, Any]], None]) -> Recipe:
@@ -56,28 +58,28 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
 
 
 def test_every_rule_has_a_bad_recipe():
-    assert sorted(BAD_RECIPES) == sorted(rule.__name__ for rule in RECIPE_RULES)
+    assert sorted(BAD_RECIPES) == sorted(r.name for r in RULES if r.needs == {"recipe"})
 
 
 @pytest.mark.parametrize("recipe", all_recipes(RECIPES), ids=lambda r: r.name)
 def test_shipped_recipe_passes_every_rule(recipe):
-    findings = check_recipe(recipe, KB)
+    findings = check_declared(recipe, None, KB)
     assert not failed(findings), [f.line() for f in findings if f.status == "FAIL"]
-    assert [f.rule for f in findings] == [rule.__name__ for rule in RECIPE_RULES]
+    assert [f.rule for f in findings] == RECIPE_RULES
 
 
 @pytest.mark.parametrize("rule_name", sorted(BAD_RECIPES))
 def test_rule_refuses_its_bad_recipe(rule_name):
     base, change, words = BAD_RECIPES[rule_name]
-    findings = {f.rule: f for f in check_recipe(_recipe(base, change), KB)}
+    findings = {f.rule: f for f in check_declared(_recipe(base, change), None, KB)}
     assert findings[rule_name].status == "FAIL"
-    assert words in findings[rule_name].message
+    assert words in findings[rule_name].message()
 
 
 def test_tensorflow_cpu_on_gpu_recipe_is_refused():
     recipe = _recipe("cuda12.2-tf2.15-torch2.1-ucx", _set("frameworks.tensorflow.package", "tensorflow-cpu"))
-    finding = {f.rule: f for f in check_recipe(recipe, KB)}["tensorflow-build"]
-    assert finding.status == "FAIL" and "cannot use the GPU" in finding.message
+    finding = {f.rule: f for f in check_declared(recipe, None, KB)}["tensorflow-build"]
+    assert finding.status == "FAIL" and "cannot use the GPU" in finding.message()
 
 
 def test_torch_requirement_uses_pypi_only_for_its_default_variant():

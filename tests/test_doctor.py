@@ -1,4 +1,4 @@
-"""doctor's judging, pure: observed facts in, exact PASS/WARN/FAIL results out (no machine needed)."""
+"""doctor's judging, pure: observed facts in, exact PASS/WARN/FAIL results out from the shared rules (no machine needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import copy
 import pytest
 
 from hpcbundle.config.sites import Site
-from hpcbundle.diagnose.doctor import Facts, Result, diagnose, exit_status, named_interfaces
+from hpcbundle.diagnose.doctor import observed_facts
+from hpcbundle.rules.engine import Result, evaluate, exit_status
+from hpcbundle.rules.fabric import named_interfaces
+from hpcbundle.rules.knowledge import knowledge_base
 
 SITE = {"name": "t", "description": "test", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
         "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet", "interfaces": ["data0"]}}
@@ -28,8 +31,12 @@ def node(host: str, *, ifaces=(("data0", True, "10.77.0.{}"),), mpi="4.1.4", ima
             "mpi": {"flavour": "openmpi", "version": mpi, "evidence": f"`mpirun --version`: mpirun (Open MPI) {mpi}"}, "image": image}
 
 
-def by_check(results: list[Result]) -> dict[str, Result]:
-    return {r.check: r for r in results}
+def by_rule(results: list[Result]) -> dict[str, Result]:
+    return {r.rule: r for r in results}
+
+
+def diagnose(site_model: Site, nodes: dict, **observed) -> list[Result]:
+    return evaluate(observed_facts(site_model, nodes, **observed), knowledge_base())
 
 
 def test_named_interfaces_come_from_every_key_that_names_one_and_skip_exclusions():
@@ -40,27 +47,26 @@ def test_named_interfaces_come_from_every_key_that_names_one_and_skip_exclusions
 
 
 def test_all_reachable_nodes_pass_with_exit_status_zero():
-    facts = Facts(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "ok"), ("n2", "n1", "10.77.0.1", "ok")]},
+    results = diagnose(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "ok"), ("n2", "n1", "10.77.0.1", "ok")]},
                   hosts={"n1": 1, "n2": 1})
-    results = diagnose(facts)
     assert exit_status(results) == 0
-    assert by_check(results)["interface data0 reach"] == Result("interface data0 reach", "PASS", "2 of 2 TCP connections between 2 nodes over data0")
+    assert by_rule(results)["interface data0 reach"] == Result("interface data0 reach", "PASS", "2 of 2 TCP connections between 2 nodes over data0")
 
 
 def test_unreachable_interface_fails_naming_the_pair_and_the_key():
-    facts = Facts(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "no answer within 3 s"), ("n2", "n1", "10.77.0.1", "ok")]})
-    result = by_check(diagnose(facts))["interface data0 reach"]
+    results = diagnose(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "no answer within 3 s"), ("n2", "n1", "10.77.0.1", "ok")]})
+    result = by_rule(results)["interface data0 reach"]
     assert result.status == "FAIL"
     assert result.evidence == "1 of 2 TCP connections over data0 failed: n1 -> n2 10.77.0.2: no answer within 3 s; MPI would hang here"
     assert result.fix == "data0 does not carry traffic between the nodes: name the data interface in network.interfaces"
 
 
 def test_missing_and_down_interfaces_fail():
-    facts = Facts(site(), {"n1": node("n1"), "n2": node("n2", ifaces=(("eth0", True, "10.0.0.{}"),))})
-    assert by_check(diagnose(facts))["interface data0"].evidence == \
+    results = diagnose(site(), {"n1": node("n1"), "n2": node("n2", ifaces=(("eth0", True, "10.0.0.{}"),))})
+    assert by_rule(results)["interface data0"].evidence == \
         "no interface data0 on n2 (named by network.interfaces; the nodes have data0, eth0)"
-    facts = Facts(site(), {"n1": node("n1", ifaces=(("data0", False, "10.77.0.{}"),))})
-    assert by_check(diagnose(facts))["interface data0"].evidence == "data0 is down on n1"
+    results = diagnose(site(), {"n1": node("n1", ifaces=(("data0", False, "10.77.0.{}"),))})
+    assert by_rule(results)["interface data0"].evidence == "data0 is down on n1"
 
 
 def manifest_image(version: str, sha: str = "aa" * 32, cuda: str | None = None, archs: str = "") -> dict:
@@ -71,11 +77,12 @@ def manifest_image(version: str, sha: str = "aa" * 32, cuda: str | None = None, 
 
 
 def test_image_with_open_mpi_5_fails_against_host_open_mpi_4_1():
-    facts = Facts(site(), {"n1": node("n1", image=manifest_image("5.0.3"))}, image="/img", checksum=True)
-    result = by_check(diagnose(facts))["MPI ABI host/image"]
+    results = diagnose(site(), {"n1": node("n1", image=manifest_image("5.0.3"))}, image="/img", checksum=True)
+    result = by_rule(results)["mpi-abi-host"]
     assert result.status == "FAIL"
-    assert result.evidence == ("host openmpi 4.1.4; image openmpi 5.0.3 (/img/etc/hpcbundle/manifest.json on n1): "
-                               "Open MPI 4.1 and 5.0 are different series")
+    assert result.evidence == ("host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series; "
+                               "the hybrid model needs the same major.minor (4.1.x in the image)")
+    assert by_rule(results)["image-metadata"].evidence == "read /img/etc/hpcbundle/manifest.json on n1"
 
 
 @pytest.mark.parametrize("second, check, evidence", [
@@ -83,52 +90,54 @@ def test_image_with_open_mpi_5_fails_against_host_open_mpi_4_1():
     (manifest_image("4.1.4", sha="bb" * 32), "image checksum", "/img differs between nodes: sha256 aaaaaaaaaaaa… on n1; sha256 bbbbbbbbbbbb… on n2"),
 ])
 def test_image_missing_or_different_on_one_node_fails(second, check, evidence):
-    facts = Facts(site(), {"n1": node("n1", image=manifest_image("4.1.4")), "n2": node("n2", image=second)}, image="/img", checksum=True)
-    result = by_check(diagnose(facts))[check]
+    results = diagnose(site(), {"n1": node("n1", image=manifest_image("4.1.4")), "n2": node("n2", image=second)}, image="/img", checksum=True)
+    result = by_rule(results)[check]
     assert (result.status, result.evidence) == ("FAIL", evidence)
 
 
 def test_sif_that_cannot_be_opened_warns():
-    facts = Facts(site(), {"n1": node("n1", image={"path": "/h.sif", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64})},
+    results = diagnose(site(), {"n1": node("n1", image={"path": "/h.sif", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64})},
                   image="/h.sif", checksum=True)
-    results = diagnose(facts)
-    assert by_check(results)["image metadata"].status == "WARN" and exit_status(results) == 1
+    assert by_rule(results)["image-metadata"].status == "WARN" and exit_status(results) == 1
 
 
 def test_gpu_checks_skip_without_a_gpu_and_judge_driver_and_arch_with_one():
-    facts = Facts(site(), {"n1": node("n1")})
-    assert by_check(diagnose(facts))["GPU"] == Result("GPU", "SKIP", "no GPU on n1 (nvidia-smi not found)")
+    results = diagnose(site(), {"n1": node("n1")})
+    assert by_rule(results)["declared-gpus"] == Result(
+        "declared-gpus", "SKIP", "no GPU on n1 (nvidia-smi not found), and the site declares none")
     gpu = {"present": True, "driver": "470.57.02", "gpus": [{"name": "Tesla V100", "capability": "7.0"}], "note": ""}
     gsite = site(node={"gpus": 1, "gpu_model": "V100"})
-    facts = Facts(gsite, {"n1": node("n1", gpu=gpu, image=manifest_image("4.1.4", cuda="12.2", archs="8.0,9.0"))}, image="/img")
-    results = by_check(diagnose(facts))
-    assert results["GPU driver/CUDA"].status == "FAIL" and "470.57.02 on n1 < 525.60.13" in results["GPU driver/CUDA"].evidence
-    assert results["GPU arch"].evidence == "GPU compute capability 7.0; the image builds 8.0, 9.0"
+    results = diagnose(gsite, {"n1": node("n1", gpu=gpu, image=manifest_image("4.1.4", cuda="12.2", archs="8.0,9.0"))}, image="/img")
+    results = by_rule(results)
+    assert results["driver-cuda"].status == "FAIL"
+    assert results["driver-cuda"].evidence == "driver 470.57.02 on n1 is older than CUDA 12.2 allows (525.60.13)"
+    assert results["gpu-arch"].evidence == "n1 has Tesla V100 (compute capability 7.0); the recipe builds 8.0, 9.0"
+    assert results["declared-gpus"].status == "PASS"
 
 
 def test_infiniband_asked_for_but_absent_fails():
-    facts = Facts(site(mca={"pml": "ucx"}), {"n1": node("n1")})
-    assert by_check(diagnose(facts))["InfiniBand"].status == "FAIL"
-    facts = Facts(site(mca={"pml": "ucx"}), {"n1": node("n1", ib=["mlx5_0"])})
-    assert by_check(diagnose(facts))["InfiniBand"].evidence == "mlx5_0 on every node (mca.pml=ucx)"
+    results = diagnose(site(mca={"pml": "ucx"}), {"n1": node("n1")})
+    assert by_rule(results)["infiniband"].status == "FAIL"
+    results = diagnose(site(mca={"pml": "ucx"}), {"n1": node("n1", ib=["mlx5_0"])})
+    assert by_rule(results)["infiniband"].evidence == "mlx5_0 on every node (mca.pml=ucx)"
 
 
 def test_userns_cma_trap_and_oversubscription():
-    facts = Facts(site(container={"runtime": "charliecloud"}), {"n1": node("n1")}, hosts={"n1": 3})
-    results = by_check(diagnose(facts))
-    assert results["userns + CMA"].status == "WARN" and "btl_vader_single_copy_mechanism: none" in results["userns + CMA"].fix
+    results = diagnose(site(container={"runtime": "charliecloud"}), {"n1": node("n1")}, hosts={"n1": 3})
+    results = by_rule(results)
+    assert results["userns-vader"].status == "WARN" and "btl_vader_single_copy_mechanism: none" in results["userns-vader"].fix
     assert results["oversubscription"] == Result("oversubscription", "FAIL", "3 ranks on n1 (2 CPUs); mpirun refuses more ranks than slots",
                                                  "lower the slots in --hosts or set launcher.oversubscribe")
 
 
 def test_a_node_that_does_not_answer_fails_the_probe():
-    facts = Facts(site(), {"n1": node("n1"), "n2": {"error": "no answer within 30 s"}})
-    assert by_check(diagnose(facts))["node probe"] == Result(
-        "node probe", "FAIL", "n2: no answer within 30 s",
+    results = diagnose(site(), {"n1": node("n1"), "n2": {"error": "no answer within 30 s"}})
+    assert by_rule(results)["node-probe"] == Result(
+        "node-probe", "FAIL", "n2: no answer within 30 s",
         "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it")
 
 
 def test_an_engine_image_name_is_not_taken_for_a_missing_file():
-    facts = Facts(site(container={"runtime": "docker"}), {"n1": node("n1", image={"path": "local/horovod:cpu", "exists": False, "kind": "missing"})},
+    results = diagnose(site(container={"runtime": "docker"}), {"n1": node("n1", image={"path": "local/horovod:cpu", "exists": False, "kind": "missing"})},
                   image="local/horovod:cpu")
-    assert by_check(diagnose(facts))["image present"].status == "SKIP"
+    assert by_rule(results)["image present"].status == "SKIP"

@@ -11,7 +11,8 @@ from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.rules.knowledge import knowledge_base
-from hpcbundle.rules.pairs import PAIR_RULES, check_pair
+from hpcbundle.rules.engine import RULES
+from hpcbundle.rules.facts import check_declared
 
 from .helpers import recipe_data
 from .test_launch import SITES, hpcbundle
@@ -38,7 +39,7 @@ def _recipe(base: str, **changes: Any) -> Recipe:
 
 
 def _finding(recipe: Recipe, site: Site, rule: str):
-    return next(f for f in check_pair(recipe, site, KB) if f.rule == rule)
+    return next(f for f in check_declared(recipe, site, KB) if f.rule == rule)
 
 
 CASES = [
@@ -66,12 +67,12 @@ CASES = [
 @pytest.mark.parametrize("rule, recipe, site, status, words", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
 def test_pair_rule(rule, recipe, site, status, words):
     finding = _finding(recipe, site, rule)
-    assert (finding.status, words in finding.message) == (status, True), finding.line()
+    assert (finding.status, words in finding.message()) == (status, True), finding.line()
 
 
 def test_every_pair_rule_has_a_failing_or_warning_case():
     bad = {c[0] for c in CASES if c[3] in ("FAIL", "WARN")}
-    assert bad == {rule.__name__ for rule in PAIR_RULES}
+    assert bad == {r.name for r in RULES if r.needs <= {"image", "site", "nodes"}}
 
 
 def test_check_with_site_refuses_a_bad_pair_with_every_reason():
@@ -80,7 +81,7 @@ def test_check_with_site_refuses_a_bad_pair_with_every_reason():
     assert "FAIL  gpu-arch" in result.stdout and "WARN  openib-ucx" in result.stdout
     assert result.stderr.strip().splitlines() == [
         "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: site ib-v100 has V100 (compute capability 7.0); "
-        "the recipe builds 8.0, 9.0: add 7.0 to gpu.archs"]
+        "the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"]
 
 
 @pytest.mark.parametrize("recipe, site", [("cuda11.8-tf2.14-torch2.1", "ib-v100"), ("cuda12.2-tf2.15-torch2.1-ucx", "eth-a100-slurm"),

@@ -17,6 +17,7 @@ from typing import ClassVar, NamedTuple
 from .. import __version__
 from ..config.errors import UserError
 from ..config.recipes import Recipe
+from ..rules.facts import MANIFEST, image_labels
 from ..rules.knowledge import KnowledgeBase, pytorch_requirement
 
 VENV = "/opt/venv"
@@ -24,7 +25,6 @@ MPI_PREFIX = "/opt/openmpi"
 UCX_PREFIX = "/opt/ucx"
 WHEELHOUSE = "/wheelhouse"
 EXAMPLES = "/examples"
-MANIFEST = "/etc/hpcbundle/manifest.json"
 CUDA_HOME = "/usr/local/cuda"
 CUDA_STUB_DIR = "/tmp/build/cuda-stubs"
 """Holds libcuda.so.1 -> the toolkit's stub only while Horovod builds (build hosts have no GPU driver)."""
@@ -107,7 +107,7 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase) -> ImageSpec:
         spec.framework_requirements == ("tensorflow-cpu==2.15.1", "torch==2.13.0+cpu")
         spec.check_build == ("Frameworks: TensorFlow", "Frameworks: PyTorch", "Controllers: MPI", ...)
     """
-    labels = _labels(recipe)
+    labels = image_labels(recipe)
     return ImageSpec(
         recipe=recipe,
         packages=_packages(recipe),
@@ -226,34 +226,6 @@ def _check_build(recipe: Recipe) -> tuple[str, ...]:
     hvd = recipe.horovod
     wanted = [("Frameworks", recipe.frameworks.names), ("Controllers", hvd.controllers), ("Tensor Operations", hvd.tensor_operations)]
     return tuple(f"{section}: {CHECK_BUILD_NAMES[name]}" for section, names in wanted for name in names)
-
-
-def _labels(recipe: Recipe) -> dict[str, str]:
-    """org.hpcbundle.* image labels: what `doctor` compares with a site. CPU images have no cuda keys."""
-    fw, gpu, mpi = recipe.frameworks, recipe.gpu, recipe.mpi
-    labels = {
-        "recipe": recipe.name,
-        "hpcbundle-version": __version__,
-        "os": recipe.base.os,
-        "python": recipe.python,
-        "mpi.flavour": mpi.flavour,
-        "mpi.version": mpi.version,
-        "mpi.install": mpi.install,
-        "horovod": recipe.horovod.version,
-        "horovod.controllers": ",".join(recipe.horovod.controllers),
-        "horovod.tensor-operations": ",".join(recipe.horovod.tensor_operations),
-        "frameworks": ",".join(fw.names),
-        "manifest": MANIFEST,
-    }
-    if gpu:
-        labels |= {"cuda": gpu.cuda, "cudnn": gpu.cudnn, "nccl": gpu.nccl_version, "gpu-archs": ",".join(gpu.archs)}
-    if recipe.ucx:
-        labels["ucx"] = recipe.ucx.version
-    if fw.tensorflow:
-        labels["tensorflow"] = fw.tensorflow.version
-    if fw.pytorch:
-        labels["pytorch"] = f"{fw.pytorch.version}+{fw.pytorch.variant}"
-    return {f"org.hpcbundle.{key}": value for key, value in labels.items()}
 
 
 def _manifest(recipe: Recipe, labels: dict[str, str]) -> str:

@@ -7,26 +7,17 @@ from pathlib import Path
 
 import click
 
-from ..config.errors import UserError
 from ..config.loading import parse_yaml, validate
 from ..config.sites import Site
-from ..diagnose import probes
 from ..diagnose.detect import draft_site, observe
-from ..diagnose.doctor import Facts, Result, diagnose, exit_status, named_interfaces
+from ..diagnose.doctor import doctor
 from ..launch import load_site, parse_hosts
+from ..rules.engine import Result, exit_status
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
 from .outputs import write_atomic
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-
-
-def run_doctor(site: Site, image: str | None, hosts: tuple[tuple[str, int], ...], *, checksum: bool,
-               scope: str = "nodes", timeout: float = 30.0) -> list[Result]:
-    """Gather facts on the hosts (or here) and judge them: what `doctor` and the launch pre-checks run."""
-    probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
-    nodes, reach = probes.gather(dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout)
-    return diagnose(Facts(site=site, nodes=nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope))  # type: ignore[arg-type]
 
 
 def print_results(results: list[Result], err: bool = False) -> None:
@@ -38,7 +29,7 @@ def print_results(results: list[Result], err: bool = False) -> None:
 
         table = Table("check", "status", "evidence", "fix", show_lines=False)
         for r in results:
-            table.add_row(r.check, f"[{_STYLE[r.status]}]{r.status}[/]", r.evidence, r.fix)
+            table.add_row(r.rule, f"[{_STYLE[r.status]}]{r.status}[/]", r.evidence, r.fix)
         Console(file=stream).print(table)
     else:
         for r in results:
@@ -63,7 +54,7 @@ def doctor_command(ctx: click.Context, bundle, site: str, image: str | None, hos
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
     """
     model = load_site(site, bundle.get().sites_dir)
-    results = run_doctor(model, image, parse_hosts(hosts) if hosts else (), checksum=not no_checksum, timeout=timeout)
+    results = doctor(model, image, parse_hosts(hosts) if hosts else (), checksum=not no_checksum, timeout=timeout)
     print_results(results)
     ctx.exit(exit_status(results))
 
@@ -97,4 +88,4 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
     click.echo(f"wrote {output}: {confirm} line(s) marked CONFIRM to check", err=True)
 
 
-__all__ = ["run_doctor", "print_results", "UserError"]
+__all__ = ["print_results"]

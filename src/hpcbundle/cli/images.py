@@ -13,9 +13,11 @@ from ..build.imagespec import CONTEXT_DIRS, image_spec
 from ..build.render import render_image, template_environment
 from ..config.errors import UserError
 from ..config.recipes import load_recipe
-from ..rules.compat import check_recipe, failed
+from ..rules.engine import failed
+from ..rules.facts import check_declared
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
+from .recipes import refuse
 
 # Requirements with a local version label (torch==2.13.0+cpu) are never on PyPI.
 _LOCAL_BUILD = re.compile(r"^([A-Za-z0-9_.-]+)==([^+\s]+\+[A-Za-z0-9.]+)$")
@@ -58,9 +60,9 @@ def build_docker_command(bundle, recipe: str, tags: tuple[str, ...], base_image:
     b = bundle.get()
     kb = knowledge_base()
     model = load_recipe(recipe, b.recipes_dir)
-    findings = check_recipe(model, kb)
+    findings = check_declared(model, None, kb)
     if failed(findings):
-        raise UserError(*(f"recipe {model.name}: {f.rule}: {f.message}" for f in findings if f.status == "FAIL"))
+        refuse(findings, model.name)
     text = render_image(model, "docker", template_environment(b.containers_dir), kb)
 
     args = _parse_build_args(build_args)

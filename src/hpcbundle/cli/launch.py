@@ -26,10 +26,11 @@ _no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fas
 
 def _doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
     """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
-    from ..diagnose.doctor import exit_status
-    from .doctor import print_results, run_doctor
+    from ..diagnose.doctor import doctor
+    from ..rules.engine import exit_status
+    from .doctor import print_results
 
-    results = run_doctor(model, image, hosts, checksum=False, scope=scope, timeout=20)
+    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20)
     shown = [r for r in results if r.status in ("WARN", "FAIL")]
     print_results(shown, err=True)
     if exit_status(results) == 2:

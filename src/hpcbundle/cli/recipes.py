@@ -13,9 +13,9 @@ from ..build.render import TEMPLATES, render_image, template_environment
 from ..config.errors import UserError
 from ..config.recipes import all_recipes, load_recipe
 from ..launch import load_site
-from ..rules.compat import check_recipe, failed
+from ..rules.engine import failed
+from ..rules.facts import check_declared
 from ..rules.knowledge import knowledge_base
-from ..rules.pairs import check_pair
 from . import main, pass_bundle
 from .outputs import write_atomic
 
@@ -83,9 +83,9 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
     b = bundle.get()
     kb = knowledge_base()
     model = load_recipe(recipe, b.recipes_dir)
-    findings = check_recipe(model, kb)
+    findings = check_declared(model, None, kb)
     if failed(findings):
-        _refuse(findings, model.name)
+        refuse(findings, model.name)
     text = render_image(model, fmt, template_environment(b.containers_dir), kb)
     if output is None:
         click.echo(text, nl=False)
@@ -105,17 +105,15 @@ def check_command(bundle, recipe: str, site: str | None) -> None:
     """
     b = bundle.get()
     model = load_recipe(recipe, b.recipes_dir)
-    findings = check_recipe(model, knowledge_base())
-    if site is not None:
-        findings += check_pair(model, load_site(site, b.sites_dir), knowledge_base())
+    findings = check_declared(model, load_site(site, b.sites_dir) if site is not None else None, knowledge_base())
     for finding in findings:
         click.echo(finding.line())
     if failed(findings):
-        _refuse(findings, model.name)
+        refuse(findings, model.name)
     click.echo(f"recipe {model.name}: OK ({len(findings)} rules)")
 
 
-def _refuse(findings, name: str) -> None:
+def refuse(findings, name: str) -> None:
     """Every FAIL as one error line; exit status 2."""
-    raise UserError(*(f"recipe {name}: {f.rule}: {f.message}" for f in findings if f.status == "FAIL"))
+    raise UserError(*(f"recipe {name}: {f.rule}: {f.message()}" for f in findings if f.status == "FAIL"))
 

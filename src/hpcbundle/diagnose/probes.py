@@ -1,8 +1,8 @@
 """Gather the facts `doctor` and `site detect` judge: the I/O edge, run on each node (bounded).
 
 Every function here reads the machine (``ip -j addr``, /sys/class/infiniband, ``nvidia-smi``,
-``mpirun --version``, runtime ``--version``, the image) and returns plain JSON-able data; the
-judging is pure and lives in doctor.py and detect.py. Run on a node as::
+``mpirun --version``, runtime ``--version``, the image) and returns plain JSON-able data, the
+facts the rules judge (src/hpcbundle/rules/); diagnose/fanout.py runs it on every node. Run on a node as::
 
     python3 -m hpcbundle.diagnose.probes facts --image /var/tmp/img --checksum   # one JSON object
     python3 -m hpcbundle.diagnose.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
@@ -245,115 +245,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# --------------------------------------------------------------------- across nodes (the edge)
-def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
-    """argv that runs `words` on `host`: through the site's plm_rsh_agent (as Open MPI would), else ssh.
-
-    The agent and ssh get one shell-quoted command word, like Open MPI hands its agent.
-    """
-    import shlex
-
-    if host in ("localhost", socket.gethostname()) and "plm_rsh_agent" not in mca:
-        return list(words)
-    agent = shlex.split(mca["plm_rsh_agent"]) if "plm_rsh_agent" in mca else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
-    return [*agent, host, shlex.join(words)]
-
-
-def _self(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle.diagnose.probes", *args]
-
-
-def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
-                             stdin=subprocess.DEVNULL, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return {"error": f"no answer within {timeout:g} s"}
-    except OSError as exc:
-        return {"error": f"{argv[0]}: {exc.strerror}"}
-    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
-    if res.returncode or not lines:
-        tail = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
-        return {"error": f"probe failed: {tail}"}
-    return json.loads(lines[-1])
-
-
-def gather(mca: dict[str, str], hosts: list[str], image_path: str | None, checksum: bool,
-           interfaces_to_probe: list[str], timeout: float = 30.0, connect_seconds: float = 3.0
-           ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
-    """Facts from every host (or this one when `hosts` is empty) and a real TCP probe over each interface.
-
-    Returns (host -> facts or {'error'}, interface -> [(from, to, address, 'ok' or why)]).
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    words = ["facts", *(["--image", image_path] if image_path else []), *(["--checksum"] if checksum else [])]
-    if not hosts:
-        return {socket.gethostname(): facts(image_path, checksum)}, {}
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        found = dict(zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True))
-    reach: dict[str, list[tuple[str, str, str, str]]] = {}
-    if len(hosts) > 1:
-        for name in interfaces_to_probe:
-            addrs = {}
-            for host, node in found.items():
-                link = next((i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None)
-                if link:
-                    addrs[host] = link["ipv4"][0].split("/")[0]
-            if len(addrs) == len(hosts):
-                reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout)
-    return found, reach
-
-
-def _tcp_mesh(mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float) -> list[tuple[str, str, str, str]]:
-    """Listen on each host's address, connect from every other host; bounded by `seconds` per connection."""
-    import select
-    from concurrent.futures import ThreadPoolExecutor
-
-    listeners: dict[str, subprocess.Popen] = {}
-    ports: dict[str, str] = {}
-    results: list[tuple[str, str, str, str]] = []
-    try:
-        for host, addr in addrs.items():
-            listeners[host] = subprocess.Popen(remote_argv(mca, host, _self("listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1))),  # noqa: S603
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        for host, proc in listeners.items():
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
-            if line.startswith("{"):
-                ports[host] = f"{addrs[host]}:{json.loads(line)['port']}"
-            else:
-                results += [(other, host, addrs[host], f"could not listen on {addrs[host]}") for other in addrs if other != host]
-
-        def from_host(src: str) -> list[tuple[str, str, str, str]]:
-            targets = {dst: p for dst, p in ports.items() if dst != src}
-            if not targets:
-                return []
-            answer = _run_json(remote_argv(mca, src, _self("connect", *targets.values(), "--seconds", str(seconds))), seconds + timeout)
-            return [(src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()]
-
-        with ThreadPoolExecutor(max_workers=len(addrs)) as pool:
-            for part in pool.map(from_host, list(addrs)):
-                results += part
-    finally:
-        for proc in listeners.values():
-            _kill(proc)
-    return results
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    import signal
-
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(2)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue

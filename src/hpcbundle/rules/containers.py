@@ -1,0 +1,86 @@
+"""Rules for containers: the runtime on the nodes, the same image on every node, its metadata, user-namespace traps."""
+
+from __future__ import annotations
+
+from ..config.fields import major_minor, parse_version
+from ..launch import RUNTIMES
+from .engine import Facts, Verdict, rule
+from .knowledge import KnowledgeBase
+
+
+@rule("container-runtime", needs=("site", "nodes", "observed"))
+def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The site's container runtime is installed on every node."""
+    name = facts.site.container.runtime
+    if name == "none":
+        return Verdict("SKIP", "container.runtime: none (the host's own software)")
+    command = facts.site.container.command or getattr(RUNTIMES.get(name), "command", name)
+    nodes = facts.ok_nodes()
+    missing = [h for h, n in nodes.items() if name not in n.get("runtimes", {})]
+    if missing:
+        return Verdict("WARN" if facts.scope == "login" else "FAIL", f"`{command} --version` fails or is not on PATH on {', '.join(missing)}",
+                       f"install {name} there or set container.runtime/command in the site")
+    versions = sorted({n["runtimes"][name] for n in nodes.values()})
+    return Verdict("PASS" if len(versions) == 1 else "WARN", f"{name}: {' | '.join(versions)}",
+                   "" if len(versions) == 1 else "install the same version on every node")
+
+
+@rule("image", needs=("site", "nodes", "observed"))
+def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The image exists at the same path on every node, with the same checksum."""
+    path = facts.image_path
+    if not path:
+        return Verdict("SKIP", "no --image: the program runs on the host", subject="present")
+    seen = {h: n.get("image") or {} for h, n in facts.ok_nodes().items()}
+    engine = facts.site.container.runtime in ("docker", "podman")
+    if seen and (engine and not any(i.get("exists") for i in seen.values()) or all(i.get("kind") == "name" for i in seen.values())):
+        return Verdict("SKIP", f"{path} is not a path (a registry/Docker name): not checked", subject="present")
+    missing = [h for h, i in seen.items() if not i.get("exists")]
+    if missing:
+        return Verdict("WARN" if facts.scope == "login" else "FAIL", f"{path} does not exist on {', '.join(missing)}",
+                       "copy the image to the same path on every node (or put it on a shared file system)", "present")
+    if not facts.checksum:
+        return Verdict("PASS", f"{path} exists on {', '.join(seen)} (checksum not compared)", subject="present")
+    sums: dict[str, list[str]] = {}
+    for host, info in seen.items():
+        sums.setdefault(info.get("sha256", "?"), []).append(host)
+    if len(sums) > 1:
+        detail = "; ".join(f"sha256 {s[:12]}… on {', '.join(h)}" for s, h in sums.items())
+        return Verdict("FAIL", f"{path} differs between nodes: {detail}",
+                       "copy the same image to every node (rsync/cp from one source) and compare with sha256sum", "checksum")
+    return Verdict("PASS", f"{path}: sha256 {next(iter(sums))[:12]}… on {', '.join(seen)}", subject="checksum")
+
+
+@rule("image-metadata", needs=("site", "nodes", "observed"))
+def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The image's recipe metadata can be read (directory images hold /etc/hpcbundle/manifest.json)."""
+    if not facts.image_path:
+        return []
+    if facts.image is not None:
+        return [Verdict("PASS", f"read {facts.image_source}")]
+    infos = [n.get("image") or {} for n in facts.ok_nodes().values()]
+    kinds = {i.get("kind") for i in infos if i.get("exists")}
+    errors = [i["manifest_error"] for i in infos if i.get("manifest_error")]
+    if "file" in kinds:
+        return [Verdict("WARN", f"{facts.image_path} is a file image (.sif/SquashFS) that doctor cannot open here: "
+                                "MPI and CUDA of the image unchecked",
+                        "run `singularity inspect --labels IMAGE` (org.hpcbundle.* labels) or give the image as a directory")]
+    if errors:
+        return [Verdict("WARN", errors[0], "the image was not built by hpcbundle, or its manifest is damaged")]
+    return []
+
+
+@rule("userns-vader", needs=("site",))
+def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Open MPI 4's vader single-copy (CMA) hangs across user namespaces unless switched off."""
+    site = facts.site
+    runtime = RUNTIMES.get(site.container.runtime)
+    image = facts.image or {}
+    flavour = image.get("mpi.flavour") or site.mpi.flavour
+    version = image.get("mpi.version") or site.mpi.version
+    if runtime is None or not runtime.in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
+        return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
+    if site.mca.get("btl_vader_single_copy_mechanism") == "none":
+        return Verdict("PASS", f"{runtime.name} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none")
+    return Verdict("WARN", f"{runtime.name} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
+                           "single-copy hangs large messages", "add `btl_vader_single_copy_mechanism: none` to the site's mca")

@@ -1,0 +1,163 @@
+"""The one rule engine: rules over facts, one registry, one result type.
+
+A rule reads `Facts` and returns a `Verdict` (or several): PASS, WARN, FAIL or SKIP, the evidence,
+and the fix. `hpcbundle check RECIPE [--site SITE]` and `hpcbundle doctor` are two front ends over
+the same registry; they differ only in where the facts come from (declared by a recipe and a site,
+or observed on the nodes, see rules/facts.py). A rule names the facts it `needs`, and the engine
+runs it wherever those facts exist, so a rule is written once and runs from every front end that
+can feed it::
+
+    >>> from hpcbundle.rules.knowledge import knowledge_base
+    >>> facts = Facts(site=None)
+    >>> [r.rule for r in evaluate(facts, knowledge_base())]   # no recipe, site or nodes: nothing to judge
+    []
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, NamedTuple, Union
+
+if TYPE_CHECKING:
+    from ..config.recipes import Recipe
+    from ..config.sites import Site
+    from .knowledge import KnowledgeBase
+
+# One module per family of rules, in the order their results are shown.
+FAMILIES = ("base", "nodes", "gpu", "frameworks", "mpi", "containers", "fabric")
+Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
+_RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
+Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """One rule's outcome, e.g. Result('gpu-arch', 'FAIL', 'site ib-v100 has V100 ...', 'add 7.0 to gpu.archs')."""
+
+    rule: str
+    status: Status
+    evidence: str
+    fix: str = ""
+
+    def message(self) -> str:
+        """The evidence, then the fix."""
+        return self.evidence + (f"; {self.fix}" if self.fix else "")
+
+    def line(self) -> str:
+        """The plain one-line form: status, rule, evidence; fix."""
+        return f"{self.status:<4}  {self.rule:<20} {self.message()}"
+
+
+class Verdict(NamedTuple):
+    """What a rule function returns; `subject` narrows the rule's name (interface data0, image checksum)."""
+
+    status: Status
+    evidence: str
+    fix: str = ""
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules read; absent facts are None and the rules that need them do not run.
+
+    recipe      the build spec (only `check` has it)
+    image       the image's labels, `org.hpcbundle.` stripped: derived from the recipe (check) or
+                read back from the built image's manifest (doctor); `image_source` says where
+    site        the site the job runs on
+    nodes       host -> node facts in the probe's shape (diagnose/probes.py): declared by the site
+                (one entry, `site NAME`) or observed on every node; an unanswered node is {'error': why}
+    observed    True when `nodes` were observed (doctor), False when declared (check)
+    hosts       ranks per host of the planned launch (doctor --hosts)
+    reach, image_path, checksum, scope: what only doctor observes (TCP probes between the nodes,
+                the image path it looked for, whether it hashed it, and whether it ran on a login node)
+    """
+
+    site: Site | None
+    recipe: Recipe | None = None
+    image: Mapping[str, str] | None = None
+    image_source: str = ""
+    nodes: Mapping[str, Mapping[str, Any]] | None = None
+    observed: bool = False
+    hosts: Mapping[str, int] | None = None
+    reach: Mapping[str, list[tuple[str, str, str, str]]] = field(default_factory=dict)
+    image_path: str | None = None
+    checksum: bool = False
+    scope: Literal["nodes", "login"] = "nodes"
+
+    def available(self) -> set[str]:
+        """The kinds of facts present (what a rule's `needs` is matched against)."""
+        present = {"recipe": self.recipe, "image": self.image, "site": self.site, "nodes": self.nodes,
+                   "hosts": self.hosts, "observed": self.observed or None}
+        return {name for name, value in present.items() if value is not None}
+
+    def ok_nodes(self) -> dict[str, Mapping[str, Any]]:
+        """The nodes that answered (all of them when declared)."""
+        return {host: node for host, node in (self.nodes or {}).items() if "error" not in node}
+
+    def on(self, hosts: Iterable[str]) -> str:
+        """' on node1, node2' for observed nodes; '' for declared ones (the site speaks for all)."""
+        return f" on {', '.join(hosts)}" if self.observed else ""
+
+
+RuleFunction = Callable[[Facts, "KnowledgeBase"], Union[Verdict, list[Verdict]]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule: its name, the facts it needs, and the function (whose docstring says why)."""
+
+    name: str
+    needs: frozenset[str]
+    function: RuleFunction
+
+    def __call__(self, facts: Facts, kb: KnowledgeBase) -> list[Result]:
+        found = self.function(facts, kb)
+        verdicts = [found] if isinstance(found, Verdict) else found
+        return [Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix) for v in verdicts]
+
+
+RULES: list[Rule] = []
+
+
+def rule(name: str, needs: Iterable[Need]) -> Callable[[RuleFunction], RuleFunction]:
+    """Register a rule under `name`, run wherever the facts in `needs` exist (in registration order)."""
+
+    def register(function: RuleFunction) -> RuleFunction:
+        RULES.append(Rule(name, frozenset(needs), function))
+        return function
+
+    return register
+
+
+def applicable(facts: Facts) -> list[Rule]:
+    """The registered rules whose needed facts are all present."""
+    _load_families()
+    present = facts.available()
+    return sorted((r for r in RULES if r.needs <= present), key=_order)
+
+
+def _order(r: Rule) -> int:
+    """Build-spec rules first, then what only observation shows, then the image judged on the nodes."""
+    return 0 if "recipe" in r.needs else 1 if "observed" in r.needs else 2
+
+
+def evaluate(facts: Facts, kb: KnowledgeBase) -> list[Result]:
+    """Run every rule that the facts can feed; a user sees every reason at once."""
+    return [result for r in applicable(facts) for result in r(facts, kb)]
+
+
+def exit_status(results: list[Result]) -> int:
+    """0 all PASS/SKIP, 1 any WARN, 2 any FAIL."""
+    return max((_RANK[r.status] for r in results), default=0)
+
+
+def failed(results: list[Result]) -> bool:
+    return any(r.status == "FAIL" for r in results)
+
+
+def _load_families() -> None:
+    """Import the rule families (each registers its rules on import); FAMILIES' order is the output's."""
+    for family in FAMILIES:
+        importlib.import_module(f"{__package__}.{family}")

@@ -1,0 +1,129 @@
+"""Rules for the frameworks and Horovod: TensorFlow and PyTorch builds vs CUDA, cuDNN and Python; Horovod vs both."""
+
+from __future__ import annotations
+
+from ..config.fields import major_minor, parse_version
+from .engine import Facts, Verdict, rule
+from .gpu import CPU_ONLY
+from .knowledge import KnowledgeBase
+
+
+def _in_range(version: str, bounds: tuple[str, str]) -> bool:
+    return parse_version(bounds[0]) <= parse_version(major_minor(version)) <= parse_version(bounds[1])
+
+
+@rule("tensorflow-build", needs=("recipe",))
+def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """TensorFlow's pip wheel is built against one CUDA/cuDNN and a range of Pythons."""
+    recipe = facts.recipe
+    tf = recipe.frameworks.tensorflow
+    if tf is None:
+        return Verdict("SKIP", "no TensorFlow")
+    build = kb.tensorflow_build(tf.version)
+    if build is None:
+        return Verdict("FAIL", f"TensorFlow {tf.version} is not in the knowledge base", "add it to compat.yaml tensorflow")
+    if not _in_range(recipe.python, build.python):
+        return Verdict("FAIL", f"TensorFlow {tf.version} supports Python {build.python[0]}-{build.python[1]}, not {recipe.python}")
+    if recipe.gpu is None:
+        if tf.package != "tensorflow-cpu":
+            return Verdict("WARN", f"CPU-only recipe installs the GPU package {tf.package}; tensorflow-cpu is smaller")
+        return Verdict("PASS", f"TensorFlow {tf.version} (CPU) for Python {recipe.python}")
+    if tf.package == "tensorflow-cpu":
+        return Verdict("FAIL", "GPU recipe installs tensorflow-cpu, which cannot use the GPU; set package: tensorflow")
+    cuda, cudnn = recipe.gpu.cuda, recipe.gpu.cudnn
+    if cuda.split(".")[0] != build.cuda.split(".")[0] or parse_version(major_minor(cuda)) < parse_version(build.cuda):
+        return Verdict("FAIL", f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} (needs {build.cuda.split('.')[0]}.x >= {build.cuda})")
+    if cudnn.split(".")[0] != build.cudnn.split(".")[0] or parse_version(major_minor(cudnn)) < parse_version(build.cudnn):
+        return Verdict("FAIL", f"TensorFlow {tf.version} is built for cuDNN {build.cudnn}; the recipe has cuDNN {cudnn}")
+    return Verdict("PASS", f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, Python {build.python[0]}-{build.python[1]}")
+
+
+@rule("pytorch-wheel", needs=("recipe",))
+def pytorch_wheel(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The torch wheel variant must exist, match the recipe's CUDA major (or CPU), and suit the Python."""
+    recipe = facts.recipe
+    pt = recipe.frameworks.pytorch
+    if pt is None:
+        return Verdict("SKIP", "no PyTorch")
+    release = kb.pytorch_release(pt.version)
+    if release is None:
+        return Verdict("FAIL", f"PyTorch {pt.version} is not in the knowledge base", "add it to compat.yaml pytorch")
+    if not _in_range(recipe.python, release.python):
+        return Verdict("FAIL", f"PyTorch {pt.version} supports Python {release.python[0]}-{release.python[1]}, not {recipe.python}")
+    if pt.variant not in release.variants:
+        return Verdict("FAIL", f"PyTorch {major_minor(pt.version)} has no {pt.variant} wheel (known: {', '.join(release.variants)})")
+    if recipe.gpu is None:
+        if pt.variant != "cpu":
+            return Verdict("FAIL", f"CPU-only recipe installs the {pt.variant} wheel", "use variant: cpu")
+        return Verdict("PASS", f"PyTorch {pt.version}+cpu")
+    if pt.variant == "cpu":
+        return Verdict("FAIL", "GPU recipe installs the CPU wheel; pick a cuXYZ variant for the recipe's CUDA")
+    wheel_cuda_major = pt.variant[2:-1]
+    if wheel_cuda_major != recipe.gpu.cuda.split(".")[0]:
+        return Verdict("FAIL", f"PyTorch wheel {pt.variant} carries CUDA {wheel_cuda_major}.x; the recipe has CUDA {recipe.gpu.cuda}")
+    return Verdict("PASS", f"PyTorch {pt.version} {pt.variant} for Python {recipe.python}")
+
+
+@rule("pytorch-archs", needs=("recipe",))
+def pytorch_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The torch wheel's own kernels must cover every GPU the recipe targets."""
+    recipe = facts.recipe
+    pt = recipe.frameworks.pytorch
+    if pt is None or recipe.gpu is None:
+        return Verdict("SKIP", "no PyTorch" if pt is None else CPU_ONLY.evidence)
+    release = kb.pytorch_release(pt.version)
+    archs = release.variants.get(pt.variant) if release else None
+    if archs is None:
+        return Verdict("SKIP", "wheel unknown (see pytorch-wheel)")
+    missing = [a for a in recipe.gpu.archs if a not in archs]
+    if missing:
+        return Verdict("FAIL", f"the PyTorch {pt.version} {pt.variant} wheel has no kernels for compute capability {', '.join(missing)}", "pick a variant that covers them")
+    return Verdict("PASS", f"PyTorch {pt.variant} wheel covers {', '.join(recipe.gpu.archs)}")
+
+
+@rule("horovod-tensorflow", needs=("recipe",))
+def horovod_tensorflow(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Horovod 0.28.1 supports Keras 2 only, so TensorFlow <= 2.15."""
+    recipe = facts.recipe
+    tf, hvd = recipe.frameworks.tensorflow, kb.horovod.get(recipe.horovod.version)
+    if hvd is None:
+        return Verdict("FAIL", f"Horovod {recipe.horovod.version} is not in the knowledge base", "add it to compat.yaml horovod")
+    if tf is None:
+        return Verdict("SKIP", "no TensorFlow")
+    if parse_version(major_minor(tf.version)) > parse_version(hvd.tensorflow_max):
+        return Verdict("FAIL", (
+            f"Horovod {recipe.horovod.version} supports TensorFlow <= {hvd.tensorflow_max}; "
+            f"TensorFlow {tf.version} ships Keras 3, which horovod.keras does not support (horovod#4040)"
+        ))
+    return Verdict("PASS", f"Horovod {recipe.horovod.version} supports TensorFlow {tf.version} (Keras 2)")
+
+
+@rule("horovod-pytorch", needs=("recipe",))
+def horovod_pytorch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """PyTorch >= 2.1 needs C++17, which the Horovod 0.28.1 sdist only gets with the cxx17 patch."""
+    recipe = facts.recipe
+    pt, hvd = recipe.frameworks.pytorch, kb.horovod.get(recipe.horovod.version)
+    if pt is None or hvd is None:
+        return Verdict("SKIP", "no PyTorch" if pt is None else "Horovod unknown (see horovod-tensorflow)")
+    if parse_version(pt.version) < parse_version(hvd.pytorch_min):
+        return Verdict("FAIL", f"Horovod {recipe.horovod.version} needs PyTorch >= {hvd.pytorch_min}")
+    if parse_version(major_minor(pt.version)) >= parse_version(hvd.pytorch_cxx17_from) and "cxx17" not in recipe.horovod.patches:
+        return Verdict("FAIL", (
+            f"PyTorch {pt.version} needs C++17 but Horovod {recipe.horovod.version} builds as C++14; "
+            "add cxx17 to horovod.patches"
+        ))
+    return Verdict("PASS", f"Horovod {recipe.horovod.version} builds with PyTorch {pt.version}" + (
+        " (C++17 patch)" if "cxx17" in recipe.horovod.patches else ""
+    ))
+
+
+@rule("horovod-ops", needs=("recipe",))
+def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """GPU stacks allreduce through NCCL; CPU stacks cannot build NCCL operations."""
+    recipe = facts.recipe
+    ops = recipe.horovod.tensor_operations
+    if recipe.gpu is None and "nccl" in ops:
+        return Verdict("FAIL", "CPU-only recipe asks for NCCL tensor operations; drop nccl from horovod.tensor_operations")
+    if recipe.gpu is not None and "nccl" not in ops:
+        return Verdict("FAIL", "GPU recipe without NCCL tensor operations would allreduce through host memory; add nccl")
+    return Verdict("PASS", "tensor operations: " + ", ".join(ops))

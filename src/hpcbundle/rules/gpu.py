@@ -1,0 +1,184 @@
+"""Rules for GPUs: CUDA vs nvcc's archs, cuDNN and NCCL builds, the image on the nodes' GPUs and driver."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..config.fields import major_minor, parse_version
+from .engine import Facts, Verdict, rule
+from .knowledge import KnowledgeBase
+
+CPU_ONLY = Verdict("SKIP", "CPU-only recipe")
+
+
+@rule("cuda-known", needs=("recipe",))
+def cuda_known(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A CUDA version must be in the driver and architecture tables before anything can be checked."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    cuda = major_minor(recipe.gpu.cuda)
+    if cuda not in kb.cuda_driver or cuda not in kb.cuda_archs:
+        return Verdict("FAIL", f"CUDA {cuda} is not in the knowledge base (known: {', '.join(kb.cuda_archs)})", "add it to compat.yaml with its source")
+    return Verdict("PASS", f"CUDA {cuda} needs Linux driver >= {kb.cuda_driver[cuda].toolkit}")
+
+
+@rule("cuda-archs", needs=("recipe",))
+def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """nvcc of this CUDA must be able to build every requested compute capability."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    cuda = major_minor(recipe.gpu.cuda)
+    supported = kb.cuda_archs.get(cuda)
+    if supported is None:
+        return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
+    missing = [a for a in recipe.gpu.archs if a not in supported]
+    if missing:
+        return Verdict("FAIL", (
+            f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
+            f"(it builds {supported[0]}..{supported[-1]}); use another CUDA or drop {', '.join(missing)} from gpu.archs"
+        ))
+    return Verdict("PASS", f"CUDA {cuda} builds sm_{', sm_'.join(a.replace('.', '') for a in recipe.gpu.archs)}")
+
+
+@rule("cudnn-cuda", needs=("recipe",))
+def cudnn_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """cuDNN ships separate builds per CUDA major; the recipe's must exist for its CUDA."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    cudnn, cuda_major = major_minor(recipe.gpu.cudnn), recipe.gpu.cuda.split(".")[0]
+    majors = kb.cudnn_cuda_majors.get(cudnn)
+    if majors is None:
+        return Verdict("FAIL", f"cuDNN {cudnn} is not in the knowledge base", "add it to compat.yaml cudnn_cuda_majors")
+    if cuda_major not in majors:
+        return Verdict("FAIL", f"cuDNN {cudnn} has no build for CUDA {cuda_major}.x (only {', '.join(majors)}.x)")
+    return Verdict("PASS", f"cuDNN {cudnn} has a CUDA {cuda_major}.x build")
+
+
+@rule("nccl-cuda", needs=("recipe",))
+def nccl_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The NCCL package must be the build for the recipe's CUDA major.minor."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    if recipe.gpu.nccl_cuda != major_minor(recipe.gpu.cuda):
+        return Verdict("FAIL", f"NCCL {recipe.gpu.nccl} is built for CUDA {recipe.gpu.nccl_cuda}, the recipe has {recipe.gpu.cuda}", f"pick the +cuda{major_minor(recipe.gpu.cuda)} package")
+    return Verdict("PASS", f"NCCL {recipe.gpu.nccl_version} built for CUDA {recipe.gpu.nccl_cuda}")
+
+
+def _gpu_nodes(facts: Facts) -> dict[str, Mapping[str, Any]]:
+    """host -> its `gpu` facts, for the nodes that have GPUs."""
+    return {h: n["gpu"] for h, n in facts.ok_nodes().items() if (n.get("gpu") or {}).get("present")}
+
+
+def _archs(facts: Facts) -> list[str]:
+    return [a for a in (facts.image or {}).get("gpu-archs", "").split(",") if a]
+
+
+def runs_on(archs: list[str], capability: str) -> list[str]:
+    """The archs whose cubins run on a GPU of `capability`: same major, minor not above it.
+
+    >>> runs_on(["8.0", "9.0"], "8.6"), runs_on(["8.0", "9.0"], "7.0")
+    (['8.0'], [])
+    """
+    major, minor = (int(part) for part in capability.split("."))
+    return [a for a in archs if int(a.split(".")[0]) == major and int(a.split(".")[1]) <= minor]
+
+
+@rule("gpu-presence", needs=("image", "site", "nodes"))
+def gpu_presence(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A CUDA image needs GPUs; a CPU image leaves a GPU node's GPUs idle."""
+    site, image = facts.site, facts.image
+    if facts.scope == "login":
+        return Verdict("SKIP", "the GPUs are checked in the job, on the compute nodes")
+    cuda, with_gpu = image.get("cuda"), _gpu_nodes(facts)
+    without = [h for h in facts.ok_nodes() if h not in with_gpu]
+    if cuda and without:
+        return Verdict("FAIL", f"recipe {image.get('recipe')} is a CUDA stack but {', '.join(without)} has no GPUs", "use a CPU recipe")
+    if not cuda and with_gpu:
+        gpus = next(iter(with_gpu.values()))["gpus"]
+        where = ", ".join(with_gpu) if facts.observed else site.name
+        return Verdict("WARN", f"recipe {image.get('recipe')} is CPU-only: the {len(gpus)} {gpus[0]['name']} GPUs per node of "
+                               f"{where} stay idle")
+    if cuda and not site.container.gpu and site.container.runtime != "none":
+        return Verdict("WARN", f"site {site.name} does not pass GPUs into the container (container.gpu: false)")
+    return Verdict("PASS", "GPU stack on a GPU site" if cuda else "CPU stack on a CPU site")
+
+
+@rule("driver-cuda", needs=("image", "nodes"))
+def driver_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The node's driver must be new enough for the image's CUDA (fully, or through minor version compatibility)."""
+    cuda, with_gpu = facts.image.get("cuda"), _gpu_nodes(facts)
+    if not cuda or not with_gpu:
+        return Verdict("SKIP", "CPU-only recipe or site (see gpu-presence)")
+    cuda = major_minor(cuda)
+    floor = kb.cuda_driver.get(cuda)
+    if floor is None:
+        return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
+    unsaid = [h for h, g in with_gpu.items() if not g.get("driver")]
+    if unsaid:
+        return Verdict("WARN", f"{', '.join(unsaid)} does not say its driver (node.driver); CUDA {cuda} needs >= {floor.toolkit}")
+    drivers = {h: g["driver"] for h, g in with_gpu.items()}
+    old = {h: d for h, d in drivers.items() if parse_version(d) < parse_version(floor.minor_compat)}
+    if old:
+        return Verdict("FAIL", f"driver {', '.join(sorted(set(old.values())))}{facts.on(old)} is older than CUDA {cuda} allows "
+                               f"({floor.minor_compat})", "pick a recipe with an older CUDA or update the driver")
+    compat = {h: d for h, d in drivers.items() if parse_version(d) < parse_version(floor.toolkit)}
+    if compat:
+        return Verdict("WARN", f"driver {', '.join(sorted(set(compat.values())))}{facts.on(compat)} runs CUDA {cuda} only through "
+                               f"minor version compatibility (>= {floor.minor_compat}; full support from {floor.toolkit}): "
+                               "no PTX JIT for newer GPUs")
+    return Verdict("PASS", f"driver {', '.join(sorted(set(drivers.values())))} >= {floor.toolkit} (CUDA {cuda})")
+
+
+@rule("gpu-arch", needs=("image", "nodes"))
+def gpu_arch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The image must hold code for the node's GPU: a cubin for X.y runs on X.z with z >= y."""
+    archs, with_gpu = _archs(facts), _gpu_nodes(facts)
+    if not archs or not with_gpu:
+        return Verdict("SKIP", "CPU-only recipe or site (see gpu-presence)")
+    models: dict[tuple[str, str | None], list[str]] = {}
+    for host, gpu in with_gpu.items():
+        for card in gpu["gpus"]:
+            models.setdefault((card["name"], card.get("capability")), []).append(host)
+    unknown = sorted(name for name, capability in models if capability is None)
+    if unknown:
+        return Verdict("WARN", f"GPU model {', '.join(unknown)} is not in the knowledge base (known: {', '.join(kb.gpu_capability)})")
+    running = []
+    for (name, capability), hosts in models.items():
+        runs = runs_on(archs, capability)
+        if not runs:
+            return Verdict("FAIL", f"{', '.join(dict.fromkeys(hosts))} has {name} (compute capability {capability}); the recipe builds "
+                                   f"{', '.join(archs)}", f"add {capability} to gpu.archs")
+        running.append(f"{name} ({capability}) runs the sm_{runs[-1].replace('.', '')} code")
+    return Verdict("PASS", "; ".join(running))
+
+
+@rule("declared-gpus", needs=("site", "nodes", "observed"))
+def declared_gpus(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """What the site declares about its GPUs (node.gpus, gpu_model, driver) is what the nodes have."""
+    node = facts.site.node
+    if facts.scope == "login":
+        return Verdict("SKIP", "the GPUs are checked in the job, on the compute nodes")
+    seen = {h: n.get("gpu") or {} for h, n in facts.ok_nodes().items()}
+    if not node.gpus and not any(g.get("present") for g in seen.values()):
+        notes = sorted({g.get("note", "") for g in seen.values()} - {""})
+        return Verdict("SKIP", f"no GPU on {', '.join(seen) or 'this node'} ({'; '.join(notes) or 'nvidia-smi reports none'}), "
+                               "and the site declares none")
+    wrong = []
+    for host, gpu in seen.items():
+        count, names = len(gpu.get("gpus", [])), sorted({c["name"] for c in gpu.get("gpus", [])})
+        if count != node.gpus:
+            wrong.append((f"{host} has {count} GPUs ({', '.join(names) or gpu.get('note') or 'none'}); the site says node.gpus: {node.gpus}",
+                          f"set node.gpus: {count} in {facts.site.where} or run on the nodes it describes"))
+        elif node.gpu_model and not any(node.gpu_model in n.split() for n in names):
+            wrong.append((f"{host} has {', '.join(names)}; the site says gpu_model: {node.gpu_model}",
+                          f"set node.gpu_model in {facts.site.where}"))
+        elif node.driver and gpu.get("driver") != node.driver:
+            wrong.append((f"{host} runs driver {gpu.get('driver')}; the site says node.driver: {node.driver}",
+                          f"set node.driver: \"{gpu.get('driver')}\" in {facts.site.where}"))
+    if wrong:
+        return Verdict("FAIL" if any("node.gpus" in e for e, _ in wrong) else "WARN", "; ".join(e for e, _ in wrong), wrong[0][1])
+    return Verdict("PASS", f"{node.gpus} x {node.gpu_model or 'GPU'} per node, driver {node.driver or 'as found'}, as declared")
