@@ -1,8 +1,11 @@
-"""Small shared helpers for tests: the repository root, loading a shipped recipe as a dict."""
+"""Shared test helpers: the repository root, shipped recipes as data, golden files, the CLI in a child."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def recipe_data(name: str) -> dict[str, Any]:
@@ -22,3 +26,24 @@ def write_recipe(directory: Path, data: dict[str, Any]) -> Path:
     path = directory / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def assert_golden(path: Path, text: str) -> None:
+    """`text` must equal the golden file `path` (under tests/golden/).
+
+    With HPCBUNDLE_REGEN_GOLDEN=1 the file is rewritten first: `make golden` runs every test file
+    that calls this, that way, so every golden file is regenerated; the diff is reviewed like code.
+    """
+    if os.environ.get("HPCBUNDLE_REGEN_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} missing: run `make golden` and review the diff"
+    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs: review, then `make golden` if intended"
+
+
+def hpcbundle(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command line, in a child process, as a user runs it (outside SLURM unless `env` says so)."""
+    clean = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    return subprocess.run([sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args], capture_output=True,
+                          text=True, timeout=timeout, env={**clean, **(env or {})}, stdin=subprocess.DEVNULL, cwd=cwd)

@@ -13,7 +13,8 @@ import yaml
 
 from hpcbundle_testbed import parse_allreduce
 
-from .test_launch import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, assert_golden, hpcbundle
+from .helpers import GOLDEN, assert_golden, hpcbundle
+from .test_launch import KNL_PROGRAM, SHIPPED, SITES
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {

@@ -3,12 +3,9 @@ launcher and runtime's syntax, one-line refusals, and real runs bounded in time.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,10 +17,9 @@ from click.testing import CliRunner
 from hpcbundle.cli import main
 from hpcbundle.launch import LAUNCHERS, RUNTIMES, Layout, build_command, load_site
 
-from .helpers import ROOT
+from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
 SITES = ROOT / "site_configs"
-GOLDEN = Path(__file__).resolve().parent / "golden"
 SEED_4 = ("mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
           "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py")
 SEED_8 = ("mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
@@ -49,22 +45,6 @@ SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 def launch(*args: str, env: dict[str, str | None] | None = None):
     """Run `hpcbundle launch ARGS` in-process, outside any SLURM allocation unless `env` says so."""
     return CliRunner().invoke(main, ["--bundle", str(ROOT), "launch", *args], env={**NOT_IN_SLURM, **(env or {})})
-
-
-def hpcbundle(*args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command line, in a child process, as a user runs it (outside SLURM unless `env` says so)."""
-    clean = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    return subprocess.run([sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**clean, **(env or {})}, stdin=subprocess.DEVNULL, cwd=cwd)
-
-
-def assert_golden(path: Path, text: str) -> None:
-    """Compare with a golden file; HPCBUNDLE_REGEN_GOLDEN=1 (make golden) rewrites it instead."""
-    if os.environ.get("HPCBUNDLE_REGEN_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run `make golden` and review the diff"
-    assert text == path.read_text(), f"{path.name} differs: review, then `make golden` if intended"
 
 
 def write_site(directory: Path, base: str, change: dict[str, Any] | None = None, **top: Any) -> Path:

@@ -1,7 +1,6 @@
 """Rendering recipes into Dockerfiles and .defs: golden files, shared steps, metadata, shell that works.
 
-Regenerate the golden files after a deliberate change, then review the diff like code:
-    HPCBUNDLE_REGEN_GOLDEN=1 pytest tests/test_render.py
+Regenerate the golden files after a deliberate change with `make golden`, then review the diff like code.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe, load_recipe
 from hpcbundle.rules.knowledge import knowledge_base
 
-from .helpers import ROOT
+from .helpers import GOLDEN, ROOT, assert_golden
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 RECIPES = sorted(path.stem for path in (ROOT / "recipes").glob("*.yaml"))
 FORMATS = sorted(SUFFIXES)
 
@@ -48,13 +46,7 @@ def steps(name: str) -> Steps:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", RECIPES)
 def test_rendered_image_matches_its_golden_file(name: str, fmt: str) -> None:
-    golden = GOLDEN / f"{name}{SUFFIXES[fmt]}"
-    text = rendered(name, fmt)
-    if os.environ.get("HPCBUNDLE_REGEN_GOLDEN") == "1":
-        golden.parent.mkdir(exist_ok=True)
-        golden.write_text(text, encoding="utf-8")
-    assert golden.exists(), f"no golden file {golden.name}: run HPCBUNDLE_REGEN_GOLDEN=1 pytest tests/test_render.py"
-    assert text == golden.read_text(encoding="utf-8"), f"{golden.name} differs: review, then regenerate"
+    assert_golden(GOLDEN / f"{name}{SUFFIXES[fmt]}", rendered(name, fmt))
 
 
 def test_every_golden_file_belongs_to_a_shipped_recipe() -> None:

@@ -24,8 +24,7 @@ from hpcbundle.perf.tune import (
     tuned_site_text,
 )
 
-from .helpers import ROOT
-from .test_launch import GOLDEN, assert_golden, hpcbundle
+from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
 LINKS = next(k for k in KNOBS if k.name == "tcp-links")
 YIELD = next(k for k in KNOBS if k.name == "yield")
