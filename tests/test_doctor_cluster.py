@@ -99,8 +99,8 @@ def test_doctor_passes_the_good_site_with_the_same_image_on_every_node(cluster, 
     assert res.returncode == 0, res.stdout + res.stderr
     assert not lines(res.stdout, "FAIL") and not lines(res.stdout, "WARN")
     assert "PASS  interface data0 reach" in res.stdout and "6 of 6 TCP connections between 3 nodes over data0" in res.stdout
-    assert "PASS  image checksum" in res.stdout and "PASS  MPI ABI host/image" in res.stdout
-    assert "SKIP  GPU" in res.stdout and "no GPU on node1, node2, node3" in res.stdout
+    assert "PASS  image checksum" in res.stdout and "PASS  mpi-abi-host" in res.stdout
+    assert "SKIP  declared-gpus" in res.stdout and "no GPU on node1, node2, node3" in res.stdout
 
 
 def test_doctor_fails_the_decoy_interface_because_tcp_does_not_cross_it(cluster, tmp_path):
@@ -126,8 +126,7 @@ def test_doctor_fails_an_image_built_with_open_mpi_5_against_host_open_mpi_4_1(c
     res, _ = doctor(cluster, site(tmp_path, cluster, "data0", disks / "agent", "charliecloud"), "--image", image)
     assert res.returncode == 2, res.stdout + res.stderr
     [fail] = lines(res.stdout, "FAIL")
-    assert fail.startswith("FAIL  MPI ABI host/image") and "host openmpi 4.1.4; image openmpi 5.0.3" in fail
-    assert "Open MPI 4.1 and 5.0 are different series" in fail
+    assert fail.startswith("FAIL  mpi-abi-host") and "host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series" in fail
 
 
 def test_doctor_fails_an_image_missing_on_one_node(cluster, disks, tmp_path):

@@ -15,6 +15,7 @@ from ..launch import load_site, parse_hosts
 from ..rules.engine import Result, exit_status
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
+from .launch import site_option
 from .outputs import write_atomic
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
@@ -37,7 +38,7 @@ def print_results(results: list[Result], err: bool = False) -> None:
 
 
 @main.command("doctor")
-@click.option("--site", default="local", show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+@site_option
 @click.option("--image", help="The image to check (.sif, directory image, or Docker name).")
 @click.option("--hosts", help="Check these nodes too, e.g. node1,node2 or node1:2,node2:2 (slots = ranks per node); "
                               "reached through the site's plm_rsh_agent, else ssh.")

@@ -17,14 +17,14 @@ from . import main, pass_bundle
 from .outputs import write_atomic
 
 DEFAULT_SITE = "local"
-_PROGRAM = {"ignore_unknown_options": True, "allow_interspersed_args": False}
-_site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
-_image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
-_program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-_no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted.")
+PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
+image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
+program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted.")
 
 
-def _doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
+def doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
     """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
     from ..diagnose.doctor import doctor
     from ..rules.engine import exit_status
@@ -55,17 +55,17 @@ def sites_command(bundle) -> None:
         click.echo(f"{site.name:<20} {site.launcher.name:<14} {site.container.runtime:<13} {mpi:<17} {site.description}")
 
 
-@main.command("launch", context_settings=_PROGRAM)
-@_site_option
-@_image_option
+@main.command("launch", context_settings=PROGRAM_SETTINGS)
+@site_option
+@image_option
 @click.option("--np", "np_", type=click.IntRange(min=1), required=True, help="Number of ranks.")
 @click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout).")
-@_no_doctor_option
-@_program_argument
+@no_doctor_option
+@program_argument
 @pass_bundle
 @click.pass_context
 def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
@@ -79,7 +79,7 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
       hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
     """
     model = site_for(bundle, site)
-    layout = _layout(np_, hosts, hostfile)
+    layout = layout_from(np_, hosts, hostfile)
     command = build_command(model, layout, program, image)
     if not execute:
         click.echo(command.display())
@@ -89,7 +89,7 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
     for line in command.explain() if explain else ():
         click.echo(line, err=True)
     if not no_doctor:
-        _doctor_first(ctx, model, image, layout.hosts, "nodes")
+        doctor_first(ctx, model, image, layout.hosts, "nodes")
     limit, source = (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
     click.echo(f"+ {command.display()}", err=True)
     status = run_bounded(command.argv, limit)
@@ -102,7 +102,7 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
     ctx.exit(status)
 
 
-def _layout(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
+def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
     """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
     if hosts and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
@@ -116,16 +116,16 @@ def _layout(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
                   hostfile_slots=slots, in_allocation="SLURM_JOB_ID" in os.environ)
 
 
-@main.command("sbatch", context_settings=_PROGRAM)
-@_site_option
-@_image_option
+@main.command("sbatch", context_settings=PROGRAM_SETTINGS)
+@site_option
+@image_option
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to allocate.")
 @click.option("--tasks-per-node", type=click.IntRange(min=1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).")
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the script here (atomically) instead of standard output.")
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
-@_no_doctor_option
-@_program_argument
+@no_doctor_option
+@program_argument
 @pass_bundle
 @click.pass_context
 def sbatch_command(ctx: click.Context, bundle, site: str, image: str | None, nodes: int, tasks_per_node: int | None, time_: str | None,
@@ -146,11 +146,11 @@ def sbatch_command(ctx: click.Context, bundle, site: str, image: str | None, nod
         click.echo(text, nl=False)
     if submit:
         if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
-            _doctor_first(ctx, model, image, (), "login")
-        click.echo(_submit(text, output))
+            doctor_first(ctx, model, image, (), "login")
+        click.echo(submit_script(text, output))
 
 
-def _submit(text: str, path: Path | None) -> str:
+def submit_script(text: str, path: Path | None) -> str:
     """Run sbatch on the written file (or the text on stdin); return the job id."""
     argv = ["sbatch", "--parsable", *([str(path)] if path else [])]
     try:

@@ -12,7 +12,7 @@ from ..config.errors import UserError
 from ..launch.batch import script_environment
 from ..perf.scaling import MODELS, Study, csv_text, fits, parse_nodes, plan, plan_document, points_of, results, scripts, table
 from . import main, pass_bundle
-from .launch import _doctor_first, _no_doctor_option, _site_option, _submit, site_for
+from .launch import PROGRAM_SETTINGS, doctor_first, no_doctor_option, site_for, site_option, submit_script
 from .outputs import write_atomic
 
 PLAN = "plan.json"
@@ -35,8 +35,8 @@ def scaling_group() -> None:
     """
 
 
-@scaling_group.command("plan", short_help="Write (and --submit) one sbatch script per point.", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@_site_option
+@scaling_group.command("plan", short_help="Write (and --submit) one sbatch script per point.", context_settings=PROGRAM_SETTINGS)
+@site_option
 @click.option("--image", help="The image every rank runs; the benchmark is then its /examples copy. Omit it to run on the host.")
 @click.option("--nodes", "nodes_text", required=True, help="Node counts, e.g. 1-4 or 1,2,4,8 (the smallest is the baseline).")
 @click.option("--mode", type=click.Choice(["strong", "weak", "both"]), default="both", show_default=True,
@@ -58,7 +58,7 @@ def scaling_group() -> None:
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).")
 @click.option("--submit", is_flag=True, help="Submit every script with sbatch and print '<point> <job id>'.")
-@_no_doctor_option
+@no_doctor_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
@@ -99,9 +99,9 @@ def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes
                f"{', '.join(study.modes)} scaling over {', '.join(map(str, study.nodes))} node(s))", err=True)
     if submit:
         if not no_doctor:
-            _doctor_first(ctx, model_site, image, (), "login")
+            doctor_first(ctx, model_site, image, (), "login")
         for name in texts:
-            click.echo(f"{name} {_submit(texts[name], directory / f'{name}.sh')}")
+            click.echo(f"{name} {submit_script(texts[name], directory / f'{name}.sh')}")
 
 
 @scaling_group.command("report", short_help="Read the outputs; write scaling.csv and scaling.png.")

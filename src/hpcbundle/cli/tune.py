@@ -16,7 +16,7 @@ from ..launch import Layout, build_command, load_site
 from ..launch.execute import run_captured
 from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, Workload, apply_settings, current_settings, report_lines, sweep, tuned_site_text
 from . import main, pass_bundle
-from .launch import _doctor_first, _image_option, _layout, _no_doctor_option, _site_option
+from .launch import doctor_first, image_option, layout_from, no_doctor_option, site_option
 from .outputs import write_atomic
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -65,8 +65,8 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 
 
 @main.command("tune")
-@_site_option
-@_image_option
+@site_option
+@image_option
 @click.option("--np", "np_", type=click.IntRange(min=2), required=True, help="Number of ranks (at least 2: an allreduce needs peers).")
 @click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
@@ -81,7 +81,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.")
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
-@_no_doctor_option
+@no_doctor_option
 @pass_bundle
 @click.pass_context
 def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
@@ -106,7 +106,7 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
     """
     b = bundle.get()
     model = load_site(site, b.sites_dir)
-    layout: Layout = _layout(np_, hosts, hostfile)
+    layout: Layout = layout_from(np_, hosts, hostfile)
     nbytes = parse_size(size)
     chosen = _knobs(knobs, model, tensors)
     out = output or b.sites_dir / f"{model.name}-tuned.yaml"
@@ -127,7 +127,7 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
         click.echo(shlex.join(command(start)))
         return
     if not no_doctor:
-        _doctor_first(ctx, model, image, layout.hosts, "nodes")
+        doctor_first(ctx, model, image, layout.hosts, "nodes")
 
     def measure(settings: Settings) -> float | None:
         ran = run_captured(command(settings), timeout)
