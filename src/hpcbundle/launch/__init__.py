@@ -1,9 +1,12 @@
 """Launch generation: a site, a layout, an image and a program in, an explained argv out.
 
+    >>> from pathlib import Path
+    >>> from hpcbundle.config.bundle import find_bundle
     >>> from hpcbundle.launch import Layout, build_command, load_site
-    >>> site = load_site("local", bundle.sites_dir)                                # doctest: +SKIP
-    >>> build_command(site, Layout(np=2), ["python3", "train.py"]).display()       # doctest: +SKIP
-    'mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to none --map-by slot python3 train.py'
+    >>> bundle = find_bundle(None, Path.cwd())  # this checkout: recipes/, site_configs/, ...
+    >>> site = load_site("local", bundle.sites_dir)
+    >>> build_command(site, Layout(np=2), ["python3", "train.py"]).display()
+    'mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot python3 train.py'
 
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
 """
