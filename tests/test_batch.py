@@ -32,7 +32,7 @@ def test_every_shipped_site_has_a_golden_job():
 
 
 @pytest.mark.parametrize("site", SHIPPED)
-def test_golden_sbatch_script_passes_shellcheck(site, tmp_path):
+def test_sbatch_script_matches_its_golden_file_and_passes_shellcheck(site, tmp_path):
     result = hpcbundle("sbatch", "--site", site, *SITE_JOBS[site])
     assert result.returncode == 0, result.stderr
     assert_golden(GOLDEN / "sbatch" / f"{site}.sh", result.stdout)

@@ -136,7 +136,8 @@ def test_image_is_a_charliecloud_directory_image_with_the_same_open_mpi_inside(c
     assert lines[2].split() == ["0", "0", "1"]
 
 
-def test_hybrid_allreduce_across_three_nodes(ch_image: Path, cluster: NetnsCluster, tmp_path: Path):
+def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(ch_image: Path, cluster: NetnsCluster,
+                                                                            tmp_path: Path):
     site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
     before = {n: cluster.iface_bytes(n, "data0") for n in cluster.nodes}
     status, out = run_on_node1(cluster, launch(site, ch_image, 3, "node1:1,node2:1,node3:1",
@@ -151,7 +152,8 @@ def test_hybrid_allreduce_across_three_nodes(ch_image: Path, cluster: NetnsClust
         assert (cluster.iface_bytes(node, "data0") - before[node]).rx > 0
 
 
-def test_hybrid_pytorch_training_across_three_nodes(ch_image: Path, cluster: NetnsCluster, tmp_path: Path):
+def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(ch_image: Path, cluster: NetnsCluster,
+                                                                tmp_path: Path):
     site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
     status, out = run_on_node1(cluster, launch(site, ch_image, 3, "node1:1,node2:1,node3:1", "python",
                                                "/examples/pytorch_train.py", "--synthetic", "--epochs", "2"), timeout=300)

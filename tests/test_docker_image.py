@@ -133,7 +133,7 @@ def test_check_build_in_runtime_image_lists_pytorch_tensorflow_mpi_gloo(cpu_loca
         assert want in marks, f"{want} is not [X]: {sorted(marks)}"
 
 
-def test_two_rank_allreduce_in_runtime_image(cpu_local: Built, docker_engine):
+def test_two_rank_allreduce_in_runtime_image_sums_right(cpu_local: Built, docker_engine):
     script = f"{EXAMPLES}/allreduce_check.py"
     assert (ROOT / "examples" / "allreduce_check.py").is_file(), "examples/allreduce_check.py is missing"
     out = run_in(docker_engine, RUNTIME_TAG, [*MPIRUN, "python", script], timeout=300)

@@ -67,8 +67,8 @@ def test_mpirun_over_the_decoy_hangs_and_is_killed_without_leftovers(
         {node: [] for node in netns_cluster.nodes}
 
 
-def test_sbatch_srun_pmix_on_two_fake_local_nodes(slurm_local: SlurmCluster,
-                                                  allreduce_program: Path) -> None:
+def test_sbatch_srun_pmix_allreduce_sums_right_on_two_fake_local_nodes(
+        slurm_local: SlurmCluster, allreduce_program: Path) -> None:
     # Fake nodes share one host: Open MPI's shared-memory btl crashes at exit there.
     job = slurm_local.sbatch_wait(srun_job(allreduce_program, "OMPI_MCA_btl=self,tcp"),
                                   timeout=60)
@@ -77,8 +77,8 @@ def test_sbatch_srun_pmix_on_two_fake_local_nodes(slurm_local: SlurmCluster,
     assert (report["ranks"], report["mismatches"], report["sum0"]) == ("2", "0", "3")
 
 
-def test_sbatch_srun_pmix_across_two_namespace_nodes(netns_slurm: SlurmCluster,
-                                                     allreduce_program: Path) -> None:
+def test_sbatch_srun_pmix_allreduce_crosses_data0_between_two_namespace_nodes(
+        netns_slurm: SlurmCluster, allreduce_program: Path) -> None:
     cluster = netns_slurm.inside
     assert cluster is not None
     before = cluster.iface_bytes("node2", "data0")

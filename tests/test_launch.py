@@ -131,7 +131,7 @@ def test_open_mpi_5_uses_double_dashes_merges_oversubscribe_and_routes_prrte_par
     assert argv[argv.index("--prtemca"):][:3] == ["--prtemca", "oob_tcp_if_include", "eth0"]
 
 
-def test_open_mpi_4_mpirun_double_dash_by_default(tmp_path):
+def test_open_mpi_4_mpirun_takes_double_dash_options_by_default(tmp_path):
     argv = _argv(write_site(tmp_path, "local", {"mca": {"btl": "self,tcp"}}, name="ompi4"), Layout(2))
     assert argv[argv.index("--mca"):][:3] == ["--mca", "btl", "self,tcp"]
     assert "--bind-to" in argv and "-bind-to" not in argv

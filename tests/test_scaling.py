@@ -49,7 +49,7 @@ def test_strong_splits_the_global_batch_and_weak_keeps_the_batch_per_rank():
         ("weak-n01", 2, 16, 32), ("weak-n02", 4, 16, 64), ("weak-n04", 8, 16, 128)]
 
 
-def test_node_lists_are_ranges_and_lists():
+def test_node_counts_parse_from_ranges_and_lists_and_zero_is_refused():
     assert parse_nodes("1-3,8") == (1, 2, 3, 8)
     with pytest.raises(UserError, match="--nodes: '0-2' is not a list of node counts"):
         parse_nodes("0-2")
