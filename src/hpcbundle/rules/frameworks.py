@@ -12,6 +12,11 @@ def _in_range(version: str, bounds: tuple[str, str]) -> bool:
     return parse_version(bounds[0]) <= parse_version(major_minor(version)) <= parse_version(bounds[1])
 
 
+def _runs_build(have: str, built: str) -> bool:
+    """A library built against `built` (CUDA, cuDNN) runs on `have`: the same major, not older."""
+    return have.split(".")[0] == built.split(".")[0] and parse_version(major_minor(have)) >= parse_version(built)
+
+
 @rule("tensorflow-build", needs=("recipe",))
 def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """TensorFlow's pip wheel is built against one CUDA/cuDNN and a range of Pythons."""
@@ -31,9 +36,9 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if tf.package == "tensorflow-cpu":
         return Verdict("FAIL", "GPU recipe installs tensorflow-cpu, which cannot use the GPU; set package: tensorflow")
     cuda, cudnn = recipe.gpu.cuda, recipe.gpu.cudnn
-    if cuda.split(".")[0] != build.cuda.split(".")[0] or parse_version(major_minor(cuda)) < parse_version(build.cuda):
+    if not _runs_build(cuda, build.cuda):
         return Verdict("FAIL", f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} (needs {build.cuda.split('.')[0]}.x >= {build.cuda})")
-    if cudnn.split(".")[0] != build.cudnn.split(".")[0] or parse_version(major_minor(cudnn)) < parse_version(build.cudnn):
+    if not _runs_build(cudnn, build.cudnn):
         return Verdict("FAIL", f"TensorFlow {tf.version} is built for cuDNN {build.cudnn}; the recipe has cuDNN {cudnn}")
     return Verdict("PASS", f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, Python {build.python[0]}-{build.python[1]}")
 

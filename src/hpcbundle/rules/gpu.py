@@ -35,10 +35,9 @@ def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
     missing = [a for a in recipe.gpu.archs if a not in supported]
     if missing:
-        return Verdict("FAIL", (
-            f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
-            f"(it builds {supported[0]}..{supported[-1]}); use another CUDA or drop {', '.join(missing)} from gpu.archs"
-        ))
+        return Verdict("FAIL", f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
+                               f"(it builds {supported[0]}..{supported[-1]})",
+                       f"use another CUDA or drop {', '.join(missing)} from gpu.archs")
     return Verdict("PASS", f"CUDA {cuda} builds sm_{', sm_'.join(a.replace('.', '') for a in recipe.gpu.archs)}")
 
 
