@@ -64,7 +64,6 @@ BAD_SITES = [
     ("local", {"container.gpu": True}, "container.gpu: the site has no GPUs (node.gpus: 0) (set node.gpus or drop it)"),
     ("ib-v100", {"node.gpus": "two"}, "node.gpus: Input should be a valid integer, unable to parse string as an integer"),
     ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
-    ("eth-a100-slurm", {"mca.btl_tcp_if_include": "eth1"}, "mca.btl_tcp_if_include: network.interfaces already sets it (drop mca.btl_tcp_if_include or network.interfaces)"),
     ("ib-v100", {"slurm.time": "two hours"}, "slurm.time: 'two hours' is not a SLURM time like 30, 02:00:00 or 1-00:00:00"),
     ("ib-v100", {"name": "other"}, "name: is 'other' but the file is bad.yaml (set name: bad or rename the file)"),
 ]

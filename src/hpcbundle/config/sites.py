@@ -121,8 +121,11 @@ class Node(StrictModel):
 
 
 class Network(StrictModel):
+    """The fabric, and the interfaces MPI and NCCL talk over (see interface_settings)."""
+
     fabric: Literal["infiniband", "roce", "ethernet", "omnipath", "loopback"]
-    interfaces: list[Word] = Field(default_factory=list, description="TCP interfaces MPI may use (btl/oob_tcp_if_include)")
+    interfaces: list[Word] = Field(default_factory=list, description="TCP interfaces MPI and NCCL may use: "
+                                   "btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME unless the site sets them")
 
 
 class Slurm(StrictModel):
@@ -175,9 +178,6 @@ def site_problems(site: Site) -> list[Problem]:
         found.append(Problem("mca", f"MCA parameters are Open MPI's; this site's MPI is {site.mpi.flavour}", "set the MPI's own variables in env"))
     for key in sorted(set(site.export) & set(site.env)):
         found.append(Problem(f"export.{key}", "is both exported and set in env", "keep it in one of them"))
-    for param in ("btl_tcp_if_include", "oob_tcp_if_include"):
-        if site.network.interfaces and param in site.mca:
-            found.append(Problem(f"mca.{param}", "network.interfaces already sets it", f"drop mca.{param} or network.interfaces"))
     if site.node.gpus and site.node.gpu_model is None:
         found.append(Problem("node.gpu_model", f"node.gpus is {site.node.gpus} but no GPU model is given", "add e.g. gpu_model: A100"))
     if not site.node.gpus and (site.node.gpu_model or site.node.driver or site.container.gpu):
@@ -190,6 +190,69 @@ def site_problems(site: Site) -> list[Problem]:
     for key in site.why:
         if not _has_key(data, key):
             found.append(Problem(f"why.{key}", "names no key of this site", "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]"))
+    return found
+
+
+# Site keys that name network interfaces, in the order interface_settings reports them.
+INTERFACE_KEYS = ("network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include",
+                  "env.NCCL_SOCKET_IFNAME", "env.GLOO_SOCKET_IFNAME", "env.HOROVOD_GLOO_IFACE")
+
+
+class Setting(NamedTuple):
+    """An effective site value and the site key it came from: the key itself, or network.interfaces."""
+
+    value: str
+    source: str
+
+
+def derived_interfaces(site: Site) -> dict[str, str]:
+    """The settings network.interfaces gives a site that does not set them itself (key -> value).
+
+    btl_tcp_if_include and oob_tcp_if_include on Open MPI sites only (Intel MPI and MPICH have
+    no such parameters), NCCL_SOCKET_IFNAME on GPU sites only (NCCL runs nowhere else). The Gloo
+    variables are never derived: horovodrun sets HOROVOD_GLOO_IFACE itself from its own flag.
+    """
+    names = ",".join(site.network.interfaces)
+    derived: dict[str, str] = {}
+    if names and site.mpi.flavour == "openmpi":
+        derived |= {"mca.btl_tcp_if_include": names, "mca.oob_tcp_if_include": names}
+    if names and site.node.gpus:
+        derived["env.NCCL_SOCKET_IFNAME"] = names
+    return derived
+
+
+def interface_settings(site: Site) -> dict[str, Setting]:
+    """Every interface setting of a site in INTERFACE_KEYS order, key -> (value, source).
+
+    ONE source: a key the site sets itself (mca.*, env.*) wins and is its own source; otherwise
+    it is derived from network.interfaces (see derived_interfaces) and says so. Keys that are
+    neither set nor derived are left out. Launchers pass the derived ones they need (srun starts no
+    daemons, so no oob_tcp_if_include; hydra and horovodrun have their own interface option), and
+    `launch --explain` names the source of each. Example: a GPU site that moves only the
+    launcher's daemons to another interface::
+
+        >>> site = Site.model_validate({"name": "demo", "description": "2 GPU nodes on eth0",
+        ...     "mpi": {"flavour": "openmpi", "version": "4.1.6"}, "launcher": {"name": "mpirun"},
+        ...     "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
+        ...     "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
+        ...     "mca": {"oob_tcp_if_include": "eth1"}})
+        >>> for key, (value, source) in interface_settings(site).items():
+        ...     print(f"{key:23} {value}  <- {source}")
+        network.interfaces      eth0  <- network.interfaces
+        mca.btl_tcp_if_include  eth0  <- network.interfaces
+        mca.oob_tcp_if_include  eth1  <- mca.oob_tcp_if_include
+        env.NCCL_SOCKET_IFNAME  eth0  <- network.interfaces
+    """
+    explicit = {f"mca.{k}": v for k, v in site.mca.items()} | {f"env.{k}": v for k, v in site.env.items()}
+    if site.network.interfaces:
+        explicit["network.interfaces"] = ",".join(site.network.interfaces)
+    derived = derived_interfaces(site)
+    found: dict[str, Setting] = {}
+    for key in INTERFACE_KEYS:
+        if key in explicit:
+            found[key] = Setting(explicit[key], key)
+        elif key in derived:
+            found[key] = Setting(derived[key], "network.interfaces")
     return found
 
 

@@ -29,6 +29,8 @@ T = TypeVar("T")
 ALL_FLAVOURS = frozenset({"openmpi", "intelmpi", "mpich", "mvapich2"})
 # launcher.* keys every launcher reads; the rest are honoured only by launchers listing them.
 COMMON_KEYS = frozenset({"name", "command", "args", "timeout"})
+# Settings a launcher can take from network.interfaces (hpcbundle.config.sites.derived_interfaces).
+INTERFACE_KEYS = frozenset({"mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"})
 
 
 class Registry(Generic[T]):
@@ -75,8 +77,8 @@ def openmpi_major(site: Site) -> int | None:
 class Launcher:
     """Starts the ranks. Subclasses set the class attributes and write `head`.
 
-    `forwards_env`: the launcher passes its whole environment to every rank, so site env and
-    MCA variables are set with env(1) in front of it; otherwise `setenv` gives its own option.
+    `interface_keys`: the settings derived from network.interfaces that this launcher passes
+    (hpcbundle.config.sites.interface_settings); one with its own interface option passes that in `tail`.
     """
 
     name: ClassVar[str]
@@ -84,7 +86,7 @@ class Launcher:
     flavours: ClassVar[frozenset[str]]
     summary: ClassVar[str]
     options: ClassVar[frozenset[str]] = frozenset()
-    forwards_env: ClassVar[bool] = False
+    interface_keys: ClassVar[frozenset[str]] = INTERFACE_KEYS
     reads_allocation: ClassVar[bool] = True
     takes_hosts: ClassVar[bool] = True
 
@@ -115,10 +117,6 @@ class Launcher:
     def mca(self, site: Site, name: str, value: str) -> tuple[str, ...]:
         """Option that sets an MCA parameter (empty: pass it as an OMPI_MCA_ variable)."""
         return ()
-
-    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
-        """MCA parameters that confine Open MPI's TCP traffic to the site's interfaces."""
-        return [("btl_tcp_if_include", interfaces), ("oob_tcp_if_include", interfaces)]
 
     def tail(self, site: Site, out: Parts) -> None:
         """Options after env and MCA (interfaces for launchers with their own flag)."""

@@ -34,8 +34,10 @@ def check_site(site: Site) -> list[Problem]:
         found.append(Problem("launcher.name", f"{launcher.name} cannot start {site.mpi.flavour} ranks (mpi.flavour)", "use one of: " + ", ".join(fits)))
     else:
         found += launcher.problems(site)
-        if site.network.interfaces and site.mpi.flavour != "openmpi" and launcher.interface_mca("x"):
-            found.append(Problem("network.interfaces", f"{launcher.name} confines traffic through Open MPI parameters; this site's MPI is {site.mpi.flavour}", "set the MPI's own variable in env"))
+        by_mca = "mca.btl_tcp_if_include" in launcher.interface_keys
+        if site.network.interfaces and site.mpi.flavour != "openmpi" and by_mca:
+            found.append(Problem("network.interfaces", f"{launcher.name} confines traffic through Open MPI parameters; "
+                                 f"this site's MPI is {site.mpi.flavour}", "set the MPI's own variable in env"))
     runtime = RUNTIMES.get(site.container.runtime)
     found += runtime.problems(site) if runtime else [RUNTIMES.unknown(site.container.runtime, "container.runtime")]
     return found
@@ -97,13 +99,18 @@ def build_command(site: Site, layout: Layout, program: Sequence[str], image: str
         tokens = launcher.export(site, name)
         why = reasons.export(name) if tokens else f"{launcher.name} passes the launching environment to every rank"
         main.site(f"export[{index}]", tokens, why)
-    for name, value in site.env.items():
-        _place(main, env, f"env.{name}", launcher.setenv(site, name, value), f"{name}={value}", reasons.env(name))
-    mca = [(f"mca.{name}", name, value) for name, value in site.mca.items()]
-    if site.network.interfaces:
-        mca += [("network.interfaces", name, value) for name, value in launcher.interface_mca(",".join(site.network.interfaces))]
-    for key, name, value in mca:
-        _place(main, env, key, launcher.mca(site, name, value), f"OMPI_MCA_{name}={value}", reasons.mca(name))
+    # The site's own variables and MCA parameters in its order, then what network.interfaces derives.
+    derivable = set(sites.derived_interfaces(site)) & launcher.interface_keys
+    set_by_site = [(f"env.{name}", value) for name, value in site.env.items()]
+    set_by_site += [(f"mca.{name}", value) for name, value in site.mca.items()]
+    for key, value in set_by_site:
+        _place(main, env, key, *_setting(site, launcher, key, value), reasons.OVERRIDES if key in derivable else "")
+    interfaces_why = site.why.get("network.interfaces")
+    for key, (value, source) in sites.interface_settings(site).items():
+        if source == "network.interfaces" and key in launcher.interface_keys:
+            option, assignment, why = _setting(site, launcher, key, value)
+            why = f"{why}; {interfaces_why}" if interfaces_why else why
+            _place(main, env, key, option, assignment, why, reasons.DERIVED)
     launcher.tail(site, main)
     if site.launcher.args:
         main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
@@ -127,9 +134,18 @@ def build_command(site: Site, layout: Layout, program: Sequence[str], image: str
     return Command(tuple(part for parts in order for part in parts.items))
 
 
-def _place(main: Parts, env: Parts, key: str, option: tuple[str, ...], assignment: str, why: str) -> None:
+def _setting(site: Site, launcher: Launcher, key: str, value: str) -> tuple[tuple[str, ...], str, str]:
+    """Site setting `key` ('env.X' or 'mca.x') = value: the launcher's option, the assignment, the why."""
+    section, name = key.split(".", 1)
+    if section == "env":
+        return launcher.setenv(site, name, value), f"{name}={value}", reasons.env(name)
+    return launcher.mca(site, name, value), f"OMPI_MCA_{name}={value}", reasons.mca(name)
+
+
+def _place(main: Parts, env: Parts, key: str, option: tuple[str, ...], assignment: str, why: str,
+           how: str = "") -> None:
     """A variable goes on the launcher's option when it has one, else in front of the launcher."""
     if option:
-        main.site(key, option, why)
+        main.site(key, option, why, how)
     else:
-        env.site(key, [assignment], why)
+        env.site(key, [assignment], why, how)

@@ -33,9 +33,10 @@ class Parts:
         self.segment: Segment = segment
         self.items: list[Part] = []
 
-    def site(self, key: str, tokens: Iterable[str], why: str) -> None:
-        """Tokens that come from site key `key` (e.g. 'env.NCCL_SOCKET_IFNAME')."""
-        self.add(tokens, f"site {self._site.name} {key}", self._site.why.get(key, why))
+    def site(self, key: str, tokens: Iterable[str], why: str, how: str = "") -> None:
+        """Tokens that come from site key `key` (e.g. 'env.NCCL_SOCKET_IFNAME'); `how` follows the
+        key in the source, e.g. ', derived from network.interfaces'."""
+        self.add(tokens, f"site {self._site.name} {key}{how}", self._site.why.get(key, why))
 
     def add(self, tokens: Iterable[str], source: str, why: str) -> None:
         self.items.append(Part(tuple(tokens), source, why, self.segment))

@@ -34,6 +34,13 @@ MCA: dict[str, str] = {
     "plm_rsh_agent": "how mpirun reaches the other nodes",
 }
 
+# How --explain marks an interface setting (hpcbundle.config.sites.interface_settings): derived
+# from network.interfaces, or set by the site's own key where network.interfaces would have
+# derived it. NCCL_SOCKET_IFNAME is derived on GPU sites only: NCCL runs nowhere else, so on a CPU
+# site it would be harmless but a word in every command that nothing reads.
+DERIVED = ", derived from network.interfaces"
+OVERRIDES = ", set by the site over network.interfaces"
+
 
 def env(name: str) -> str:
     return ENV.get(name, "set in every rank by the site")

@@ -15,15 +15,17 @@ class HorovodRun(Launcher):
         horovodrun -np 4 -H f1:2,f2:2 --network-interface ib0 python train.py
 
     It hard-codes `-bind-to none -map-by slot -mca pml ob1 -mca btl ^openib`: Open MPI 5 rejects
-    the single dashes (use gloo or mpirun5), and site pml/btl settings would be overridden. It
-    forwards its environment; it does not read a SLURM allocation, so several nodes need --hosts.
+    the single dashes (use gloo or mpirun5), and site pml/btl settings would be overridden. From
+    --network-interface it sets btl_tcp_if_include and NCCL_SOCKET_IFNAME (HOROVOD_GLOO_IFACE with
+    Gloo) itself. It forwards its environment; it does not read a SLURM allocation, so several
+    nodes need --hosts.
     """
 
     name = command = "horovodrun"
     flavours = ALL_FLAVOURS
     summary = "Horovod's launcher discovers common interfaces, then starts the ranks"
     options = frozenset({"gloo"})
-    forwards_env = True
+    interface_keys = frozenset()  # --network-interface (tail) sets them
     reads_allocation = False
 
     def problems(self, site: Site) -> list[Problem]:
@@ -33,6 +35,13 @@ class HorovodRun(Launcher):
         for param in ("pml", "btl"):
             if param in site.mca:
                 found.append(Problem(f"mca.{param}", "horovodrun passes its own -mca pml ob1 -mca btl ^openib, which win over this", "use name: mpirun to choose them"))
+        if site.network.interfaces:  # then horovodrun's own settings from --network-interface win
+            gloo_or_mpi = "env.HOROVOD_GLOO_IFACE" if site.launcher.gloo else "mca.btl_tcp_if_include"
+            for key in ("env.NCCL_SOCKET_IFNAME", gloo_or_mpi):
+                section, name = key.split(".")
+                if name in getattr(site, section):
+                    found.append(Problem(key, "horovodrun sets it from --network-interface (network.interfaces), "
+                                         "which wins over this", f"drop {key}, or network.interfaces, or use name: mpirun"))
         return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
@@ -40,9 +49,6 @@ class HorovodRun(Launcher):
         out.add(["-np", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-H", "--hostfile")
         self.add_flags(site, out, {"gloo": "--gloo"})
-
-    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
-        return []
 
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:

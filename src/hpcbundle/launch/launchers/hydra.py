@@ -15,15 +15,16 @@ class Hydra(Launcher):
         mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64 numactl -p 1 python train.py
 
     -ppn comes from node.ranks_per_node, -l from launcher.tag_output, -iface from
-    network.interfaces. Hydra passes its whole environment to every rank (-genvall is the
-    default), so the site's variables are set in front of it.
+    network.interfaces (and on GPU sites NCCL_SOCKET_IFNAME, unless the site sets it). Hydra passes
+    its whole environment to every rank (-genvall is the default), so the site's variables are set
+    in front of it.
     """
 
     name = command = "mpiexec.hydra"
     flavours = frozenset({"intelmpi", "mpich", "mvapich2"})
     summary = "Hydra (Intel MPI / MPICH) starts every rank"
     options = frozenset({"tag_output"})
-    forwards_env = True
+    interface_keys = frozenset({"env.NCCL_SOCKET_IFNAME"})  # -iface (tail) for MPI; no Open MPI MCA
 
     def problems(self, site: Site) -> list[Problem]:
         found = super().problems(site)
@@ -38,9 +39,6 @@ class Hydra(Launcher):
             out.site("node.ranks_per_node", ["-ppn", str(site.node.ranks_per_node)], "ranks per node")
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-hosts", "-f")
-
-    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
-        return []
 
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:

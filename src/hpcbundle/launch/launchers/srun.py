@@ -23,7 +23,8 @@ class Srun(Launcher):
     flavours = ALL_FLAVOURS
     summary = "SLURM starts every rank itself, in the allocation"
     options = frozenset({"pmi", "tag_output"})
-    forwards_env = True
+    # No mpirun daemons, so no oob traffic: of the derived interface settings, btl and NCCL only.
+    interface_keys = frozenset({"mca.btl_tcp_if_include", "env.NCCL_SOCKET_IFNAME"})
     takes_hosts = False
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
@@ -34,6 +35,3 @@ class Srun(Launcher):
         if site.node.ranks_per_node:
             out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")
         self.add_flags(site, out, {"tag_output": "--label"})
-
-    def interface_mca(self, interfaces: str) -> list[tuple[str, str]]:
-        return [("btl_tcp_if_include", interfaces)]  # no mpirun daemons, so no oob traffic
