@@ -8,7 +8,7 @@ same rule judges a node that was observed and the node a site declares. For exam
     >>> from hpcbundle.rules.engine import evaluate
     >>> from hpcbundle.rules.knowledge import knowledge_base
     >>> site = Site.model_validate({"name": "t", "description": "d", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
-    ...     "launcher": {"name": "mpirun"}, "node": {"cores": 2}})
+    ...     "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet"}})
     >>> answered = {"node1": {"cpus": 2, "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "mpirun"}}}
     >>> [r.line() for r in evaluate(observed_facts(site, answered), knowledge_base()) if r.rule == "host-mpi"]
     ['PASS  host-mpi             openmpi 4.1.4 on node1']

@@ -4,28 +4,21 @@ and the Open MPI transport the site selects exists in the image."""
 from __future__ import annotations
 
 from ..config.fields import parse_version
-from ..config.sites import Site
+from ..config.sites import Site, interface_settings
 from .engine import Facts, Verdict, rule
 from .knowledge import KnowledgeBase
 
-# Site keys that name network interfaces, and how each lists them.
-IFACE_KEYS = ("network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include",
-              "env.NCCL_SOCKET_IFNAME", "env.GLOO_SOCKET_IFNAME", "env.HOROVOD_GLOO_IFACE")
-
-
 def named_interfaces(site: Site) -> dict[str, list[str]]:
-    """Interface name -> the site keys naming it. Exclusion lists (^lo,docker0) and subnets are not names."""
-    values = {"network.interfaces": ",".join(site.network.interfaces)}
-    values |= {f"mca.{k}": v for k, v in site.mca.items() if f"mca.{k}" in IFACE_KEYS}
-    values |= {f"env.{k}": v for k, v in site.env.items() if f"env.{k}" in IFACE_KEYS}
+    """Interface name -> the site keys it comes from (see interface_settings: set, or derived from
+    network.interfaces). Exclusion lists (^lo,docker0) and subnets are not names."""
     found: dict[str, list[str]] = {}
-    for key, value in values.items():
+    for value, source in interface_settings(site).values():
         if not value or value.startswith("^"):
             continue
         for name in value.lstrip("=").split(","):
             name = name.strip()
-            if name and "/" not in name:
-                found.setdefault(name, []).append(key)
+            if name and "/" not in name and source not in found.get(name, []):
+                found.setdefault(name, []).append(source)
     return found
 
 
