@@ -47,8 +47,9 @@ render: venv ## Render every recipe as a Dockerfile and a .def into build/
 	done
 
 wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for image builds
-	@ls wheelhouse/torch-2.13.0+cpu-*.whl >/dev/null 2>&1 || \
-	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==2.13.0+cpu"
+	@pins=$$($(BIN)/python scripts/setup/pins.py); eval "$$pins"; \
+	ls "wheelhouse/torch-$$TORCH_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
+	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==$$TORCH_VERSION+$$TORCH_VARIANT"
 
 build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name)
 	$(HPCBUNDLE) render $(RECIPE) --format singularity -o $(BUILD)/$(RECIPE).def

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build (once) and install a CPU Horovod 0.28.1 wheel with PyTorch, TensorFlow, MPI and Gloo
-# into the virtualenv VENV, then check it with `horovodrun --check-build`.
+# Build (once) and install a CPU Horovod wheel with PyTorch, TensorFlow, MPI and Gloo into the
+# virtualenv VENV, then check it with `horovodrun --check-build`. The Horovod version, its sdist's
+# sha256 and its patch come from recipes/cpu-local.yaml (scripts/setup/pins.py), as for the image.
 #
 # Horovod 0.28.1 (the last release) compiles against torch >= 2.x only as C++17, but its sdist
 # sets CMAKE_CXX_STANDARD 14 in BOTH CMakeLists.txt and horovod/torch/CMakeLists.txt. Patching
@@ -19,9 +20,6 @@
 #        MAKEFLAGS         passed to the build (default -j<number of CPUs>)
 set -euo pipefail
 
-HOROVOD_VERSION=0.28.1
-# sha256 of horovod-0.28.1.tar.gz as published on PyPI
-HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
 PATCH_FILES=(CMakeLists.txt horovod/torch/CMakeLists.txt)
 PATCH_FROM='set(CMAKE_CXX_STANDARD 14)'
 PATCH_TO='set(CMAKE_CXX_STANDARD 17)'
@@ -38,6 +36,12 @@ VENV=${1:-$repo_root/.venv}
 [[ -x $VENV/bin/python ]] || die "no virtualenv at $VENV (run scripts/setup/python-env.sh first)"
 VENV=$(cd "$VENV" && pwd)
 PY=$VENV/bin/python
+
+# HOROVOD_VERSION, HOROVOD_SDIST_SHA256 (of the sdist as published on PyPI), HOROVOD_PATCHES, ...
+pins=$("$PY" "$script_dir/pins.py") || die "cannot read the pins from recipes/cpu-local.yaml (see above)"
+eval "$pins"
+[[ $HOROVOD_PATCHES == "$PATCH_ID" ]] \
+    || die "recipes/cpu-local.yaml asks for Horovod patches '$HOROVOD_PATCHES'; this script applies '$PATCH_ID' only"
 export PATH="$VENV/bin:$PATH"
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}
 

