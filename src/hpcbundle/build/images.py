@@ -11,7 +11,7 @@ Dockerfile itself, unchanged, and streams the engine's build log to a progress c
                  buildargs={"BUILD_IMAGE": "local/debian:bookworm",
                             "RUNTIME_IMAGE": "local/debian:bookworm"},
                  progress=lambda line: print(line, end=""))
-    info.labels["org.hpcbundle.recipe"], info.size_mb
+    info.labels["org.hpcbundle.recipe"], format_size(info.size)
 
 The SDK talks to the engine's /build endpoint, i.e. the classic builder, so templates must not
 need BuildKit-only syntax (RUN --mount, heredocs).
@@ -59,12 +59,7 @@ class ImageInfo:
     labels: dict[str, str]
     size: int                      # bytes, the image with all its parents' layers
     layers: int                    # file-system layers
-    created: str
     history: tuple[dict[str, Any], ...] = field(default=(), repr=False)
-
-    @property
-    def size_mb(self) -> float:
-        return self.size / 1e6
 
     @property
     def short_id(self) -> str:
@@ -209,7 +204,6 @@ def inspect(client: Any, ref: str) -> ImageInfo:
         labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
         size=int(attrs.get("Size") or 0),
         layers=len((attrs.get("RootFS") or {}).get("Layers") or []),
-        created=attrs.get("Created", ""),
         history=tuple(image.history()),
     )
 
