@@ -32,7 +32,8 @@ CONTEXT_DIRS = ("examples", "wheelhouse")
 """What a build context holds (relative to where `docker build` / `apptainer build` runs)."""
 
 # Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the
-# build runs without build isolation (shared/notes/testbed.md). Pinned so offline builds can find them.
+# build runs without build isolation (as scripts/setup/horovod-wheel.sh builds it on the host).
+# Pinned so offline builds can find them.
 HOROVOD_HELPERS = ("wheel==0.43.0", "packaging==24.0", "psutil==5.9.8", "PyYAML==6.0.1", "cloudpickle==3.0.0", "cffi==1.16.0")
 
 CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL"}
