@@ -74,12 +74,15 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
 
 
-VARIANTS = {v.name: v for v in (
-    Variant("horovod-mpi", "horovod", {"HOROVOD_CPU_OPERATIONS": "mpi"}),
-    Variant("horovod-gloo", "horovod", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}),
-    Variant("torch-gloo", "torch-gloo"),
-    Variant("mpi4py", "mpi4py"),
-)}
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("horovod-mpi", "horovod", {"HOROVOD_CPU_OPERATIONS": "mpi"}),
+        Variant("horovod-gloo", "horovod", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}),
+        Variant("torch-gloo", "torch-gloo"),
+        Variant("mpi4py", "mpi4py"),
+    )
+}
 
 
 def hpcbundle(*args: str) -> list[str]:
@@ -91,12 +94,15 @@ def hosts_of(cluster: NetnsCluster) -> str:
 
 
 # ----------------------------------------------------------------------------------- sites
-def bench_site(directory: Path, cluster: NetnsCluster, name: str, env: dict[str, str], overrides: dict[str, str],
-               timeout: int) -> Path:
+def bench_site(
+    directory: Path, cluster: NetnsCluster, name: str, env: dict[str, str], overrides: dict[str, str], timeout: int
+) -> Path:
     """The testbed's namespace site for `cluster`, plus a variant's env and --set overrides."""
     data = site_data(name, cluster=cluster, interfaces=[NetnsCluster.DATA_IFACE], timeout=timeout)
     data["description"] = f"namespace cluster for bench/allreduce.py ({len(cluster.nodes)} nodes)"
-    data["env"].update({"GLOO_SOCKET_IFNAME": NetnsCluster.DATA_IFACE, "HOROVOD_GLOO_IFACE": NetnsCluster.DATA_IFACE, **env})
+    data["env"].update(
+        {"GLOO_SOCKET_IFNAME": NetnsCluster.DATA_IFACE, "HOROVOD_GLOO_IFACE": NetnsCluster.DATA_IFACE, **env}
+    )
     for key, value in overrides.items():
         section, _, name_ = key.partition(".")
         if section not in ("mca", "env") or not name_:
@@ -111,8 +117,20 @@ def bench_site(directory: Path, cluster: NetnsCluster, name: str, env: dict[str,
 
 def run_tune(cluster: NetnsCluster, site: Path, out: Path, timeout: float) -> Path:
     """`hpcbundle tune` on node1 for `site`; returns the tuned site file (the one place that knows tune's flags)."""
-    argv = hpcbundle("tune", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
-                     "--python", sys.executable, "--no-doctor", "-o", str(out))
+    argv = hpcbundle(
+        "tune",
+        "--site",
+        str(site),
+        "--np",
+        str(len(cluster.nodes)),
+        "--hosts",
+        hosts_of(cluster),
+        "--python",
+        sys.executable,
+        "--no-doctor",
+        "-o",
+        str(out),
+    )
     result = cluster.run("node1", argv, timeout=timeout)
     sys.stderr.write(result.stdout + result.stderr)
     if result.returncode or not out.is_file():
@@ -149,8 +167,10 @@ def measure_link(cluster: NetnsCluster, seconds: int, logs: Path) -> dict[str, A
     """iperf3 over data0: unidirectional node1->node2, then every node sending and receiving at
     once (2 nodes: --bidir; more: the ring node_i -> node_i+1, all links concurrently). GiB/s."""
     nodes = cluster.nodes
-    servers = {node: cluster.start(node, ["iperf3", "-s", "-p", str(IPERF_PORT)], log=logs / f"iperf3-server-{node}.log")
-               for node in nodes}
+    servers = {
+        node: cluster.start(node, ["iperf3", "-s", "-p", str(IPERF_PORT)], log=logs / f"iperf3-server-{node}.log")
+        for node in nodes
+    }
     try:
         for node in nodes:
             _wait_listening(cluster, node)
@@ -159,18 +179,34 @@ def measure_link(cluster: NetnsCluster, seconds: int, logs: Path) -> dict[str, A
         unidirectional = _gib(uni["end"]["sum_received"]["bits_per_second"])
         if len(nodes) == 2:
             bidir = _iperf_json(cluster.run("node1", [*client, "--bidir"], timeout=seconds + 30).stdout, "--bidir")
-            streams = {"node1->node2": _gib(bidir["end"]["sum_received"]["bits_per_second"]),
-                       "node2->node1": _gib(bidir["end"]["sum_received_bidir_reverse"]["bits_per_second"])}
+            streams = {
+                "node1->node2": _gib(bidir["end"]["sum_received"]["bits_per_second"]),
+                "node2->node1": _gib(bidir["end"]["sum_received_bidir_reverse"]["bits_per_second"]),
+            }
             mode = "bidir"
         else:
             ring = [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-            procs = [(src, dst, cluster.tracker.popen(
-                cluster.node_argv(src, ["iperf3", "-c", cluster.address(dst), "-p", str(IPERF_PORT), "-t", str(seconds), "-J"]),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)) for src, dst in ring]
+            procs = [
+                (
+                    src,
+                    dst,
+                    cluster.tracker.popen(
+                        cluster.node_argv(
+                            src, ["iperf3", "-c", cluster.address(dst), "-p", str(IPERF_PORT), "-t", str(seconds), "-J"]
+                        ),
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                    ),
+                )
+                for src, dst in ring
+            ]
             streams = {}
             for src, dst, proc in procs:
                 out, _ = proc.communicate(timeout=seconds + 30)
-                streams[f"{src}->{dst}"] = _gib(_iperf_json(out.decode(), f"{src}->{dst}")["end"]["sum_received"]["bits_per_second"])
+                streams[f"{src}->{dst}"] = _gib(
+                    _iperf_json(out.decode(), f"{src}->{dst}")["end"]["sum_received"]["bits_per_second"]
+                )
             mode = "ring"
     finally:
         for proc in servers.values():  # stopped by PID: node-exec execs down to iperf3 itself
@@ -182,15 +218,37 @@ def measure_link(cluster: NetnsCluster, seconds: int, logs: Path) -> dict[str, A
                 proc.kill()
                 proc.wait(timeout=10)
     values = list(streams.values())
-    return {"mode": mode, "streams": {k: round(v, 4) for k, v in streams.items()}, "gib": round(statistics.mean(values), 4),
-            "min_gib": round(min(values), 4), "max_gib": round(max(values), 4), "unidirectional_gib": round(unidirectional, 4)}
+    return {
+        "mode": mode,
+        "streams": {k: round(v, 4) for k, v in streams.items()},
+        "gib": round(statistics.mean(values), 4),
+        "min_gib": round(min(values), 4),
+        "max_gib": round(max(values), 4),
+        "unidirectional_gib": round(unidirectional, 4),
+    }
 
 
 # -------------------------------------------------------------------------------- backends
 def run_backend(cluster: NetnsCluster, site: Path, backend: str, sizes: str, timeout: float) -> tuple[list[dict], str]:
     """examples/allreduce_bench.py through the generated command, on node1; (records, error or "")."""
-    argv = hpcbundle("launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
-                     "--exec", "--no-doctor", "--", sys.executable, str(PROGRAM), "--backend", backend, "--sizes", sizes)
+    argv = hpcbundle(
+        "launch",
+        "--site",
+        str(site),
+        "--np",
+        str(len(cluster.nodes)),
+        "--hosts",
+        hosts_of(cluster),
+        "--exec",
+        "--no-doctor",
+        "--",
+        sys.executable,
+        str(PROGRAM),
+        "--backend",
+        backend,
+        "--sizes",
+        sizes,
+    )
     try:
         result = cluster.run("node1", argv, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -224,16 +282,26 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
         directory.mkdir()
         print(f"\n== {n} nodes: iperf3 ({args.iperf_seconds} s per test) ...", file=sys.stderr, flush=True)
         link = measure_link(cluster, args.iperf_seconds, directory)
-        print(f"   link {link['gib']:.3f} GiB/s ({link['mode']}: {link['streams']}), unidirectional "
-              f"{link['unidirectional_gib']:.3f} GiB/s", file=sys.stderr, flush=True)
+        print(
+            f"   link {link['gib']:.3f} GiB/s ({link['mode']}: {link['streams']}), unidirectional "
+            f"{link['unidirectional_gib']:.3f} GiB/s",
+            file=sys.stderr,
+            flush=True,
+        )
         runs: list[tuple[str, Path, str]] = []
         for name in args.backends:
             variant = VARIANTS[name]
-            runs.append((name, bench_site(directory, cluster, f"bench-n{n}-{name}", variant.env, overrides, args.timeout),
-                         variant.backend))
+            runs.append(
+                (
+                    name,
+                    bench_site(directory, cluster, f"bench-n{n}-{name}", variant.env, overrides, args.timeout),
+                    variant.backend,
+                )
+            )
         if args.tuned:
-            base = next((site for name, site, _ in runs if name == "horovod-mpi"), None) or \
-                bench_site(directory, cluster, f"bench-n{n}-horovod-mpi", VARIANTS["horovod-mpi"].env, overrides, args.timeout)
+            base = next((site for name, site, _ in runs if name == "horovod-mpi"), None) or bench_site(
+                directory, cluster, f"bench-n{n}-horovod-mpi", VARIANTS["horovod-mpi"].env, overrides, args.timeout
+            )
             print(f"   hpcbundle tune on {base.name} ...", file=sys.stderr, flush=True)
             tuned = run_tune(cluster, base, directory / "tuned.yaml", timeout=args.tune_timeout)
             runs.insert(0, ("horovod-tuned", tuned, "horovod"))
@@ -242,15 +310,21 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
             print(f"   {name} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()
             records, error = run_backend(cluster, site, backend, args.sizes, args.timeout + 60)
-            print(f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s{'; FAILED ' + error if error else ''}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s{'; FAILED ' + error if error else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
             if error:
                 errors[name] = error
             results.extend({**r, "variant": name} for r in records)
         print("   iperf3 again ...", file=sys.stderr, flush=True)
         link = combine_links(link, measure_link(cluster, args.iperf_seconds, directory))
-        print(f"   link after {link['after']['gib']:.3f} GiB/s; used: the mean of before and after, {link['gib']:.3f} GiB/s",
-              file=sys.stderr, flush=True)
+        print(
+            f"   link after {link['after']['gib']:.3f} GiB/s; used: the mean of before and after, {link['gib']:.3f} GiB/s",
+            file=sys.stderr,
+            flush=True,
+        )
     for r in results:
         r["busbw_over_link"] = ratio(r["busbw_gib"], link["gib"])
     return {"nodes": n, "link": link, "results": results, "errors": errors, "targets": targets(results, link)}
@@ -259,7 +333,9 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
 def combine_links(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """The link measured before and after the backends (the machine's load drifts during a run):
     figures are the means of the two measurements; both are kept under "before" and "after"."""
-    mean = {key: round((before[key] + after[key]) / 2, 4) for key in ("gib", "min_gib", "max_gib", "unidirectional_gib")}
+    mean = {
+        key: round((before[key] + after[key]) / 2, 4) for key in ("gib", "min_gib", "max_gib", "unidirectional_gib")
+    }
     streams = {k: round((before["streams"][k] + after["streams"][k]) / 2, 4) for k in before["streams"]}
     return {"mode": before["mode"], "streams": streams, **mean, "before": before, "after": after}
 
@@ -270,30 +346,43 @@ def targets(results: list[dict], link: dict[str, Any]) -> dict[str, Any]:
     at = {r["variant"]: r for r in results if r["bytes"] == TARGET_SIZE}
     horovod = at.get("horovod-tuned") or at.get("horovod-mpi")
     gloo = at.get("torch-gloo")
-    return {"bytes": TARGET_SIZE, "horovod_variant": horovod["variant"] if horovod else None,
-            "horovod_busbw_gib": horovod["busbw_gib"] if horovod else None, "link_gib": link["gib"],
-            "torch_gloo_busbw_gib": gloo["busbw_gib"] if gloo else None,
-            "over_link": ratio(horovod and horovod["busbw_gib"], link["gib"]),
-            "over_torch_gloo": ratio(horovod and horovod["busbw_gib"], gloo and gloo["busbw_gib"])}
+    return {
+        "bytes": TARGET_SIZE,
+        "horovod_variant": horovod["variant"] if horovod else None,
+        "horovod_busbw_gib": horovod["busbw_gib"] if horovod else None,
+        "link_gib": link["gib"],
+        "torch_gloo_busbw_gib": gloo["busbw_gib"] if gloo else None,
+        "over_link": ratio(horovod and horovod["busbw_gib"], link["gib"]),
+        "over_torch_gloo": ratio(horovod and horovod["busbw_gib"], gloo and gloo["busbw_gib"]),
+    }
 
 
 def report(cluster: dict[str, Any]) -> list[str]:
     link = cluster["link"]
-    lines = [f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction (before {link['before']['gib']:.3f}, after "
-             f"{link['after']['gib']:.3f}; {link['mode']}, concurrent: "
-             + ", ".join(f"{k} {v:.3f}" for k, v in link["streams"].items())
-             + f"; unidirectional node1->node2 {link['unidirectional_gib']:.3f} GiB/s)",
-             f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} {'busbw/link':>10} ok"]
+    lines = [
+        f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction (before {link['before']['gib']:.3f}, after "
+        f"{link['after']['gib']:.3f}; {link['mode']}, concurrent: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in link["streams"].items())
+        + f"; unidirectional node1->node2 {link['unidirectional_gib']:.3f} GiB/s)",
+        f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} {'busbw/link':>10} ok",
+    ]
     for r in sorted(cluster["results"], key=lambda r: (r["bytes"], r["variant"])):
-        lines.append(f"{_fmt_size(r['bytes']):>9}  {r['variant']:<14} {r['ops']:<5} {r['iters']:>5} {r['seconds']:>10.6f} "
-                     f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} {'yes' if r['correct'] else 'NO'}")
+        lines.append(
+            f"{_fmt_size(r['bytes']):>9}  {r['variant']:<14} {r['ops']:<5} {r['iters']:>5} {r['seconds']:>10.6f} "
+            f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} {'yes' if r['correct'] else 'NO'}"
+        )
     for name, error in cluster["errors"].items():
         lines.append(f"  {name} FAILED: {error}")
     t = cluster["targets"]
-    for what, value, want in (("link", t["over_link"], TARGET_LINK), ("torch-gloo busbw", t["over_torch_gloo"], TARGET_GLOO)):
+    for what, value, want in (
+        ("link", t["over_link"], TARGET_LINK),
+        ("torch-gloo busbw", t["over_torch_gloo"], TARGET_GLOO),
+    ):
         verdict = "not measured" if value is None else "met" if value >= want else "NOT met"
-        lines.append(f"target at 64 MiB, {cluster['nodes']} nodes: {t['horovod_variant'] or 'horovod'} busbw / {what} = "
-                     f"{_fmt(value)} (want >= {want}: {verdict})")
+        lines.append(
+            f"target at 64 MiB, {cluster['nodes']} nodes: {t['horovod_variant'] or 'horovod'} busbw / {what} = "
+            f"{_fmt(value)} (want >= {want}: {verdict})"
+        )
     return lines
 
 
@@ -310,10 +399,19 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help=f"only {QUICK_SIZES}")
     p.add_argument("--iperf-seconds", type=int, default=5, help="duration of each iperf3 test (default 5)")
     p.add_argument("--backends", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="change every site: mca.NAME=VALUE or env.NAME=VALUE (empty VALUE removes the key)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change every site: mca.NAME=VALUE or env.NAME=VALUE (empty VALUE removes the key)",
+    )
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with the tuned site")
-    p.add_argument("--shared-cores", action="store_true", help="every node may use every core of this host (default: one core each)")
+    p.add_argument(
+        "--shared-cores",
+        action="store_true",
+        help="every node may use every core of this host (default: one core each)",
+    )
     p.add_argument("--timeout", type=int, default=600, help="seconds each backend run may take (default 600)")
     p.add_argument("--tune-timeout", type=int, default=1800, help="seconds hpcbundle tune may take (default 1800)")
     args = p.parse_args(argv)
@@ -363,9 +461,19 @@ def main(argv: list[str] | None = None) -> int:
             clusters.append(cluster)
             print("\n".join(report(cluster)), flush=True)
     failed = any(c["errors"] or not all(r["correct"] for r in c["results"]) for c in clusters)
-    print(json.dumps({"metric": "allreduce_bench", "sizes": [int(s) for s in args.sizes.split(",")],
-                      "backends": args.backends, "tuned": args.tuned, "set": overrides, "clusters": clusters,
-                      "ok": not failed}))
+    print(
+        json.dumps(
+            {
+                "metric": "allreduce_bench",
+                "sizes": [int(s) for s in args.sizes.split(",")],
+                "backends": args.backends,
+                "tuned": args.tuned,
+                "set": overrides,
+                "clusters": clusters,
+                "ok": not failed,
+            }
+        )
+    )
     return 1 if failed else 0
 
 

@@ -47,9 +47,15 @@ def build_both(recipe_name: str) -> tuple[images.ImageInfo, images.ImageInfo, di
         for target, tag in (("build", f"hpcbundle/{recipe_name}:build"), (None, f"hpcbundle/{recipe_name}:latest")):
             t0 = time.monotonic()
             with images.build_context(dockerfile, {"examples": bundle.examples_dir, "wheelhouse": wheelhouse}) as ctx:
-                built[target] = images.build(engine.client(), ctx, tag=tag, target=target, buildargs=args,
-                                             network_mode="host",
-                                             progress=lambda s: print(s, end="", file=sys.stderr) if s.startswith("Step ") else None)
+                built[target] = images.build(
+                    engine.client(),
+                    ctx,
+                    tag=tag,
+                    target=target,
+                    buildargs=args,
+                    network_mode="host",
+                    progress=lambda s: print(s, end="", file=sys.stderr) if s.startswith("Step ") else None,
+                )
             print(file=sys.stderr)
             seconds[target or "runtime"] = time.monotonic() - t0
         return built["build"], built[None], seconds
@@ -69,8 +75,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="cpu-local")
     parser.add_argument("--layers", type=int, default=5, help="largest layers to list per image")
-    parser.add_argument("--existing", action="store_true",
-                        help="inspect the images already in the DOCKER_HOST engine instead of building")
+    parser.add_argument(
+        "--existing",
+        action="store_true",
+        help="inspect the images already in the DOCKER_HOST engine instead of building",
+    )
     args = parser.parse_args()
     if args.existing:
         client = images.connect()
@@ -89,8 +98,17 @@ def main() -> int:
     for name, info in (("build stage", build), ("runtime", runtime)):
         print(f"  largest layers, {name}:")
         print("\n".join(largest_layers(info, args.layers)))
-    print(json.dumps({"metric": "image_size_ratio", "recipe": args.recipe, "build_bytes": build.size,
-                      "runtime_bytes": runtime.size, "ratio": round(ratio, 4)}))
+    print(
+        json.dumps(
+            {
+                "metric": "image_size_ratio",
+                "recipe": args.recipe,
+                "build_bytes": build.size,
+                "runtime_bytes": runtime.size,
+                "ratio": round(ratio, 4),
+            }
+        )
+    )
     return 0
 
 

@@ -89,10 +89,15 @@ _T1 = re.compile(r"^bench-t1 (\d+\.\d+) (\d+)$", re.M)
 def hints() -> tuple[tuple[str, str], ...]:
     """Known causes of a failed run, recognised by a text in its output: (text, cause)."""
     return (
-        ("object has no attribute '_recursion_count'",
-         "the venv's python binary is not the one whose standard library it loads (pyvenv.cfg), so multiprocessing's "
-         "spawn fails, and horovodrun needs it; make the venv again (scripts/setup/python-env.sh does when it sees this)"),
-        ("could not connect to some hosts via ssh", "horovodrun's `ssh HOST true` failed (the ssh shim calls the cluster's rsh agent)"),
+        (
+            "object has no attribute '_recursion_count'",
+            "the venv's python binary is not the one whose standard library it loads (pyvenv.cfg), so multiprocessing's "
+            "spawn fails, and horovodrun needs it; make the venv again (scripts/setup/python-env.sh does when it sees this)",
+        ),
+        (
+            "could not connect to some hosts via ssh",
+            "horovodrun's `ssh HOST true` failed (the ssh shim calls the cluster's rsh agent)",
+        ),
     )
 
 
@@ -159,7 +164,9 @@ def judge(status: int, out: str, err: str, expect: list[str], echo: str | None =
 def launch(cluster: NetnsCluster, variant: Variant, expect: list[str], timeout: float) -> Run:
     """Run one variant on node1 inside the timing harness."""
     try:
-        result = cluster.run("node1", ["bash", "-c", HARNESS, "bench-harness", *variant.argv], timeout=timeout, env=variant.env)
+        result = cluster.run(
+            "node1", ["bash", "-c", HARNESS, "bench-harness", *variant.argv], timeout=timeout, env=variant.env
+        )
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
         return Run(error=f"no end within {timeout:g} s (killed)\n{_tail(stderr)}")
@@ -178,7 +185,19 @@ def variants(cluster: NetnsCluster, work: Path, np_: int, names: list[str]) -> l
     generated = build_command(load_site(str(site_path), work), Layout(np=np_, hosts=hosts), [str(program)])
     bin_dir = Path(sys.executable).parent
     cli = [str(bin_dir / "hpcbundle")] if (bin_dir / "hpcbundle").exists() else [sys.executable, "-m", "hpcbundle"]
-    cli_launch = [*cli, "--bundle", str(ROOT), "launch", "--site", str(site_path), "--np", str(np_), "--hosts", host_list, "--exec"]
+    cli_launch = [
+        *cli,
+        "--bundle",
+        str(ROOT),
+        "launch",
+        "--site",
+        str(site_path),
+        "--np",
+        str(np_),
+        "--hosts",
+        host_list,
+        "--exec",
+    ]
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     shim = work / "ssh-shim"
     shim.mkdir()
@@ -187,13 +206,50 @@ def variants(cluster: NetnsCluster, work: Path, np_: int, names: list[str]) -> l
     horovodrun, hvd_env = [str(bin_dir / "horovodrun")], {"PATH": f"{shim}{os.pathsep}{path}"}
     agent = cluster.mpirun_agent_args()
     table = {
-        "plain": Variant("plain", ["mpirun", "--allow-run-as-root", "-np", str(np_), "-H", host_list, *agent,
-                                   "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", IFACE, str(program)], {"PATH": path}),
+        "plain": Variant(
+            "plain",
+            [
+                "mpirun",
+                "--allow-run-as-root",
+                "-np",
+                str(np_),
+                "-H",
+                host_list,
+                *agent,
+                "--mca",
+                "btl_tcp_if_include",
+                IFACE,
+                "--mca",
+                "oob_tcp_if_include",
+                IFACE,
+                str(program),
+            ],
+            {"PATH": path},
+        ),
         "generated": Variant("generated", generated.argv, {"PATH": path}),
-        "cli": Variant("cli", [*cli_launch, "--no-doctor", "--", str(program)], {"PATH": path}, echo=generated.display()),
-        "cli-doctor": Variant("cli-doctor", [*cli_launch, "--", str(program)], {"PATH": path}, echo=generated.display()),
-        "horovodrun": Variant("horovodrun", [*horovodrun, "-np", str(np_), "-H", host_list, "--network-interface", IFACE, "--disable-cache",
-                                             "--mpi-args", shlex.join([*agent, "--mca", "oob_tcp_if_include", IFACE]), str(program)], hvd_env),
+        "cli": Variant(
+            "cli", [*cli_launch, "--no-doctor", "--", str(program)], {"PATH": path}, echo=generated.display()
+        ),
+        "cli-doctor": Variant(
+            "cli-doctor", [*cli_launch, "--", str(program)], {"PATH": path}, echo=generated.display()
+        ),
+        "horovodrun": Variant(
+            "horovodrun",
+            [
+                *horovodrun,
+                "-np",
+                str(np_),
+                "-H",
+                host_list,
+                "--network-interface",
+                IFACE,
+                "--disable-cache",
+                "--mpi-args",
+                shlex.join([*agent, "--mca", "oob_tcp_if_include", IFACE]),
+                str(program),
+            ],
+            hvd_env,
+        ),
     }
     return [table[name] for name in names]
 
@@ -226,14 +282,20 @@ def report(chosen: list[Variant], args: argparse.Namespace, nodes: list[str]) ->
     """Print the table, the commands, the failures, the verdict and the JSON line; 1 if a run failed."""
     base = next((v for v in chosen if v.name == BASELINE), None)
     rows = {v.name: summary(v, base) for v in chosen}
-    print(f"\nlaunch overhead: {args.np} rank(s) on {', '.join(nodes)}, launched from node1; {args.repeat} round(s) after "
-          f"{args.warmup} warm-up; seconds from launcher start, median / min; diff and ratio of medians vs {BASELINE}")
-    print(f"{'variant':<12}{'ok':>5}  {'first rank':>15}{'diff':>9}{'ratio':>8}  {'job end':>15}{'diff':>9}{'ratio':>8}")
+    print(
+        f"\nlaunch overhead: {args.np} rank(s) on {', '.join(nodes)}, launched from node1; {args.repeat} round(s) after "
+        f"{args.warmup} warm-up; seconds from launcher start, median / min; diff and ratio of medians vs {BASELINE}"
+    )
+    print(
+        f"{'variant':<12}{'ok':>5}  {'first rank':>15}{'diff':>9}{'ratio':>8}  {'job end':>15}{'diff':>9}{'ratio':>8}"
+    )
     for name, row in rows.items():
         cells = [f"{name:<12}{row['ok']:>3}/{row['runs']}"]
         for what in ("first_rank", "job_end"):
-            cells.append(f"  {_num(row[f'{what}_median_s']):>7} / {_num(row[f'{what}_min_s']):<5}"
-                         f"{_num(row[f'{what}_diff_s'], '{:+.3f}'):>9}{_num(row[f'{what}_ratio'], '{:.2f}x'):>8}")
+            cells.append(
+                f"  {_num(row[f'{what}_median_s']):>7} / {_num(row[f'{what}_min_s']):<5}"
+                f"{_num(row[f'{what}_diff_s'], '{:+.3f}'):>9}{_num(row[f'{what}_ratio'], '{:.2f}x'):>8}"
+            )
         print("".join(cells))
     print("commands:")
     for variant in chosen:
@@ -251,12 +313,28 @@ def report(chosen: list[Variant], args: argparse.Namespace, nodes: list[str]) ->
     target, met = rows.get(TARGET), None
     if target and target["job_end_diff_s"] is not None:
         met = max(target["job_end_diff_s"], target["first_rank_diff_s"]) <= TARGET_S
-        print(f"verdict: the generated command is {target['first_rank_diff_s']:+.3f} s to the first rank and "
-              f"{target['job_end_diff_s']:+.3f} s to job end vs plain mpirun (target: within {TARGET_S} s): {'MET' if met else 'MISSED'}")
+        print(
+            f"verdict: the generated command is {target['first_rank_diff_s']:+.3f} s to the first rank and "
+            f"{target['job_end_diff_s']:+.3f} s to job end vs plain mpirun (target: within {TARGET_S} s): {'MET' if met else 'MISSED'}"
+        )
     else:
         print(f"verdict: none (needs good runs of both {BASELINE} and {TARGET})")
-    print(json.dumps({"metric": "launch_overhead", "nodes": len(nodes), "np": args.np, "repeat": args.repeat, "warmup": args.warmup,
-                      "baseline": BASELINE, "target": TARGET, "target_s": TARGET_S, "target_met": met, "variants": rows}))
+    print(
+        json.dumps(
+            {
+                "metric": "launch_overhead",
+                "nodes": len(nodes),
+                "np": args.np,
+                "repeat": args.repeat,
+                "warmup": args.warmup,
+                "baseline": BASELINE,
+                "target": TARGET,
+                "target_s": TARGET_S,
+                "target_met": met,
+                "variants": rows,
+            }
+        )
+    )
     return 1 if failed else 0
 
 
@@ -270,8 +348,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--np", type=int, help="ranks, spread evenly over the nodes (default: one per node)")
     parser.add_argument("--repeat", type=int, default=5, help="recorded rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first (default 1)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset, in table order (default: all)")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds one launch may take before it is killed (default 120)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset, in table order (default: all)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120, help="seconds one launch may take before it is killed (default 120)"
+    )
     args = parser.parse_args(argv)
     args.np = args.np or args.nodes
     names = [name.strip() for name in args.variants.split(",") if name.strip()]
@@ -295,7 +377,11 @@ def main(argv: list[str] | None = None) -> int:
                     if round_ >= 0:
                         variant.runs.append(run)
                     label = "warm-up" if round_ < 0 else f"round {round_ + 1}/{args.repeat}"
-                    outcome = f"FAILED: {run.error.splitlines()[0]}" if run.error else f"first rank {run.first_rank:.3f} s, end {run.job_end:.3f} s"
+                    outcome = (
+                        f"FAILED: {run.error.splitlines()[0]}"
+                        if run.error
+                        else f"first rank {run.first_rank:.3f} s, end {run.job_end:.3f} s"
+                    )
                     print(f"{label:<12} {variant.name:<11} {outcome}", file=sys.stderr, flush=True)
             return report(chosen, args, cluster.nodes)
     finally:

@@ -84,8 +84,8 @@ def size_range(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
 def auto_iters(nbytes: int, target_bytes: int = 1 << 30, lo: int = 5, hi: int = 200) -> int:
     """Timed iterations for a size: enough to move `target_bytes` (1 GiB), at least `lo`, at most `hi`.
 
-        >>> auto_iters(64 << 20), auto_iters(4096), auto_iters(256 << 20)
-        (16, 200, 5)
+    >>> auto_iters(64 << 20), auto_iters(4096), auto_iters(256 << 20)
+    (16, 200, 5)
     """
     return max(lo, min(hi, math.ceil(target_bytes / nbytes)))
 
@@ -104,9 +104,18 @@ def median_of_slowest(times_by_rank: list[list[float]]) -> float:
 def result_record(backend: str, ops: str, nbytes: int, ranks: int, iters: int, seconds: float, correct: bool) -> dict:
     """The JSON record of one size (the program's output contract; keys in this order)."""
     algbw, busbw = bandwidths(nbytes, seconds, ranks)
-    return {"metric": "allreduce", "backend": backend, "ops": ops, "bytes": nbytes, "ranks": ranks, "iters": iters,
-            "seconds": float(f"{seconds:.6g}"), "algbw_gib": float(f"{algbw:.4g}"), "busbw_gib": float(f"{busbw:.4g}"),
-            "correct": bool(correct)}
+    return {
+        "metric": "allreduce",
+        "backend": backend,
+        "ops": ops,
+        "bytes": nbytes,
+        "ranks": ranks,
+        "iters": iters,
+        "seconds": float(f"{seconds:.6g}"),
+        "algbw_gib": float(f"{algbw:.4g}"),
+        "busbw_gib": float(f"{busbw:.4g}"),
+        "correct": bool(correct),
+    }
 
 
 def expected_sum(ranks: int) -> float:
@@ -120,9 +129,14 @@ def launcher_rank_size(env: Mapping[str, str]) -> tuple[int, int] | None:
     Open MPI (OMPI_COMM_WORLD_*), PMIx (PMIX_RANK with a size from Open MPI or SLURM), PMI-1/2
     and Hydra (PMI_RANK/PMI_SIZE), SLURM (SLURM_PROCID/SLURM_NTASKS), torchrun (RANK/WORLD_SIZE).
     """
-    pairs = [("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-             ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMIX_RANK", "SLURM_NTASKS"),
-             ("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE")]
+    pairs = [
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", "PMI_SIZE"),
+        ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMIX_RANK", "SLURM_NTASKS"),
+        ("SLURM_PROCID", "SLURM_NTASKS"),
+        ("RANK", "WORLD_SIZE"),
+    ]
     for rank_key, size_key in pairs:
         if env.get(rank_key, "").isdigit() and env.get(size_key, "").isdigit():
             return int(env[rank_key]), int(env[size_key])
@@ -180,9 +194,13 @@ class HorovodBackend(TorchTensors):
         if controller == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in os.environ:
             self.server = gloo_rendezvous_from_mpi()
         elif cpu_ops == "gloo" and controller != "gloo":
-            print("allreduce_bench: error: HOROVOD_CPU_OPERATIONS=gloo under Horovod's MPI controller crashes Horovod "
-                  "0.23-0.28 (segfault in GlooAllreduce: the MPI controller never initialises the Gloo context of "
-                  "process set 0); set HOROVOD_CONTROLLER=gloo as well", file=sys.stderr, flush=True)
+            print(
+                "allreduce_bench: error: HOROVOD_CPU_OPERATIONS=gloo under Horovod's MPI controller crashes Horovod "
+                "0.23-0.28 (segfault in GlooAllreduce: the MPI controller never initialises the Gloo context of "
+                "process set 0); set HOROVOD_CONTROLLER=gloo as well",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(2)
         import horovod.torch as hvd
         import torch
@@ -200,19 +218,25 @@ class HorovodBackend(TorchTensors):
         if self.tensors == 1:
             self.hvd.allreduce_(buf, op=self.hvd.Sum, name=key)
             return
-        handles = [self.hvd.allreduce_async_(part, op=self.hvd.Sum, name=f"{key}.{i}")
-                   for i, part in enumerate(buf.chunk(self.tensors))]
+        handles = [
+            self.hvd.allreduce_async_(part, op=self.hvd.Sum, name=f"{key}.{i}")
+            for i, part in enumerate(buf.chunk(self.tensors))
+        ]
         for handle in handles:
             self.hvd.synchronize(handle)
 
     def gather_times(self, times):
         self.calls += 1
-        rows = self.hvd.allgather(self.torch.tensor([times], dtype=self.torch.float64), name=f"allreduce_bench.times.{self.calls}")
+        rows = self.hvd.allgather(
+            self.torch.tensor([times], dtype=self.torch.float64), name=f"allreduce_bench.times.{self.calls}"
+        )
         return rows.tolist()
 
     def all_true(self, flag):
         self.calls += 1
-        flags = self.hvd.allgather(self.torch.tensor([int(flag)], dtype=self.torch.int32), name=f"allreduce_bench.flags.{self.calls}")
+        flags = self.hvd.allgather(
+            self.torch.tensor([int(flag)], dtype=self.torch.int32), name=f"allreduce_bench.flags.{self.calls}"
+        )
         return bool(flags.min())
 
     def barrier(self):
@@ -339,8 +363,16 @@ def slot_plan(hostnames: list[str]) -> list[dict[str, int]]:
     for rank, host in enumerate(hostnames):
         local_rank = hostnames[:rank].count(host)
         crossing = [h for h in hosts if per_host[h] > local_rank]
-        plan.append({"rank": rank, "size": len(hostnames), "local_rank": local_rank, "local_size": per_host[host],
-                     "cross_rank": crossing.index(host), "cross_size": len(crossing)})
+        plan.append(
+            {
+                "rank": rank,
+                "size": len(hostnames),
+                "local_rank": local_rank,
+                "local_size": per_host[host],
+                "cross_rank": crossing.index(host),
+                "cross_size": len(crossing),
+            }
+        )
     return plan
 
 
@@ -366,8 +398,14 @@ def gloo_rendezvous_from_mpi():
         comm.gather(hostname, root=0)
         address = comm.bcast(None, root=0)
     mine = plan[comm.Get_rank()]
-    os.environ.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": address[0], "HOROVOD_GLOO_RENDEZVOUS_PORT": str(address[1]),
-                       "HOROVOD_HOSTNAME": hostname, **{f"HOROVOD_{k.upper()}": str(v) for k, v in mine.items()}})
+    os.environ.update(
+        {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": address[0],
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(address[1]),
+            "HOROVOD_HOSTNAME": hostname,
+            **{f"HOROVOD_{k.upper()}": str(v) for k, v in mine.items()},
+        }
+    )
     os.environ.setdefault("HOROVOD_CPU_OPERATIONS", "gloo")
     return server
 
@@ -416,24 +454,30 @@ def bench_size(backend: Backend, nbytes: int, iters: int, warmup: int) -> dict:
 
 def _argument(parse):
     """`parse` as an argparse type whose ValueError message reaches the user."""
+
     def convert(text: str):
         try:
             return parse(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     return convert
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", required=True, choices=BACKENDS)
-    p.add_argument("--min-bytes", type=_argument(parse_size), default=4096, help="smallest size (K/M/G suffixes: KiB/MiB/GiB)")
+    p.add_argument(
+        "--min-bytes", type=_argument(parse_size), default=4096, help="smallest size (K/M/G suffixes: KiB/MiB/GiB)"
+    )
     p.add_argument("--max-bytes", type=_argument(parse_size), default=256 << 20, help="largest size")
     p.add_argument("--factor", type=int, default=4, help="each size is the previous one times this")
     p.add_argument("--sizes", type=_argument(parse_sizes), help="explicit sizes instead of min/max/factor, e.g. 64M,1M")
     p.add_argument("--iters", type=int, help="timed iterations per size (default: enough to move ~1 GiB, 5..200)")
     p.add_argument("--warmup", type=int, default=2, help="untimed iterations per size, the first checks the sums")
-    p.add_argument("--tensors", type=int, default=1, help="horovod only: split each size into this many tensors submitted together")
+    p.add_argument(
+        "--tensors", type=int, default=1, help="horovod only: split each size into this many tensors submitted together"
+    )
     args = p.parse_args(argv)
     try:
         args.size_list = args.sizes or size_range(args.min_bytes, args.max_bytes, args.factor)
@@ -456,8 +500,11 @@ def main(argv: list[str] | None = None) -> int:
     all_correct = True
     if backend.rank == 0:
         controller = f" controller={backend.controller}" if isinstance(backend, HorovodBackend) else ""
-        print(f"allreduce_bench: backend={backend.name} ops={backend.ops}{controller} ranks={backend.size} "
-              f"host={socket.gethostname()} sizes={len(args.size_list)}", flush=True)
+        print(
+            f"allreduce_bench: backend={backend.name} ops={backend.ops}{controller} ranks={backend.size} "
+            f"host={socket.gethostname()} sizes={len(args.size_list)}",
+            flush=True,
+        )
     for nbytes in args.size_list:
         record = {**bench_size(backend, nbytes, args.iters or auto_iters(nbytes), args.warmup), "tensors": args.tensors}
         all_correct = all_correct and record["correct"]

@@ -23,7 +23,9 @@ def torch_sum() -> tuple[int, int, list[float]]:
     import torch
 
     hvd.init()
-    total = hvd.allreduce(torch.full((4,), float(hvd.rank()), dtype=torch.float64), op=hvd.Sum, name="allreduce_check.torch")
+    total = hvd.allreduce(
+        torch.full((4,), float(hvd.rank()), dtype=torch.float64), op=hvd.Sum, name="allreduce_check.torch"
+    )
     return hvd.rank(), hvd.size(), total.tolist()
 
 
@@ -35,14 +37,17 @@ def tensorflow_sum() -> tuple[int, int, list[float]]:
 
     hvd.init()
     with tf.device("/CPU:0"):
-        total = hvd.allreduce(tf.fill([4], tf.constant(float(hvd.rank()), tf.float64)), op=hvd.Sum, name="allreduce_check.tf")
+        total = hvd.allreduce(
+            tf.fill([4], tf.constant(float(hvd.rank()), tf.float64)), op=hvd.Sum, name="allreduce_check.tf"
+        )
     return hvd.rank(), hvd.size(), total.numpy().tolist()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS,
-                        help="default: every framework that is installed")
+    parser.add_argument(
+        "--frameworks", nargs="+", choices=FRAMEWORKS, help="default: every framework that is installed"
+    )
     args = parser.parse_args(argv)
     chosen = args.frameworks or [name for name in FRAMEWORKS if importlib.util.find_spec(name)]
     if not chosen:
@@ -54,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     wrong = {name: values for name, (_, _, values) in results.items() if any(v != expected for v in values)}
     if rank == 0 or wrong:
         status = "FAIL " + " ".join(f"{name}={values}" for name, values in wrong.items()) if wrong else "OK"
-        print(f"allreduce_check: {status} size={size} expected={expected:g} frameworks={','.join(chosen)} (rank {rank})", flush=True)
+        print(
+            f"allreduce_check: {status} size={size} expected={expected:g} frameworks={','.join(chosen)} (rank {rank})",
+            flush=True,
+        )
     return 1 if wrong else 0
 
 

@@ -26,8 +26,10 @@ import numpy as np
 # IDX type codes -> big-endian numpy dtypes (http://yann.lecun.com/exdb/mnist/).
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _IDX_FILES = {
-    "x_train": "train-images-idx3-ubyte", "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte", "y_test": "t10k-labels-idx1-ubyte",
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
 }
 
 
@@ -71,8 +73,7 @@ def _find_idx(data_dir: Path, stem: str) -> Path:
     raise FileNotFoundError(f"{data_dir}: no {stem}[.gz] (expected MNIST/Fashion-MNIST IDX files)")
 
 
-def load_dataset(data_dir=None, synthetic=False, seed=0, synthetic_size=(4096, 1024), image_size=28,
-                 standardize=True):
+def load_dataset(data_dir=None, synthetic=False, seed=0, synthetic_size=(4096, 1024), image_size=28, standardize=True):
     """Return (x_train, y_train, x_test, y_test, num_classes, source).
 
     Images are float32 with shape (N, H, W), scaled to [0, 1] and then (standardize=True) shifted
@@ -90,10 +91,12 @@ def _load_raw(data_dir, synthetic, seed, synthetic_size, image_size):
         # Learnable synthetic data: one random template per class plus noise (speed is the point).
         rng = np.random.RandomState(seed)
         templates = rng.rand(10, image_size, image_size).astype(np.float32)
+
         def make(n):
             y = rng.randint(0, 10, size=n).astype(np.int64)
             x = 0.5 * templates[y] + 0.5 * rng.rand(n, image_size, image_size).astype(np.float32)
             return x, y
+
         (x_tr, y_tr), (x_te, y_te) = make(synthetic_size[0]), make(synthetic_size[1])
         return x_tr, y_tr, x_te, y_te, 10, f"synthetic {image_size}x{image_size}"
     if data_dir:
@@ -103,13 +106,20 @@ def _load_raw(data_dir, synthetic, seed, synthetic_size, image_size):
             if arrays[k].ndim != 3:
                 raise ValueError(f"{d}: {k} has shape {arrays[k].shape}, expected (N, H, W)")
             scale = 255.0 if arrays[k].dtype == np.uint8 else 1.0
-            arrays[k] = (arrays[k].astype(np.float32) / scale)
+            arrays[k] = arrays[k].astype(np.float32) / scale
         for k in ("y_train", "y_test"):
             arrays[k] = arrays[k].astype(np.int64)
         num_classes = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
-        return (arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"],
-                num_classes, f"IDX files in {d}")
+        return (
+            arrays["x_train"],
+            arrays["y_train"],
+            arrays["x_test"],
+            arrays["y_test"],
+            num_classes,
+            f"IDX files in {d}",
+        )
     from sklearn.datasets import load_digits  # bundled with scikit-learn, no download
+
     digits = load_digits()
     x = (digits.images / 16.0).astype(np.float32)  # (1797, 8, 8), values 0..16
     y = digits.target.astype(np.int64)
@@ -222,8 +232,9 @@ def latest_checkpoint(directory, ext: str):
 def prune_checkpoints(directory, ext: str, keep: int = 2) -> None:
     """Keep the newest `keep` checkpoints; drop stale temp files left by a killed writer."""
     d = Path(directory)
-    found = sorted((int(m.group(1)), p) for p in d.iterdir()
-                   if (m := CHECKPOINT_RE.match(p.name)) and m.group(2) == ext)
+    found = sorted(
+        (int(m.group(1)), p) for p in d.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and m.group(2) == ext
+    )
     for _, p in found[:-keep]:
         p.unlink(missing_ok=True)
     for p in d.glob(".checkpoint-*.tmp"):
@@ -256,6 +267,7 @@ def training_arguments(description: str):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=None, help="directory of MNIST/Fashion-MNIST IDX files")
     p.add_argument("--synthetic", action="store_true", help="synthetic images (benchmarking)")
-    p.add_argument("--final-params-out", default=None,
-                   help="write each rank's final flattened parameters to FILE.rank<N>.npy")
+    p.add_argument(
+        "--final-params-out", default=None, help="write each rank's final flattened parameters to FILE.rank<N>.npy"
+    )
     return p.parse_args()

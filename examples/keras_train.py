@@ -21,10 +21,9 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import horovod.tensorflow.keras as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
-import horovod.tensorflow.keras as hvd  # noqa: E402
 from horovod.tensorflow import broadcast_variables  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,11 +37,18 @@ def parse_args():
 def build_model(height, width, num_classes):
     """Same small CNN as pytorch_train.py."""
     L = tf.keras.layers
-    return tf.keras.Sequential([
-        tf.keras.Input((height, width, 1)),
-        L.Conv2D(32, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
-        L.Conv2D(64, 3, padding="same", activation="relu"), L.MaxPooling2D(2),
-        L.Flatten(), L.Dense(128, activation="relu"), L.Dense(num_classes)])
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input((height, width, 1)),
+            L.Conv2D(32, 3, padding="same", activation="relu"),
+            L.MaxPooling2D(2),
+            L.Conv2D(64, 3, padding="same", activation="relu"),
+            L.MaxPooling2D(2),
+            L.Flatten(),
+            L.Dense(128, activation="relu"),
+            L.Dense(num_classes),
+        ]
+    )
 
 
 class AtomicCheckpoint(tf.keras.callbacks.Callback):
@@ -80,9 +86,12 @@ class ProgressLogger(tf.keras.callbacks.Callback):
         elapsed = max(self.train_end - self.start, 1e-9)
         self.stats.append((self.images_per_epoch, elapsed))
         lr = float(tf.keras.backend.get_value(self.model.optimizer.lr))
-        print(f"epoch {epoch + 1}/{self.epochs}: loss={logs['loss']:.4f} accuracy={logs['accuracy']:.4f} "
-              f"val_loss={logs['val_loss']:.4f} val_accuracy={logs['val_accuracy']:.4f} lr={lr:.4g} "
-              f"images/sec={self.images_per_epoch / elapsed:.1f} time={elapsed:.2f}s", flush=True)
+        print(
+            f"epoch {epoch + 1}/{self.epochs}: loss={logs['loss']:.4f} accuracy={logs['accuracy']:.4f} "
+            f"val_loss={logs['val_loss']:.4f} val_accuracy={logs['val_accuracy']:.4f} lr={lr:.4g} "
+            f"images/sec={self.images_per_epoch / elapsed:.1f} time={elapsed:.2f}s",
+            flush=True,
+        )
 
 
 def main():
@@ -108,8 +117,9 @@ def main():
     # 8. Scale the learning rate by size; 3. wrap the optimizer in DistributedOptimizer.
     opt = tf.keras.optimizers.legacy.SGD(learning_rate=args.lr * hvd.size(), momentum=args.momentum)
     opt = hvd.DistributedOptimizer(opt)
-    model.compile(optimizer=opt, metrics=["accuracy"],
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=opt, metrics=["accuracy"], loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
 
     # 7. Rank 0 restores the last checkpoint (weights + optimizer state); the epoch is broadcast.
     resume_epoch, ckpt = 0, None
@@ -145,8 +155,9 @@ def main():
         # 6. Average metrics over ranks at the end of each epoch (before anything that reads them).
         hvd.callbacks.MetricAverageCallback(),
         # 9. Warm up from lr to lr * size over the first epochs.
-        hvd.callbacks.LearningRateWarmupCallback(initial_lr=args.lr * hvd.size(), warmup_epochs=args.warmup_epochs,
-                                                 steps_per_epoch=steps, verbose=1),
+        hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=args.lr * hvd.size(), warmup_epochs=args.warmup_epochs, steps_per_epoch=steps, verbose=1
+        ),
     ]
     progress = ProgressLogger(args.epochs, len(x_tr))  # every sample once per epoch, over all ranks
     if verbose:
@@ -154,14 +165,23 @@ def main():
         if args.checkpoint_dir:
             callbacks.append(AtomicCheckpoint(args.checkpoint_dir))
 
-    log(f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {x_tr.shape[1:]}; "
+    log(
+        f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {x_tr.shape[1:]}; "
         f"ranks={hvd.size()} batch/rank={args.batch_size} steps/epoch={steps} "
-        f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={'GPU' if gpus else 'CPU'}")
+        f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={'GPU' if gpus else 'CPU'}"
+    )
     if resume_epoch:
         log(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
     if resume_epoch < args.epochs:
-        model.fit(train_batches(), steps_per_epoch=steps, epochs=args.epochs, initial_epoch=resume_epoch,
-                  validation_data=(x_te[val_idx], y_te[val_idx]), callbacks=callbacks, verbose=0)
+        model.fit(
+            train_batches(),
+            steps_per_epoch=steps,
+            epochs=args.epochs,
+            initial_epoch=resume_epoch,
+            validation_data=(x_te[val_idx], y_te[val_idx]),
+            callbacks=callbacks,
+            verbose=0,
+        )
     else:
         log(f"nothing to do: {resume_epoch} epochs already completed (--epochs {args.epochs})")
 
@@ -173,8 +193,10 @@ def main():
         flat = np.concatenate([w.ravel() for w in model.get_weights()])
         common.save_rank_params(args.final_params_out, hvd.rank(), flat)
     ips = common.steady_throughput(progress.stats)  # leaves out the first epoch (tracing) when it can
-    log(f"final: accuracy={correct / count:.4f} loss={loss_sum / count:.4f} images/sec={ips:.1f} "
-        f"ranks={hvd.size()}", flush=True)
+    log(
+        f"final: accuracy={correct / count:.4f} loss={loss_sum / count:.4f} images/sec={ips:.1f} ranks={hvd.size()}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -17,11 +17,10 @@ import os
 import sys
 import timeit
 
+import horovod.torch as hvd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hvd_common as common  # noqa: E402  (threads per rank, shared with the trainers)
@@ -34,8 +33,11 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.skip = (nn.Sequential() if stride == 1 and cin == cout else
-                     nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)))
+        self.skip = (
+            nn.Sequential()
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        )
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -45,21 +47,42 @@ class BasicBlock(nn.Module):
 def resnet(channels, num_classes, width=16):
     """ResNet-ish: a stem and three stages of one basic block each (CIFAR-sized, CPU-friendly)."""
     return nn.Sequential(
-        nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-        BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2), BasicBlock(2 * width, 4 * width, 2),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4 * width, num_classes))
+        nn.Conv2d(channels, width, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        BasicBlock(width, width, 1),
+        BasicBlock(width, 2 * width, 2),
+        BasicBlock(2 * width, 4 * width, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4 * width, num_classes),
+    )
 
 
 def cnn(channels, num_classes, size):
     return nn.Sequential(
-        nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (size // 4) ** 2, 128), nn.ReLU(), nn.Linear(128, num_classes))
+        nn.Conv2d(channels, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (size // 4) ** 2, 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
 
 
 def mlp(channels, num_classes, size):
-    return nn.Sequential(nn.Flatten(), nn.Linear(channels * size * size, 512), nn.ReLU(),
-                         nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, num_classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(channels * size * size, 512),
+        nn.ReLU(),
+        nn.Linear(512, 512),
+        nn.ReLU(),
+        nn.Linear(512, num_classes),
+    )
 
 
 MODELS = {
@@ -101,8 +124,7 @@ def main():
     model = MODELS[args.model](args.channels, args.num_classes, args.image_size).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
@@ -118,9 +140,11 @@ def main():
             torch.cuda.synchronize()
 
     params = sum(p.numel() for p in model.parameters())
-    log(f"model: {args.model} ({params:,} parameters), batch size {args.batch_size} per rank, "
+    log(
+        f"model: {args.model} ({params:,} parameters), batch size {args.batch_size} per rank, "
         f"{args.channels}x{args.image_size}x{args.image_size} images, ranks: {hvd.size()}, "
-        f"fp16 allreduce: {args.fp16_allreduce}")
+        f"fp16 allreduce: {args.fp16_allreduce}"
+    )
     log("running warmup...")
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
     log("running benchmark...")
@@ -139,12 +163,23 @@ def main():
     mean, conf = float(table.mean()), float(1.96 * table.std())
     log(f"img/sec per {device_name}: {mean:.1f} +-{conf:.1f}")
     log(f"total img/sec on {hvd.size()} {device_name}(s): {totals.mean():.1f} +-{1.96 * totals.std():.1f}")
-    log(json.dumps({
-        "metric": "img_per_sec", "total": round(float(totals.mean()), 2),
-        "total_spread": round(float(1.96 * totals.std()), 2), "per_rank": round(mean, 2),
-        "per_rank_spread": round(conf, 2), "per_rank_each": [round(float(v), 2) for v in per_rank_mean],
-        "ranks": hvd.size(), "model": args.model, "batch_size": args.batch_size,
-        "fp16_allreduce": args.fp16_allreduce}), flush=True)
+    log(
+        json.dumps(
+            {
+                "metric": "img_per_sec",
+                "total": round(float(totals.mean()), 2),
+                "total_spread": round(float(1.96 * totals.std()), 2),
+                "per_rank": round(mean, 2),
+                "per_rank_spread": round(conf, 2),
+                "per_rank_each": [round(float(v), 2) for v in per_rank_mean],
+                "ranks": hvd.size(),
+                "model": args.model,
+                "batch_size": args.batch_size,
+                "fp16_allreduce": args.fp16_allreduce,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

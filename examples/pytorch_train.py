@@ -20,11 +20,10 @@ import os
 import sys
 import time
 
+import horovod.torch as hvd
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import horovod.torch as hvd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hvd_common as common  # noqa: E402  (shared with keras_train.py)
@@ -37,10 +36,17 @@ def parse_args():
 def build_model(height, width, num_classes):
     """Small CNN: two conv/pool stages and a classifier; works for 8x8 digits and 28x28 MNIST."""
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * (height // 4) * (width // 4), 128), nn.ReLU(),
-        nn.Linear(128, num_classes))
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * (height // 4) * (width // 4), 128),
+        nn.ReLU(),
+        nn.Linear(128, num_classes),
+    )
 
 
 def allreduce_sums(values, name):
@@ -55,7 +61,7 @@ def evaluate(model, x, y, device, batch_size=512):
     loss_sum = correct = 0.0
     with torch.no_grad():
         for start in range(0, len(idx), batch_size):
-            b = idx[start:start + batch_size]
+            b = idx[start : start + batch_size]
             out = model(x[b].to(device))
             loss_sum += F.cross_entropy(out, y[b].to(device), reduction="sum").item()
             correct += (out.argmax(1).cpu() == y[b]).sum().item()
@@ -107,9 +113,11 @@ def main():
 
     # 5. Each rank takes its own shard: steps per epoch = data / size / batch.
     steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
-    log(f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {tuple(x_tr.shape[1:])}; "
+    log(
+        f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {tuple(x_tr.shape[1:])}; "
         f"ranks={hvd.size()} batch/rank={args.batch_size} steps/epoch={steps} "
-        f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={device}")
+        f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={device}"
+    )
     if resume_epoch:
         log(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
     if resume_epoch >= args.epochs:
@@ -138,14 +146,16 @@ def main():
         elapsed = time.perf_counter() - start
         epoch_stats.append((count, elapsed))
         val_loss, val_acc = evaluate(model, x_te, y_te, device)
-        log(f"epoch {epoch + 1}/{args.epochs}: loss={loss_sum / count:.4f} accuracy={correct / count:.4f} "
+        log(
+            f"epoch {epoch + 1}/{args.epochs}: loss={loss_sum / count:.4f} accuracy={correct / count:.4f} "
             f"val_loss={val_loss:.4f} val_accuracy={val_acc:.4f} lr={optimizer.param_groups[0]['lr']:.4g} "
-            f"images/sec={count / elapsed:.1f} time={elapsed:.2f}s", flush=True)
+            f"images/sec={count / elapsed:.1f} time={elapsed:.2f}s",
+            flush=True,
+        )
         # 7. Only rank 0 writes checkpoints, atomically (temp file + fsync + os.replace).
         if verbose and args.checkpoint_dir:
             buf = io.BytesIO()
-            torch.save({"epoch": epoch + 1, "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict()}, buf)
+            torch.save({"epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
             common.atomic_write_bytes(common.checkpoint_path(args.checkpoint_dir, epoch + 1, "pt"), buf.getvalue())
             common.prune_checkpoints(args.checkpoint_dir, "pt")
 

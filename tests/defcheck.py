@@ -17,10 +17,51 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HEADER_KEYS = {"bootstrap", "from", "stage", "registry", "namespace", "includecmd", "fingerprints", "mirrorurl", "osversion", "include"}
-SECTIONS = {"setup", "files", "post", "environment", "runscript", "startscript", "test", "labels", "help", "arguments",
-            "appinstall", "appfiles", "appenv", "apphelp", "applabels", "apprun", "appstart", "apptest"}
-SCRIPT_SECTIONS = {"setup", "post", "environment", "runscript", "startscript", "test", "appinstall", "appenv", "apprun", "appstart", "apptest"}
+HEADER_KEYS = {
+    "bootstrap",
+    "from",
+    "stage",
+    "registry",
+    "namespace",
+    "includecmd",
+    "fingerprints",
+    "mirrorurl",
+    "osversion",
+    "include",
+}
+SECTIONS = {
+    "setup",
+    "files",
+    "post",
+    "environment",
+    "runscript",
+    "startscript",
+    "test",
+    "labels",
+    "help",
+    "arguments",
+    "appinstall",
+    "appfiles",
+    "appenv",
+    "apphelp",
+    "applabels",
+    "apprun",
+    "appstart",
+    "apptest",
+}
+SCRIPT_SECTIONS = {
+    "setup",
+    "post",
+    "environment",
+    "runscript",
+    "startscript",
+    "test",
+    "appinstall",
+    "appenv",
+    "apprun",
+    "appstart",
+    "apptest",
+}
 _SECTION = re.compile(r"^%(\S+)\s*(.*)$")
 _HEADER = re.compile(r"^(\w+):\s*(.*)$")
 
@@ -109,9 +150,15 @@ def _check_section(section: Section, earlier: set[str]) -> list[str]:
         if len(source) != 2 or source[0] != "from":
             return [f"{where} {section.args}: expected `%files from STAGE`"]
         if source[1] not in earlier:
-            return [f"{where} from {source[1]}: no earlier stage is named {source[1]!r} (earlier: {', '.join(sorted(earlier)) or 'none'})"]
+            return [
+                f"{where} from {source[1]}: no earlier stage is named {source[1]!r} (earlier: {', '.join(sorted(earlier)) or 'none'})"
+            ]
     if section.name == "labels":
-        return [f"{where}: {line.strip()!r} is not `KEY VALUE`" for line in section.body if line.strip() and len(line.split(None, 1)) < 2]
+        return [
+            f"{where}: {line.strip()!r} is not `KEY VALUE`"
+            for line in section.body
+            if line.strip() and len(line.split(None, 1)) < 2
+        ]
     if section.name in SCRIPT_SECTIONS:
         result = subprocess.run(["bash", "-n"], input="\n".join(section.body) + "\n", capture_output=True, text=True)
         if result.returncode != 0:

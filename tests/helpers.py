@@ -41,9 +41,17 @@ def assert_golden(path: Path, text: str) -> None:
     assert text == path.read_text(encoding="utf-8"), f"{path.name} differs: review, then `make golden` if intended"
 
 
-def hpcbundle(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def hpcbundle(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """The real command line, in a child process, as a user runs it (outside SLURM unless `env` says so)."""
     clean = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    return subprocess.run([sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args], capture_output=True,
-                          text=True, timeout=timeout, env={**clean, **(env or {})}, stdin=subprocess.DEVNULL, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**clean, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+    )

@@ -58,8 +58,13 @@ def test_a_size_list_is_ascending_without_repeats():
         bench.parse_sizes(",")
 
 
-@given(st.lists(st.tuples(st.integers(min_value=1, max_value=4096), st.sampled_from(["", "K", "M", "G", "k", "m", "g"])),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=1, max_value=4096), st.sampled_from(["", "K", "M", "G", "k", "m", "g"])),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_size_lists_parse_to_the_bytes_they_name(items):
     multiplier = {"": 1, "K": KIB, "M": MIB, "G": GIB}
     texts, expected = [], set()
@@ -75,8 +80,17 @@ def test_size_lists_parse_to_the_bytes_they_name(items):
 
 
 def test_default_range_is_4kib_to_256mib_by_four():
-    assert bench.size_range(4 * KIB, 256 * MIB, 4) == [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 4 * MIB,
-                                                       16 * MIB, 64 * MIB, 256 * MIB]
+    assert bench.size_range(4 * KIB, 256 * MIB, 4) == [
+        4 * KIB,
+        16 * KIB,
+        64 * KIB,
+        256 * KIB,
+        MIB,
+        4 * MIB,
+        16 * MIB,
+        64 * MIB,
+        256 * MIB,
+    ]
     assert bench.size_range(4 * KIB, 10 * KIB, 2) == [4 * KIB, 8 * KIB]
     for bad in ((0, 4096, 4), (8192, 4096, 4), (4096, 8192, 1)):
         with pytest.raises(ValueError):
@@ -109,9 +123,30 @@ def test_time_is_the_median_over_iterations_of_the_slowest_rank():
 
 def test_the_json_record_is_the_contract():
     record = bench.result_record("horovod", "mpi", 64 * MIB, 2, 16, 0.125, True)
-    assert record == {"metric": "allreduce", "backend": "horovod", "ops": "mpi", "bytes": 67108864, "ranks": 2,
-                      "iters": 16, "seconds": 0.125, "algbw_gib": 0.5, "busbw_gib": 0.5, "correct": True}
-    assert list(record) == ["metric", "backend", "ops", "bytes", "ranks", "iters", "seconds", "algbw_gib", "busbw_gib", "correct"]
+    assert record == {
+        "metric": "allreduce",
+        "backend": "horovod",
+        "ops": "mpi",
+        "bytes": 67108864,
+        "ranks": 2,
+        "iters": 16,
+        "seconds": 0.125,
+        "algbw_gib": 0.5,
+        "busbw_gib": 0.5,
+        "correct": True,
+    }
+    assert list(record) == [
+        "metric",
+        "backend",
+        "ops",
+        "bytes",
+        "ranks",
+        "iters",
+        "seconds",
+        "algbw_gib",
+        "busbw_gib",
+        "correct",
+    ]
     small = bench.result_record("mpi4py", "mpi", 4096, 3, 200, 6.43361e-05, False)
     assert small["seconds"] == 6.43361e-05 and small["algbw_gib"] == 0.05929 and small["busbw_gib"] == 0.07906
     assert small["correct"] is False
@@ -135,24 +170,51 @@ def test_rank_and_size_come_from_whichever_launcher_set_them():
 def test_slot_plan_matches_what_horovodrun_hands_each_rank():
     plan = bench.slot_plan(["n1", "n1", "n2", "n2"])
     assert [(s["rank"], s["local_rank"], s["local_size"], s["cross_rank"], s["cross_size"]) for s in plan] == [
-        (0, 0, 2, 0, 2), (1, 1, 2, 0, 2), (2, 0, 2, 1, 2), (3, 1, 2, 1, 2)]
+        (0, 0, 2, 0, 2),
+        (1, 1, 2, 0, 2),
+        (2, 0, 2, 1, 2),
+        (3, 1, 2, 1, 2),
+    ]
     assert {s["size"] for s in plan} == {4}
     uneven = bench.slot_plan(["n1", "n2", "n1"])
     assert [(s["local_rank"], s["local_size"], s["cross_rank"], s["cross_size"]) for s in uneven] == [
-        (0, 2, 0, 2), (0, 1, 1, 2), (1, 2, 0, 1)]
+        (0, 2, 0, 2),
+        (0, 1, 1, 2),
+        (1, 2, 0, 1),
+    ]
 
 
 # ------------------------------------------------------------------------------ real runs
-def _mpirun(backend: str, *args: str, env: dict[str, str] | None = None, timeout: float = 150) -> subprocess.CompletedProcess:
+def _mpirun(
+    backend: str, *args: str, env: dict[str, str] | None = None, timeout: float = 150
+) -> subprocess.CompletedProcess:
     if not VENV_PYTHON.exists():
         pytest.fail(f"{VENV_PYTHON} does not exist: these tests need the project venv (run `make setup`)")
-    cmd = ["mpirun", "--allow-run-as-root", "-np", "2", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
-           "-x", "OMP_NUM_THREADS=1"]
+    cmd = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        "2",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--mca",
+        "btl",
+        "self,tcp",
+        "-x",
+        "OMP_NUM_THREADS=1",
+    ]
     for key, value in (env or {}).items():
         cmd += ["-x", f"{key}={value}"]
     cmd += [str(VENV_PYTHON), str(PROGRAM), "--backend", backend, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMIX_"))})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "OMPI_", "PMIX_"))},
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -166,12 +228,16 @@ def _records(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith('{"metric": "allreduce"')]
 
 
-@pytest.mark.parametrize("backend,env,ops", [
-    ("mpi4py", {}, "mpi"),
-    ("torch-gloo", {}, "gloo"),
-    ("horovod", {"HOROVOD_CPU_OPERATIONS": "mpi"}, "mpi"),
-    ("horovod", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}, "gloo"),
-], ids=["mpi4py", "torch-gloo", "horovod-mpi", "horovod-gloo-controller"])
+@pytest.mark.parametrize(
+    "backend,env,ops",
+    [
+        ("mpi4py", {}, "mpi"),
+        ("torch-gloo", {}, "gloo"),
+        ("horovod", {"HOROVOD_CPU_OPERATIONS": "mpi"}, "mpi"),
+        ("horovod", {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}, "gloo"),
+    ],
+    ids=["mpi4py", "torch-gloo", "horovod-mpi", "horovod-gloo-controller"],
+)
 def test_every_backend_sums_correctly_and_rank0_prints_one_record_per_size(backend, env, ops):
     result = _mpirun(backend, "--sizes", "1M,4K", "--iters", "5", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -192,9 +258,13 @@ def test_horovod_reduces_a_size_split_in_tensors_submitted_together():
 
 
 def test_tensors_are_for_horovod_and_must_split_each_size_evenly():
-    for args, message in ((["--backend", "mpi4py", "--tensors", "2"], "only with --backend horovod"),
-                          (["--backend", "horovod", "--sizes", "4K", "--tensors", "3"], "split into 3 whole float32 tensors")):
-        result = subprocess.run([str(VENV_PYTHON), str(PROGRAM), *args], capture_output=True, text=True, timeout=60, check=False)
+    for args, message in (
+        (["--backend", "mpi4py", "--tensors", "2"], "only with --backend horovod"),
+        (["--backend", "horovod", "--sizes", "4K", "--tensors", "3"], "split into 3 whole float32 tensors"),
+    ):
+        result = subprocess.run(
+            [str(VENV_PYTHON), str(PROGRAM), *args], capture_output=True, text=True, timeout=60, check=False
+        )
         assert result.returncode == 2 and message in result.stderr
 
 
@@ -206,6 +276,11 @@ def test_gloo_operations_under_the_mpi_controller_are_refused_before_horovod_cra
 
 
 def test_bad_sizes_are_a_usage_error():
-    result = subprocess.run([str(VENV_PYTHON), str(PROGRAM), "--backend", "mpi4py", "--sizes", "3"],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [str(VENV_PYTHON), str(PROGRAM), "--backend", "mpi4py", "--sizes", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 2 and "multiple of 4" in result.stderr

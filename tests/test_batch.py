@@ -19,10 +19,30 @@ from .test_launch import KNL_PROGRAM, SHIPPED, SITES
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
     "local": ["--nodes", "1", "--", "python3", "train.py"],
-    "local-charliecloud": ["--image", "/var/tmp/cpu-local", "--nodes", "1", "--", "python3", "/examples/pytorch_mnist.py"],
+    "local-charliecloud": [
+        "--image",
+        "/var/tmp/cpu-local",
+        "--nodes",
+        "1",
+        "--",
+        "python3",
+        "/examples/pytorch_mnist.py",
+    ],
     "ib-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_mnist_advanced.py"],
     "stampede2-knl": ["--nodes", "2", "--", *KNL_PROGRAM.split()],
-    "eth-a100-slurm": ["--image", "horovod.sif", "--nodes", "2", "--time", "01:00:00", "--", "python", "train.py", "--lr", "0.1 * $WORLD"],
+    "eth-a100-slurm": [
+        "--image",
+        "horovod.sif",
+        "--nodes",
+        "2",
+        "--time",
+        "01:00:00",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "0.1 * $WORLD",
+    ],
     "roce-h100-ompi5": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "train.py"],
 }
 
@@ -45,7 +65,9 @@ def test_sbatch_script_matches_its_golden_file_and_passes_shellcheck(site, tmp_p
 
 
 def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
-    text = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--image", "h.sif", "--nodes", "3", "--", "python", "t.py").stdout
+    text = hpcbundle(
+        "sbatch", "--site", "eth-a100-slurm", "--image", "h.sif", "--nodes", "3", "--", "python", "t.py"
+    ).stdout
     lines = text.splitlines()
     order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
     assert order == sorted(order)
@@ -90,15 +112,23 @@ def test_submit_with_output_submits_the_written_file(tmp_path):
 
 def test_submit_without_sbatch_is_a_one_line_error(tmp_path):
     (tmp_path / "empty").mkdir()
-    result = hpcbundle("sbatch", "--nodes", "1", "--submit", "--", "python3", "t.py", env={"PATH": str(tmp_path / "empty")})
+    result = hpcbundle(
+        "sbatch", "--nodes", "1", "--submit", "--", "python3", "t.py", env={"PATH": str(tmp_path / "empty")}
+    )
     assert result.returncode == 2
-    assert result.stderr == "hpcbundle: error: sbatch: not found on PATH (run --submit on a SLURM login node, or drop it and copy the script there)\n"
+    assert (
+        result.stderr
+        == "hpcbundle: error: sbatch: not found on PATH (run --submit on a SLURM login node, or drop it and copy the script there)\n"
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--time", "2 hours"], "--time: '2 hours' is not a SLURM time"),
-    (["--site", "ib-v100", "--image", "-x.sif"], "--image: '-x.sif' is not an image name"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--time", "2 hours"], "--time: '2 hours' is not a SLURM time"),
+        (["--site", "ib-v100", "--image", "-x.sif"], "--image: '-x.sif' is not an image name"),
+    ],
+)
 def test_bad_batch_request_is_refused_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "job.sh"
     result = hpcbundle("sbatch", "--nodes", "1", *args, "-o", str(out), "--", "python3", "t.py")
@@ -118,12 +148,17 @@ def test_horovodrun_cannot_span_nodes_in_a_batch_job(tmp_path):
 
 # --- a real SLURM ------------------------------------------------------------------------------
 
+
 def _srun_site(directory: Path) -> Path:
     """This machine's Open MPI under the test SLURM: srun --mpi=pmix, TCP only (fake nodes share one host)."""
     site = {
-        "name": "slurm-local", "description": "fake SLURM nodes on this host",
-        "mpi": {"flavour": "openmpi", "version": "4.1.4"}, "launcher": {"name": "srun", "pmi": "pmix"},
-        "mca": {"btl": "self,tcp"}, "node": {"cores": 1}, "network": {"fabric": "loopback"},
+        "name": "slurm-local",
+        "description": "fake SLURM nodes on this host",
+        "mpi": {"flavour": "openmpi", "version": "4.1.4"},
+        "launcher": {"name": "srun", "pmi": "pmix"},
+        "mca": {"btl": "self,tcp"},
+        "node": {"cores": 1},
+        "network": {"fabric": "loopback"},
         "slurm": {"partition": "debug", "time": "00:05:00"},
     }
     path = directory / "slurm-local.yaml"
@@ -145,8 +180,20 @@ def test_generated_script_runs_a_two_node_mpi_allreduce_under_real_slurm(slurm_l
 @pytest.mark.cluster
 def test_submit_prints_the_job_id_real_slurm_assigned(slurm_local, tmp_path):
     site = _srun_site(tmp_path)
-    result = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "-o", str(tmp_path / "job.sh"), "--submit", "--", "hostname",
-                       env=slurm_local.env, cwd=tmp_path)
+    result = hpcbundle(
+        "sbatch",
+        "--site",
+        str(site),
+        "--nodes",
+        "1",
+        "-o",
+        str(tmp_path / "job.sh"),
+        "--submit",
+        "--",
+        "hostname",
+        env=slurm_local.env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip()
     assert job_id.isdigit()

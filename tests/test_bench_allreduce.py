@@ -45,7 +45,9 @@ def test_bench_runs_every_backend_and_prints_ratios_to_the_link(cluster_tools):
     assert set(got) == {(v, b) for v in variants for b in (4096, 65536)}
     for (variant, _), r in got.items():
         assert r["correct"] is True and r["ranks"] == 2
-        assert r["ops"] == {"horovod-mpi": "mpi", "horovod-gloo": "gloo", "torch-gloo": "gloo", "mpi4py": "mpi"}[variant]
+        assert (
+            r["ops"] == {"horovod-mpi": "mpi", "horovod-gloo": "gloo", "torch-gloo": "gloo", "mpi4py": "mpi"}[variant]
+        )
         assert r["busbw_over_link"] == pytest.approx(r["busbw_gib"] / link["gib"], rel=0.01, abs=0.002)
     assert "busbw/link" in out and "target at 64 MiB, 2 nodes" in out  # no 64 MiB here: "not measured"
     assert "not measured" in out

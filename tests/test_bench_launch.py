@@ -53,7 +53,11 @@ def test_ranks_on_the_wrong_node_or_missing_do_not_count():
     good = bench.judge(0, out, "", ["node1", "node2"])
     assert good.error == "" and good.hosts == ["node1", "node2"]
     assert (good.first_rank, good.job_end) == (0.25, 1.0)
-    assert "ranks ran on ['node1', 'node1']" in bench.judge(0, out.replace("node2 1", "node1 1"), "", ["node1", "node2"]).error
+    assert (
+        "ranks ran on ['node1', 'node1']"
+        in bench.judge(0, out.replace("node2 1", "node1 1"), "", ["node1", "node2"]).error
+    )
     assert "ranks [0] stamped" in bench.judge(0, out.replace("node2 1", ""), "", ["node1", "node2"]).error
-    assert bench.judge(0, out, "+ mpirun -np 3 stamp\n", ["node1", "node2"], echo="mpirun -np 2 stamp").error.startswith(
-        "the CLI ran another command")
+    assert bench.judge(
+        0, out, "+ mpirun -np 3 stamp\n", ["node1", "node2"], echo="mpirun -np 2 stamp"
+    ).error.startswith("the CLI ran another command")

@@ -59,8 +59,20 @@ def hpcbundle(*args: str) -> list[str]:
 
 
 def launch(site: Path, image: Path, np_: int, hosts: str, *program: str) -> list[str]:
-    return hpcbundle("launch", "--site", str(site), "--image", str(image), "--np", str(np_), "--hosts", hosts,
-                     "--exec", "--", *program)
+    return hpcbundle(
+        "launch",
+        "--site",
+        str(site),
+        "--image",
+        str(image),
+        "--np",
+        str(np_),
+        "--hosts",
+        hosts,
+        "--exec",
+        "--",
+        *program,
+    )
 
 
 def generated(out: str) -> str:
@@ -98,8 +110,10 @@ def ch_image(cpu_local, docker_engine: DockerEngine, docker_report: list[str]) -
         tests_dir = image / IN_IMAGE_TESTS.lstrip("/")
         tests_dir.mkdir(parents=True)
         shutil.copy(BIG_ALLREDUCE, tests_dir)
-        docker_report.append(f"charliecloud: exported {RUNTIME_TAG} ({images.format_size(written)} tar) "
-                             f"to a directory image in {time.monotonic() - t0:.0f} s")
+        docker_report.append(
+            f"charliecloud: exported {RUNTIME_TAG} ({images.format_size(written)} tar) "
+            f"to a directory image in {time.monotonic() - t0:.0f} s"
+        )
         yield image
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -123,9 +137,22 @@ def run_on_node1(cluster: NetnsCluster, argv: list[str], timeout: float) -> tupl
 
 
 def test_image_is_a_charliecloud_directory_image_with_the_same_open_mpi_inside(ch_image: Path):
-    res = subprocess.run(["ch-run", "--set-env", str(ch_image), "--", "sh", "-c",
-                          "command -v python; ompi_info --parsable | grep '^ompi:version:full:'; cat /proc/self/uid_map"],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, **RUN_ENV}, check=False)
+    res = subprocess.run(
+        [
+            "ch-run",
+            "--set-env",
+            str(ch_image),
+            "--",
+            "sh",
+            "-c",
+            "command -v python; ompi_info --parsable | grep '^ompi:version:full:'; cat /proc/self/uid_map",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **RUN_ENV},
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     host = subprocess.run(["ompi_info", "--parsable"], capture_output=True, text=True, timeout=60, check=True).stdout
     lines = res.stdout.split("\n")
@@ -136,12 +163,16 @@ def test_image_is_a_charliecloud_directory_image_with_the_same_open_mpi_inside(c
     assert lines[2].split() == ["0", "0", "1"]
 
 
-def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(ch_image: Path, cluster: NetnsCluster,
-                                                                            tmp_path: Path):
+def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(
+    ch_image: Path, cluster: NetnsCluster, tmp_path: Path
+):
     site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
     before = {n: cluster.iface_bytes(n, "data0") for n in cluster.nodes}
-    status, out = run_on_node1(cluster, launch(site, ch_image, 3, "node1:1,node2:1,node3:1",
-                                               "python", "/examples/allreduce_check.py"), timeout=240)
+    status, out = run_on_node1(
+        cluster,
+        launch(site, ch_image, 3, "node1:1,node2:1,node3:1", "python", "/examples/allreduce_check.py"),
+        timeout=240,
+    )
     command = generated(out)
     assert status == 0, out[-4000:]
     assert f"ch-run --set-env {ch_image} -- python /examples/allreduce_check.py" in command
@@ -152,11 +183,23 @@ def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(ch_i
         assert (cluster.iface_bytes(node, "data0") - before[node]).rx > 0
 
 
-def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(ch_image: Path, cluster: NetnsCluster,
-                                                                tmp_path: Path):
+def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(ch_image: Path, cluster: NetnsCluster, tmp_path: Path):
     site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
-    status, out = run_on_node1(cluster, launch(site, ch_image, 3, "node1:1,node2:1,node3:1", "python",
-                                               "/examples/pytorch_train.py", "--synthetic", "--epochs", "2"), timeout=300)
+    status, out = run_on_node1(
+        cluster,
+        launch(
+            site,
+            ch_image,
+            3,
+            "node1:1,node2:1,node3:1",
+            "python",
+            "/examples/pytorch_train.py",
+            "--synthetic",
+            "--epochs",
+            "2",
+        ),
+        timeout=300,
+    )
     assert status == 0, out[-4000:]
     assert "ch-run --set-env" in generated(out)
     epochs = re.findall(r"^epoch (\d+)/2: loss=([\d.]+)", out, re.M)
@@ -174,16 +217,28 @@ def test_site_check_warns_about_the_variant_without_the_vader_setting(cluster: N
     bad = charliecloud_site(tmp_path, cluster, "ch-shm-cma", shared_memory=True, vader_none=False)
     outs = {}
     for site in (good, bad):
-        res = subprocess.run(hpcbundle("check", "cpu-local", "--site", str(site)), capture_output=True, text=True,
-                             timeout=120, check=False)
+        res = subprocess.run(
+            hpcbundle("check", "cpu-local", "--site", str(site)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         outs[site.stem] = res.stdout + res.stderr
-    assert re.search(r"^PASS\s+userns-vader\s+charliecloud runs in a user namespace", outs["ch-shm"], re.M), outs["ch-shm"]
-    assert re.search(r"^WARN\s+userns-vader\s+charliecloud runs ranks in user namespaces.*"
-                     r"btl_vader_single_copy_mechanism: none", outs["ch-shm-cma"], re.M), outs["ch-shm-cma"]
+    assert re.search(r"^PASS\s+userns-vader\s+charliecloud runs in a user namespace", outs["ch-shm"], re.M), outs[
+        "ch-shm"
+    ]
+    assert re.search(
+        r"^WARN\s+userns-vader\s+charliecloud runs ranks in user namespaces.*"
+        r"btl_vader_single_copy_mechanism: none",
+        outs["ch-shm-cma"],
+        re.M,
+    ), outs["ch-shm-cma"]
 
 
 def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_hangs_without(
-        ch_image: Path, cluster: NetnsCluster, tmp_path: Path):
+    ch_image: Path, cluster: NetnsCluster, tmp_path: Path
+):
     """Two ranks on node1, one ch-run (user namespace) each, vader between them."""
     good = charliecloud_site(tmp_path, cluster, "ch-shm", shared_memory=True, timeout=120)
     bad = charliecloud_site(tmp_path, cluster, "ch-shm-cma", shared_memory=True, vader_none=False, timeout=HANG_BOUND)
@@ -198,16 +253,18 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
     assert re.search(rf"^big_allreduce: OK size=2 mib={BIG_MIB} ", out, re.M), out[-3000:]
 
     # Without the setting a small message still passes: the variant itself works ...
-    status, out = run_on_node1(cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(SMALL_MIB)),
-                               timeout=HANG_BOUND + 60)
+    status, out = run_on_node1(
+        cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(SMALL_MIB)), timeout=HANG_BOUND + 60
+    )
     assert "btl_vader_single_copy_mechanism" not in generated(out)
     assert status == 0, out[-4000:]
     assert re.search(rf"^big_allreduce: OK size=2 mib={SMALL_MIB} ", out, re.M), out[-3000:]
 
     # ... and the large one hangs until the launch bound kills it.
     t0 = time.monotonic()
-    status, out = run_on_node1(cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)),
-                               timeout=HANG_BOUND + 60)
+    status, out = run_on_node1(
+        cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=HANG_BOUND + 60
+    )
     bad_seconds = time.monotonic() - t0
     assert status == 124, f"expected the bound to kill the hung job, got exit {status}:\n{out[-4000:]}"
     m = BOUND_RE.search(out)

@@ -14,7 +14,9 @@ from .helpers import ROOT, recipe_data, write_recipe
 
 def hpcbundle(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run the real command line, as a user would."""
-    return subprocess.run([sys.executable, "-m", "hpcbundle", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "hpcbundle", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_recipes_lists_at_least_five_stacks_as_json():
@@ -84,7 +86,9 @@ def test_readme_recipes_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
     start = readme.index("<!-- recipes-table:start")
     block = readme[readme.index("\n", start) + 1 : readme.index("<!-- recipes-table:end -->")]
-    assert block == hpcbundle("recipes", "--format", "markdown").stdout, "run: hpcbundle recipes --format markdown, paste into README.md"
+    assert block == hpcbundle("recipes", "--format", "markdown").stdout, (
+        "run: hpcbundle recipes --format markdown, paste into README.md"
+    )
 
 
 def test_every_command_module_registers_exactly_the_commands_it_is_listed_for():
@@ -101,10 +105,12 @@ def test_every_command_module_registers_exactly_the_commands_it_is_listed_for():
 
 
 def test_launch_does_not_import_the_other_commands_modules():
-    code = ("import sys; from hpcbundle.cli import COMMAND_MODULES, main\n"
-            "try:\n    main(['--bundle', sys.argv[1], 'launch', '--np', '2', '--', 'true'])\n"
-            "except SystemExit:\n    pass\n"
-            "commands = {f'hpcbundle.cli.{m}' for m in COMMAND_MODULES.values()}\n"
-            "print(sorted(m for m in sys.modules if m in commands or m.startswith(('numpy', 'matplotlib'))))")
+    code = (
+        "import sys; from hpcbundle.cli import COMMAND_MODULES, main\n"
+        "try:\n    main(['--bundle', sys.argv[1], 'launch', '--np', '2', '--', 'true'])\n"
+        "except SystemExit:\n    pass\n"
+        "commands = {f'hpcbundle.cli.{m}' for m in COMMAND_MODULES.values()}\n"
+        "print(sorted(m for m in sys.modules if m in commands or m.startswith(('numpy', 'matplotlib'))))"
+    )
     res = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=60)
     assert res.stdout.splitlines()[-1] == "['hpcbundle.cli.launch']", res.stdout + res.stderr

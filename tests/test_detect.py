@@ -12,12 +12,28 @@ def iface(name: str, addr: str | None, up: bool = True) -> dict:
     return {"name": name, "up": up, "ipv4": [addr] if addr else [], "kind": "ether"}
 
 
-OBSERVED = {"host": "node1", "cpus": 2, "uid": 0, "infiniband": [], "runtimes": {}, "slurm": {"sinfo": False},
-            "gpu": {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
-            "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "`mpirun --version`: mpirun (Open MPI) 4.1.4"},
-            "interfaces": [iface("lo", "127.0.0.1/8"), iface("docker0", "172.17.0.1/16"), iface("veth12", "10.9.0.1/24"),
-                           iface("data0", "10.77.0.1/24"), iface("mgmt0", "10.78.0.1/24")],
-            "hostname_address": None, "hostname_interface": None, "default_route": None, "host_routes": {}, "ompi_env": {}}
+OBSERVED = {
+    "host": "node1",
+    "cpus": 2,
+    "uid": 0,
+    "infiniband": [],
+    "runtimes": {},
+    "slurm": {"sinfo": False},
+    "gpu": {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
+    "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "`mpirun --version`: mpirun (Open MPI) 4.1.4"},
+    "interfaces": [
+        iface("lo", "127.0.0.1/8"),
+        iface("docker0", "172.17.0.1/16"),
+        iface("veth12", "10.9.0.1/24"),
+        iface("data0", "10.77.0.1/24"),
+        iface("mgmt0", "10.78.0.1/24"),
+    ],
+    "hostname_address": None,
+    "hostname_interface": None,
+    "default_route": None,
+    "host_routes": {},
+    "ompi_env": {},
+}
 
 
 def observed(**changes) -> dict:
@@ -25,8 +41,9 @@ def observed(**changes) -> dict:
 
 
 def test_interface_is_the_one_the_routes_to_the_other_hosts_share():
-    assert choose_interface(observed(host_routes={"node1": "lo", "node2": "data0", "node3": "data0"}, default_route="mgmt0")) == \
-        ("data0", "the routes to node2, node3 go through data0")
+    assert choose_interface(
+        observed(host_routes={"node1": "lo", "node2": "data0", "node3": "data0"}, default_route="mgmt0")
+    ) == ("data0", "the routes to node2, node3 go through data0")
 
 
 def test_interface_then_follows_the_host_name_then_the_default_route():
@@ -36,23 +53,43 @@ def test_interface_then_follows_the_host_name_then_the_default_route():
 
 def test_no_way_to_tell_leaves_interfaces_empty_and_asks_to_confirm():
     text = draft_site(observed(), "x")
-    assert "interfaces: []  # CONFIRM: several candidates and no route, host name or default route to tell them apart; " \
-           "name the data interface among: data0 (10.77.0.1/24), mgmt0 (10.78.0.1/24)" in text
+    assert (
+        "interfaces: []  # CONFIRM: several candidates and no route, host name or default route to tell them apart; "
+        "name the data interface among: data0 (10.77.0.1/24), mgmt0 (10.78.0.1/24)" in text
+    )
     assert "docker0" not in text and "veth12" not in text and "lo (" not in text
 
 
 def test_draft_is_a_valid_site_with_the_environments_mca_and_confirm_lines():
-    text = draft_site(observed(default_route="data0", ompi_env={"plm_rsh_agent": "/x/agent"}, runtimes={"charliecloud": "0.31"}), "mine")
+    text = draft_site(
+        observed(default_route="data0", ompi_env={"plm_rsh_agent": "/x/agent"}, runtimes={"charliecloud": "0.31"}),
+        "mine",
+    )
     site = validate(Site, parse_yaml(text, "draft"), "draft")
     assert site_problems(site) == [] and check_site(site) == []
-    assert (site.name, site.network.interfaces, site.mca, site.mpi.version) == ("mine", ["data0"], {"plm_rsh_agent": "/x/agent"}, "4.1.4")
+    assert (site.name, site.network.interfaces, site.mca, site.mpi.version) == (
+        "mine",
+        ["data0"],
+        {"plm_rsh_agent": "/x/agent"},
+        "4.1.4",
+    )
     assert site.launcher.allow_run_as_root and site.container.runtime == "none"
     assert "CONFIRM: found charliecloud (0.31): set runtime to run images" in text
 
 
 def test_gpus_and_infiniband_are_drafted_from_what_was_seen():
-    gpu = {"present": True, "driver": "535.104.05", "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "capability": "8.0"}] * 4, "note": ""}
+    gpu = {
+        "present": True,
+        "driver": "535.104.05",
+        "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "capability": "8.0"}] * 4,
+        "note": "",
+    }
     text = draft_site(observed(gpu=gpu, infiniband=["mlx5_0"], default_route="data0"), "g", ["A100", "A10"])
     site = validate(Site, parse_yaml(text, "draft"), "draft")
-    assert (site.node.gpus, site.node.gpu_model, site.node.driver, site.network.fabric) == (4, "A100", "535.104.05", "infiniband")
+    assert (site.node.gpus, site.node.gpu_model, site.node.driver, site.network.fabric) == (
+        4,
+        "A100",
+        "535.104.05",
+        "infiniband",
+    )
     assert site_problems(site) == []

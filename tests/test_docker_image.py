@@ -38,8 +38,16 @@ pytestmark = pytest.mark.docker
 # (bench/image_sizes.py, also in the session summary): build stage 3.04 GB, runtime 2.03 GB, ratio 0.67.
 MAX_RUNTIME_TO_BUILD_RATIO = 0.70
 MIN_SAVING_BYTES = 900e6
-BUILD_ONLY = ("/usr/bin/gcc", "/usr/bin/g++", "/usr/bin/cmake", "/usr/include/python3.11", "/wheelhouse", "/tmp/build",
-              "/opt/venv/lib/python3.11/site-packages/tensorflow/include", "/opt/venv/lib/python3.11/site-packages/torch/include")
+BUILD_ONLY = (
+    "/usr/bin/gcc",
+    "/usr/bin/g++",
+    "/usr/bin/cmake",
+    "/usr/include/python3.11",
+    "/wheelhouse",
+    "/tmp/build",
+    "/opt/venv/lib/python3.11/site-packages/tensorflow/include",
+    "/opt/venv/lib/python3.11/site-packages/torch/include",
+)
 # In-container commands: Open MPI as root in a container needs these; 2 ranks on 2 cores.
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 RUN_ENV = {"OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
@@ -57,7 +65,7 @@ def check_build_marks(out: str) -> set[str]:
     marked, section = set(), ""
     for line in out.splitlines():
         if line.startswith("Available "):
-            section = line[len("Available "):].strip()
+            section = line[len("Available ") :].strip()
         m = re.match(r"^\s*\[X\]\s+(.+?)\s*$", line)
         if m and section:
             marked.add(f"{section} {m.group(1)}")
@@ -82,24 +90,33 @@ def test_rendered_dockerfile_builds_unchanged_with_its_own_check_build_step(cpu_
     assert rendered.exit_code == 0, rendered.output
     assert rendered.output == cpu_local.dockerfile
     steps = [h.get("CreatedBy", "") for h in cpu_local.build.history]
-    assert any("horovodrun --check-build" in s and "is not built" in s for s in steps), \
+    assert any("horovodrun --check-build" in s and "is not built" in s for s in steps), (
         "the build stage has no Horovod check-build layer"
+    )
     # Built cold in this run, the step's log shows the check itself; warm, it came from the cache.
     step = step_log(cpu_local.logs["build"], "horovodrun --check-build")
     if "Using cache" not in step:
-        assert {"Frameworks: PyTorch", "Frameworks: TensorFlow", "Controllers: MPI", "Controllers: Gloo"} <= check_build_marks(step)
+        assert {
+            "Frameworks: PyTorch",
+            "Frameworks: TensorFlow",
+            "Controllers: MPI",
+            "Controllers: Gloo",
+        } <= check_build_marks(step)
 
 
 def test_runtime_image_is_well_under_the_build_stage_and_has_no_build_tools(cpu_local: Built, docker_engine, capsys):
     build, runtime = cpu_local.build, cpu_local.runtime
     ratio = runtime.size / build.size
     with capsys.disabled():
-        print(f"\n  {'image':<28}{'size':>10}{'layers':>8}\n"
-              f"  {BUILD_TAG:<28}{images.format_size(build.size):>10}{build.layers:>8}\n"
-              f"  {RUNTIME_TAG:<28}{images.format_size(runtime.size):>10}{runtime.layers:>8}\n"
-              f"  runtime/build = {ratio:.2f}, saved {images.format_size(build.size - runtime.size)}")
-    assert ratio <= MAX_RUNTIME_TO_BUILD_RATIO, \
+        print(
+            f"\n  {'image':<28}{'size':>10}{'layers':>8}\n"
+            f"  {BUILD_TAG:<28}{images.format_size(build.size):>10}{build.layers:>8}\n"
+            f"  {RUNTIME_TAG:<28}{images.format_size(runtime.size):>10}{runtime.layers:>8}\n"
+            f"  runtime/build = {ratio:.2f}, saved {images.format_size(build.size - runtime.size)}"
+        )
+    assert ratio <= MAX_RUNTIME_TO_BUILD_RATIO, (
         f"runtime {images.format_size(runtime.size)} is {ratio:.2f} of the build stage {images.format_size(build.size)}"
+    )
     assert build.size - runtime.size >= MIN_SAVING_BYTES
     probe = " ".join(f"[ ! -e {p} ] || echo {p};" for p in BUILD_ONLY)
     assert run_in(docker_engine, RUNTIME_TAG, ["sh", "-c", probe]).split() == []
@@ -128,8 +145,14 @@ def test_image_labels_and_manifest_carry_the_recipe(cpu_local: Built, docker_eng
 
 def test_check_build_in_runtime_image_lists_pytorch_tensorflow_mpi_gloo(cpu_local: Built, docker_engine):
     marks = check_build_marks(run_in(docker_engine, RUNTIME_TAG, ["horovodrun", "--check-build"]))
-    for want in ("Frameworks: PyTorch", "Frameworks: TensorFlow", "Controllers: MPI", "Controllers: Gloo",
-                 "Tensor Operations: MPI", "Tensor Operations: Gloo"):
+    for want in (
+        "Frameworks: PyTorch",
+        "Frameworks: TensorFlow",
+        "Controllers: MPI",
+        "Controllers: Gloo",
+        "Tensor Operations: MPI",
+        "Tensor Operations: Gloo",
+    ):
         assert want in marks, f"{want} is not [X]: {sorted(marks)}"
 
 
@@ -142,9 +165,12 @@ def test_two_rank_allreduce_in_runtime_image_sums_right(cpu_local: Built, docker
 
 def test_short_pytorch_training_in_runtime_image_learns(cpu_local: Built, docker_engine):
     assert (ROOT / "examples" / "pytorch_train.py").is_file(), "examples/pytorch_train.py is missing"
-    out = run_in(docker_engine, RUNTIME_TAG,
-                 [*MPIRUN, "--bind-to", "none", "python", f"{EXAMPLES}/pytorch_train.py", "--synthetic", "--epochs", "2"],
-                 timeout=600)
+    out = run_in(
+        docker_engine,
+        RUNTIME_TAG,
+        [*MPIRUN, "--bind-to", "none", "python", f"{EXAMPLES}/pytorch_train.py", "--synthetic", "--epochs", "2"],
+        timeout=600,
+    )
     epochs = re.findall(r"^epoch (\d+)/2: loss=([\d.]+)", out, re.M)
     final = re.findall(r"^final: accuracy=([\d.]+) loss=[\d.]+ images/sec=[\d.]+ ranks=(\d+)$", out, re.M)
     assert [e for e, _ in epochs] == ["1", "2"] and len(final) == 1, out[-3000:]
@@ -165,13 +191,30 @@ def test_export_rootfs_streams_the_flattened_file_system(docker_engine, docker_b
     assert written == buf.getbuffer().nbytes and "etc/debian_version" in names
 
 
-def test_build_docker_command_streams_the_log_and_prints_labels_and_size(cpu_local: Built, docker_engine,
-                                                                          docker_base_image, wheelhouse):
+def test_build_docker_command_streams_the_log_and_prints_labels_and_size(
+    cpu_local: Built, docker_engine, docker_base_image, wheelhouse
+):
     """Warm: every step comes from the layer cache, so this is the CLI path at CLI speed."""
     result = CliRunner().invoke(
-        main, ["--bundle", str(ROOT), "build-docker", RECIPE, "--base-image", docker_base_image.tag,
-               "--wheelhouse", str(wheelhouse), "--network", "host", "-t", RUNTIME_TAG, "-t", "hpcbundle/cpu-local:cli"],
-        env=docker_engine.env())
+        main,
+        [
+            "--bundle",
+            str(ROOT),
+            "build-docker",
+            RECIPE,
+            "--base-image",
+            docker_base_image.tag,
+            "--wheelhouse",
+            str(wheelhouse),
+            "--network",
+            "host",
+            "-t",
+            RUNTIME_TAG,
+            "-t",
+            "hpcbundle/cpu-local:cli",
+        ],
+        env=docker_engine.env(),
+    )
     assert result.exit_code == 0, result.output + result.stderr
     assert "Step 1/" in result.stderr and "Using cache" in result.stderr
     assert f"built {RUNTIME_TAG}, hpcbundle/cpu-local:cli  {cpu_local.runtime.short_id}" in result.stdout
@@ -181,14 +224,20 @@ def test_build_docker_command_streams_the_log_and_prints_labels_and_size(cpu_loc
 
 
 def test_build_docker_without_an_engine_says_where_it_looked(tmp_path):
-    result = CliRunner().invoke(main, ["--bundle", str(ROOT), "build-docker", RECIPE, "--wheelhouse", str(tmp_path)],
-                                env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    result = CliRunner().invoke(
+        main,
+        ["--bundle", str(ROOT), "build-docker", RECIPE, "--wheelhouse", str(tmp_path)],
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"},
+    )
     # The wheelhouse check comes first: no torch+cpu wheel in an empty directory.
     assert result.exit_code == 2
     assert "no torch-2.13.0+cpu wheel" in result.stderr and "make wheelhouse" in result.stderr
     (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
-    result = CliRunner().invoke(main, ["--bundle", str(ROOT), "build-docker", RECIPE, "--wheelhouse", str(tmp_path)],
-                                env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    result = CliRunner().invoke(
+        main,
+        ["--bundle", str(ROOT), "build-docker", RECIPE, "--wheelhouse", str(tmp_path)],
+        env={"DOCKER_HOST": f"unix://{tmp_path}/no.sock"},
+    )
     assert result.exit_code == 2
     assert result.stderr.startswith(f"hpcbundle: error: no Docker engine answers at unix://{tmp_path}/no.sock")
     assert len(result.stderr.strip().splitlines()) == 1

@@ -12,8 +12,14 @@ from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
 from hpcbundle.rules.knowledge import knowledge_base
 
-SITE = {"name": "t", "description": "test", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
-        "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet", "interfaces": ["data0"]}}
+SITE = {
+    "name": "t",
+    "description": "test",
+    "mpi": {"flavour": "openmpi", "version": "4.1.4"},
+    "launcher": {"name": "mpirun"},
+    "node": {"cores": 2},
+    "network": {"fabric": "ethernet", "interfaces": ["data0"]},
+}
 
 
 def site(**changes) -> Site:
@@ -25,10 +31,17 @@ def site(**changes) -> Site:
 
 def node(host: str, *, ifaces=(("data0", True, "10.77.0.{}"),), mpi="4.1.4", image=None, gpu=None, ib=()) -> dict:
     i = host[-1]
-    return {"host": host, "cpus": 2, "uid": 0, "infiniband": list(ib), "runtimes": {"charliecloud": "0.31"},
-            "interfaces": [{"name": n, "up": up, "ipv4": [f"{a.format(i)}/24"], "kind": "ether"} for n, up, a in ifaces],
-            "gpu": gpu or {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
-            "mpi": {"flavour": "openmpi", "version": mpi, "evidence": f"`mpirun --version`: mpirun (Open MPI) {mpi}"}, "image": image}
+    return {
+        "host": host,
+        "cpus": 2,
+        "uid": 0,
+        "infiniband": list(ib),
+        "runtimes": {"charliecloud": "0.31"},
+        "interfaces": [{"name": n, "up": up, "ipv4": [f"{a.format(i)}/24"], "kind": "ether"} for n, up, a in ifaces],
+        "gpu": gpu or {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
+        "mpi": {"flavour": "openmpi", "version": mpi, "evidence": f"`mpirun --version`: mpirun (Open MPI) {mpi}"},
+        "image": image,
+    }
 
 
 def by_rule(results: list[Result]) -> dict[str, Result]:
@@ -40,31 +53,51 @@ def diagnose(site_model: Site, nodes: dict, **observed) -> list[Result]:
 
 
 def test_named_interfaces_come_from_every_key_that_names_one_and_skip_exclusions():
-    s = site(mca={"btl_tcp_if_include": "ib0,eth1"}, network={"interfaces": []},
-             env={"NCCL_SOCKET_IFNAME": "^lo,docker0", "HOROVOD_GLOO_IFACE": "eth1", "GLOO_SOCKET_IFNAME": "=ib0"})
-    assert named_interfaces(s) == {"ib0": ["mca.btl_tcp_if_include", "env.GLOO_SOCKET_IFNAME"],
-                                   "eth1": ["mca.btl_tcp_if_include", "env.HOROVOD_GLOO_IFACE"]}
+    s = site(
+        mca={"btl_tcp_if_include": "ib0,eth1"},
+        network={"interfaces": []},
+        env={"NCCL_SOCKET_IFNAME": "^lo,docker0", "HOROVOD_GLOO_IFACE": "eth1", "GLOO_SOCKET_IFNAME": "=ib0"},
+    )
+    assert named_interfaces(s) == {
+        "ib0": ["mca.btl_tcp_if_include", "env.GLOO_SOCKET_IFNAME"],
+        "eth1": ["mca.btl_tcp_if_include", "env.HOROVOD_GLOO_IFACE"],
+    }
 
 
 def test_all_reachable_nodes_pass_with_exit_status_zero():
-    results = diagnose(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "ok"), ("n2", "n1", "10.77.0.1", "ok")]},
-                  hosts={"n1": 1, "n2": 1})
+    results = diagnose(
+        site(),
+        {h: node(h) for h in ("n1", "n2")},
+        reach={"data0": [("n1", "n2", "10.77.0.2", "ok"), ("n2", "n1", "10.77.0.1", "ok")]},
+        hosts={"n1": 1, "n2": 1},
+    )
     assert exit_status(results) == 0
-    assert by_rule(results)["interface data0 reach"] == Result("interface data0 reach", "PASS", "2 of 2 TCP connections between 2 nodes over data0")
+    assert by_rule(results)["interface data0 reach"] == Result(
+        "interface data0 reach", "PASS", "2 of 2 TCP connections between 2 nodes over data0"
+    )
 
 
 def test_unreachable_interface_fails_naming_the_pair_and_the_key():
-    results = diagnose(site(), {h: node(h) for h in ("n1", "n2")}, reach={"data0": [("n1", "n2", "10.77.0.2", "no answer within 3 s"), ("n2", "n1", "10.77.0.1", "ok")]})
+    results = diagnose(
+        site(),
+        {h: node(h) for h in ("n1", "n2")},
+        reach={"data0": [("n1", "n2", "10.77.0.2", "no answer within 3 s"), ("n2", "n1", "10.77.0.1", "ok")]},
+    )
     result = by_rule(results)["interface data0 reach"]
     assert result.status == "FAIL"
-    assert result.evidence == "1 of 2 TCP connections over data0 failed: n1 -> n2 10.77.0.2: no answer within 3 s; MPI would hang here"
+    assert (
+        result.evidence
+        == "1 of 2 TCP connections over data0 failed: n1 -> n2 10.77.0.2: no answer within 3 s; MPI would hang here"
+    )
     assert result.fix == "data0 does not carry traffic between the nodes: name the data interface in network.interfaces"
 
 
 def test_missing_and_down_interfaces_fail():
     results = diagnose(site(), {"n1": node("n1"), "n2": node("n2", ifaces=(("eth0", True, "10.0.0.{}"),))})
-    assert by_rule(results)["interface data0"].evidence == \
-        "no interface data0 on n2 (named by network.interfaces; the nodes have data0, eth0)"
+    assert (
+        by_rule(results)["interface data0"].evidence
+        == "no interface data0 on n2 (named by network.interfaces; the nodes have data0, eth0)"
+    )
     results = diagnose(site(), {"n1": node("n1", ifaces=(("data0", False, "10.77.0.{}"),))})
     assert by_rule(results)["interface data0"].evidence == "data0 is down on n1"
 
@@ -80,34 +113,59 @@ def test_image_with_open_mpi_5_fails_against_host_open_mpi_4_1():
     results = diagnose(site(), {"n1": node("n1", image=manifest_image("5.0.3"))}, image="/img", checksum=True)
     result = by_rule(results)["mpi-abi-host"]
     assert result.status == "FAIL"
-    assert result.evidence == ("host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series; "
-                               "the hybrid model needs the same major.minor (4.1.x in the image)")
+    assert result.evidence == (
+        "host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series; "
+        "the hybrid model needs the same major.minor (4.1.x in the image)"
+    )
     assert by_rule(results)["image-metadata"].evidence == "read /img/etc/hpcbundle/manifest.json on n1"
 
 
-@pytest.mark.parametrize("second, check, evidence", [
-    ({"path": "/img", "exists": False, "kind": "missing"}, "image present", "/img does not exist on n2"),
-    (manifest_image("4.1.4", sha="bb" * 32), "image checksum", "/img differs between nodes: sha256 aaaaaaaaaaaa… on n1; sha256 bbbbbbbbbbbb… on n2"),
-])
+@pytest.mark.parametrize(
+    "second, check, evidence",
+    [
+        ({"path": "/img", "exists": False, "kind": "missing"}, "image present", "/img does not exist on n2"),
+        (
+            manifest_image("4.1.4", sha="bb" * 32),
+            "image checksum",
+            "/img differs between nodes: sha256 aaaaaaaaaaaa… on n1; sha256 bbbbbbbbbbbb… on n2",
+        ),
+    ],
+)
 def test_image_missing_or_different_on_one_node_fails(second, check, evidence):
-    results = diagnose(site(), {"n1": node("n1", image=manifest_image("4.1.4")), "n2": node("n2", image=second)}, image="/img", checksum=True)
+    results = diagnose(
+        site(),
+        {"n1": node("n1", image=manifest_image("4.1.4")), "n2": node("n2", image=second)},
+        image="/img",
+        checksum=True,
+    )
     result = by_rule(results)[check]
     assert (result.status, result.evidence) == ("FAIL", evidence)
 
 
 def test_sif_that_cannot_be_opened_warns():
-    results = diagnose(site(), {"n1": node("n1", image={"path": "/h.sif", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64})},
-                  image="/h.sif", checksum=True)
+    results = diagnose(
+        site(),
+        {
+            "n1": node(
+                "n1", image={"path": "/h.sif", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64}
+            )
+        },
+        image="/h.sif",
+        checksum=True,
+    )
     assert by_rule(results)["image-metadata"].status == "WARN" and exit_status(results) == 1
 
 
 def test_gpu_checks_skip_without_a_gpu_and_judge_driver_and_arch_with_one():
     results = diagnose(site(), {"n1": node("n1")})
     assert by_rule(results)["declared-gpus"] == Result(
-        "declared-gpus", "SKIP", "no GPU on n1 (nvidia-smi not found), and the site declares none")
+        "declared-gpus", "SKIP", "no GPU on n1 (nvidia-smi not found), and the site declares none"
+    )
     gpu = {"present": True, "driver": "470.57.02", "gpus": [{"name": "Tesla V100", "capability": "7.0"}], "note": ""}
     gsite = site(node={"gpus": 1, "gpu_model": "V100"})
-    results = diagnose(gsite, {"n1": node("n1", gpu=gpu, image=manifest_image("4.1.4", cuda="12.2", archs="8.0,9.0"))}, image="/img")
+    results = diagnose(
+        gsite, {"n1": node("n1", gpu=gpu, image=manifest_image("4.1.4", cuda="12.2", archs="8.0,9.0"))}, image="/img"
+    )
     results = by_rule(results)
     assert results["driver-cuda"].status == "FAIL"
     assert results["driver-cuda"].evidence == "driver 470.57.02 on n1 is older than CUDA 12.2 allows (525.60.13)"
@@ -125,19 +183,32 @@ def test_infiniband_asked_for_but_absent_fails():
 def test_userns_cma_trap_and_oversubscription():
     results = diagnose(site(container={"runtime": "charliecloud"}), {"n1": node("n1")}, hosts={"n1": 3})
     results = by_rule(results)
-    assert results["userns-vader"].status == "WARN" and "btl_vader_single_copy_mechanism: none" in results["userns-vader"].fix
-    assert results["oversubscription"] == Result("oversubscription", "FAIL", "3 ranks on n1 (2 CPUs); mpirun refuses more ranks than slots",
-                                                 "lower the slots in --hosts or set launcher.oversubscribe")
+    assert (
+        results["userns-vader"].status == "WARN"
+        and "btl_vader_single_copy_mechanism: none" in results["userns-vader"].fix
+    )
+    assert results["oversubscription"] == Result(
+        "oversubscription",
+        "FAIL",
+        "3 ranks on n1 (2 CPUs); mpirun refuses more ranks than slots",
+        "lower the slots in --hosts or set launcher.oversubscribe",
+    )
 
 
 def test_a_node_that_does_not_answer_fails_the_probe():
     results = diagnose(site(), {"n1": node("n1"), "n2": {"error": "no answer within 30 s"}})
     assert by_rule(results)["node-probe"] == Result(
-        "node-probe", "FAIL", "n2: no answer within 30 s",
-        "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it")
+        "node-probe",
+        "FAIL",
+        "n2: no answer within 30 s",
+        "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it",
+    )
 
 
 def test_an_engine_image_name_is_not_taken_for_a_missing_file():
-    results = diagnose(site(container={"runtime": "docker"}), {"n1": node("n1", image={"path": "local/horovod:cpu", "exists": False, "kind": "missing"})},
-                  image="local/horovod:cpu")
+    results = diagnose(
+        site(container={"runtime": "docker"}),
+        {"n1": node("n1", image={"path": "local/horovod:cpu", "exists": False, "kind": "missing"})},
+        image="local/horovod:cpu",
+    )
     assert by_rule(results)["image present"].status == "SKIP"

@@ -57,8 +57,11 @@ exec "{cluster.rsh_agent}" "$host" "mount --bind {root}/disk-$host {root}/local 
 
 
 def manifest(mpi_version: str) -> dict:
-    return {"hpcbundle_version": "test", "recipe": {"name": "fake", "mpi": {"flavour": "openmpi", "version": mpi_version}},
-            "labels": {"org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": mpi_version}}
+    return {
+        "hpcbundle_version": "test",
+        "recipe": {"name": "fake", "mpi": {"flavour": "openmpi", "version": mpi_version}},
+        "labels": {"org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": mpi_version},
+    }
 
 
 def put_image(disks: Path, nodes: list[str], name: str, mpi_version: str = "4.1.4", extra: str = "") -> str:
@@ -72,7 +75,9 @@ def put_image(disks: Path, nodes: list[str], name: str, mpi_version: str = "4.1.
     return str(disks / "local" / name)
 
 
-def site(directory: Path, cluster: NetnsCluster, interface: str, agent: Path | None = None, runtime: str = "none") -> Path:
+def site(
+    directory: Path, cluster: NetnsCluster, interface: str, agent: Path | None = None, runtime: str = "none"
+) -> Path:
     data = site_data(f"doctor-{interface}-{runtime}", cluster=cluster, interfaces=[interface], timeout=120)
     if agent is not None:
         data["mca"]["plm_rsh_agent"] = str(agent)
@@ -98,7 +103,10 @@ def test_doctor_passes_the_good_site_with_the_same_image_on_every_node(cluster, 
     print(res.stdout, f"took {took:.1f} s")
     assert res.returncode == 0, res.stdout + res.stderr
     assert not lines(res.stdout, "FAIL") and not lines(res.stdout, "WARN")
-    assert "PASS  interface data0 reach" in res.stdout and "6 of 6 TCP connections between 3 nodes over data0" in res.stdout
+    assert (
+        "PASS  interface data0 reach" in res.stdout
+        and "6 of 6 TCP connections between 3 nodes over data0" in res.stdout
+    )
     assert "PASS  image checksum" in res.stdout and "PASS  mpi-abi-host" in res.stdout
     assert "SKIP  declared-gpus" in res.stdout and "no GPU on node1, node2, node3" in res.stdout
 
@@ -110,7 +118,10 @@ def test_doctor_fails_the_decoy_interface_because_tcp_does_not_cross_it(cluster,
     assert "PASS  interface mgmt0 " in res.stdout  # it exists and is up: only the probe can tell
     [fail] = lines(res.stdout, "FAIL")
     assert fail.startswith("FAIL  interface mgmt0 reach") and "6 of 6 TCP connections over mgmt0 failed" in fail
-    assert "node2 -> node1 10.78.0.1: no answer within 3 s" in fail and "name the data interface in network.interfaces" in fail
+    assert (
+        "node2 -> node1 10.78.0.1: no answer within 3 s" in fail
+        and "name the data interface in network.interfaces" in fail
+    )
     assert took < 30
 
 
@@ -126,7 +137,10 @@ def test_doctor_fails_an_image_built_with_open_mpi_5_against_host_open_mpi_4_1(c
     res, _ = doctor(cluster, site(tmp_path, cluster, "data0", disks / "agent", "charliecloud"), "--image", image)
     assert res.returncode == 2, res.stdout + res.stderr
     [fail] = lines(res.stdout, "FAIL")
-    assert fail.startswith("FAIL  mpi-abi-host") and "host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series" in fail
+    assert (
+        fail.startswith("FAIL  mpi-abi-host")
+        and "host Open MPI 4.1.4 and image Open MPI 5.0.3 are different series" in fail
+    )
 
 
 def test_doctor_fails_an_image_missing_on_one_node(cluster, disks, tmp_path):
@@ -149,8 +163,22 @@ def test_doctor_fails_an_image_that_differs_on_one_node(cluster, disks, tmp_path
 
 def test_launch_over_the_decoy_interface_stops_in_seconds_with_the_doctors_reason(cluster, tmp_path):
     start = time.monotonic()
-    res = cluster.run("node1", hpcbundle("launch", "--site", str(site(tmp_path, cluster, "mgmt0")), "--np", "3",
-                                         "--hosts", "node1:1,node2:1,node3:1", "--exec", "--", "true"), timeout=60)
+    res = cluster.run(
+        "node1",
+        hpcbundle(
+            "launch",
+            "--site",
+            str(site(tmp_path, cluster, "mgmt0")),
+            "--np",
+            "3",
+            "--hosts",
+            "node1:1,node2:1,node3:1",
+            "--exec",
+            "--",
+            "true",
+        ),
+        timeout=60,
+    )
     took = time.monotonic() - start
     print(res.stderr, f"took {took:.1f} s")
     assert res.returncode == 2, res.stdout + res.stderr
@@ -174,9 +202,26 @@ def test_site_detect_on_a_node_writes_a_site_that_runs_horovod_on_three_nodes(cl
     assert "other candidates: mgmt0 (10.78.0.1/24)" in text
     assert data["mca"]["plm_rsh_agent"] == str(cluster.rsh_agent)
     assert data["mpi"] == {"flavour": "openmpi", "version": "4.1.4"}
-    run = cluster.run("node1", hpcbundle("launch", "--site", str(out), "--np", "3", "--hosts", "node1:1,node2:1,node3:1", "--exec",
-                                         "--", str(VENV_PYTHON), str(ROOT / "examples" / "allreduce_check.py"), "--frameworks", "torch"),
-                      env={"OMP_NUM_THREADS": "1"}, timeout=150)
+    run = cluster.run(
+        "node1",
+        hpcbundle(
+            "launch",
+            "--site",
+            str(out),
+            "--np",
+            "3",
+            "--hosts",
+            "node1:1,node2:1,node3:1",
+            "--exec",
+            "--",
+            str(VENV_PYTHON),
+            str(ROOT / "examples" / "allreduce_check.py"),
+            "--frameworks",
+            "torch",
+        ),
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=150,
+    )
     print(run.stdout, run.stderr)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "--mca btl_tcp_if_include data0" in run.stderr

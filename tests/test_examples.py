@@ -94,11 +94,13 @@ def test_load_dataset_from_an_idx_directory(tmp_path):
     y_tr, y_te = np.array([0, 1, 2, 3, 4, 9]), np.array([9, 8, 7, 6])
     # Mixed naming, as found in the wild: gzipped canonical names and the `.idx` dotted variant.
     (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(
-        gzip.compress(_idx_bytes(0x08, [6, 28, 28], x_tr.astype(np.uint8).tobytes())))
+        gzip.compress(_idx_bytes(0x08, [6, 28, 28], x_tr.astype(np.uint8).tobytes()))
+    )
     (tmp_path / "train-labels-idx1-ubyte").write_bytes(_idx_bytes(0x08, [6], y_tr.astype(np.uint8).tobytes()))
     (tmp_path / "t10k-images.idx3-ubyte").write_bytes(_idx_bytes(0x08, [4, 28, 28], x_te.astype(np.uint8).tobytes()))
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(
-        gzip.compress(_idx_bytes(0x08, [4], y_te.astype(np.uint8).tobytes())))
+        gzip.compress(_idx_bytes(0x08, [4], y_te.astype(np.uint8).tobytes()))
+    )
     xa, ya, xb, yb, classes, source = common.load_dataset(tmp_path, standardize=False)
     assert xa.shape == (6, 28, 28) and xb.shape == (4, 28, 28) and xa.dtype == np.float32
     assert np.allclose(xa * 255, x_tr) and ya.tolist() == y_tr.tolist() and yb.tolist() == y_te.tolist()
@@ -192,6 +194,7 @@ def test_atomic_write_interrupted_keeps_old_file_and_no_partial(tmp_path, monkey
                     raise Interrupted()
 
             return Half()
+
         monkeypatch.setattr(common.os, "fdopen", fdopen)
     else:
         monkeypatch.setattr(common.os, failing, boom)
@@ -240,7 +243,10 @@ def test_latest_checkpoint_and_prune(tmp_path):
     assert common.latest_checkpoint(tmp_path, "pt") == (10, tmp_path / "checkpoint-0010.pt")
     common.prune_checkpoints(tmp_path, "pt", keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint-0003.pt", "checkpoint-0010.pt", "checkpoint-0099.npz"]
+        "checkpoint-0003.pt",
+        "checkpoint-0010.pt",
+        "checkpoint-0099.npz",
+    ]
     assert common.rank_suffixed(tmp_path / "params.npy", 1) == tmp_path / "params.rank1.npy"
 
 
@@ -253,29 +259,54 @@ def require_horovod(module: str) -> None:
     if module in _checked:
         return
     if not VENV_PYTHON.exists():
-        pytest.fail(f"{VENV_PYTHON} does not exist: the example tests need the project venv with "
-                    "Horovod (run `make setup`)")
+        pytest.fail(
+            f"{VENV_PYTHON} does not exist: the example tests need the project venv with Horovod (run `make setup`)"
+        )
     if shutil.which("mpirun") is None:
         pytest.fail("mpirun is not on PATH: install Open MPI (`make setup` runs scripts/setup/host-packages.sh)")
-    probe = subprocess.run([str(VENV_PYTHON), "-c", f"import {module}"], capture_output=True, text=True,
-                           timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    probe = subprocess.run(
+        [str(VENV_PYTHON), "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     if probe.returncode != 0:
-        pytest.fail(f"`import {module}` fails in {VENV_PYTHON}: Horovod with this framework is not "
-                    f"installed (run `make setup`):\n{probe.stderr[-2000:]}")
+        pytest.fail(
+            f"`import {module}` fails in {VENV_PYTHON}: Horovod with this framework is not "
+            f"installed (run `make setup`):\n{probe.stderr[-2000:]}"
+        )
     _checked[module] = None
 
 
 def run_mpi(script: str, *args: str, np_: int = 2, timeout: float = 120) -> str:
     """Run examples/<script> on `np_` ranks with plain mpirun; return stdout+stderr, fail on error."""
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", "--map-by", "slot",
-           "-x", "OMP_NUM_THREADS=1", "-x", "TF_CPP_MIN_LOG_LEVEL=3", "-x", "PYTHONUNBUFFERED=1",
-           str(VENV_PYTHON), str(EXAMPLES / script), *args]
+    cmd = [
+        "mpirun",
+        "-np",
+        str(np_),
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "-x",
+        "OMP_NUM_THREADS=1",
+        "-x",
+        "TF_CPP_MIN_LOG_LEVEL=3",
+        "-x",
+        "PYTHONUNBUFFERED=1",
+        str(VENV_PYTHON),
+        str(EXAMPLES / script),
+        *args,
+    ]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -313,8 +344,9 @@ def check_training(out: str, epochs_expected: list[int]):
 def assert_identical_params(prefix: Path, ranks: int = 2) -> np.ndarray:
     arrays = [np.load(common.rank_suffixed(prefix, r)) for r in range(ranks)]
     for r, a in enumerate(arrays[1:], 1):
-        assert a.shape == arrays[0].shape and a.tobytes() == arrays[0].tobytes(), \
+        assert a.shape == arrays[0].shape and a.tobytes() == arrays[0].tobytes(), (
             f"rank {r} parameters differ from rank 0's"
+        )
     return arrays[0]
 
 
@@ -326,16 +358,18 @@ def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, scri
     from the epoch-2 checkpoint and end with exactly the parameters of the uninterrupted run."""
     require_horovod("horovod.torch" if ext == "pt" else "horovod.tensorflow.keras")
     ckpt = tmp_path / "ckpt"
-    straight = run_mpi(script, "--epochs", "3", "--checkpoint-dir", str(ckpt),
-                       "--final-params-out", str(tmp_path / "straight.npy"))
+    straight = run_mpi(
+        script, "--epochs", "3", "--checkpoint-dir", str(ckpt), "--final-params-out", str(tmp_path / "straight.npy")
+    )
     check_training(straight, [1, 2, 3])
     reference = assert_identical_params(tmp_path / "straight.npy")
     assert [p.name for p in sorted(ckpt.iterdir())] == [f"checkpoint-0002.{ext}", f"checkpoint-0003.{ext}"]
 
     (ckpt / f"checkpoint-0003.{ext}").unlink()
     (ckpt / f".checkpoint-0003.{ext}.abc123.tmp").write_bytes(b"half a checkpoint")
-    resumed = run_mpi(script, "--epochs", "3", "--checkpoint-dir", str(ckpt),
-                      "--final-params-out", str(tmp_path / "resumed.npy"))
+    resumed = run_mpi(
+        script, "--epochs", "3", "--checkpoint-dir", str(ckpt), "--final-params-out", str(tmp_path / "resumed.npy")
+    )
     assert f"resuming from checkpoint {ckpt / f'checkpoint-0002.{ext}'} after epoch 2" in resumed
     check_training(resumed, [3])
     params = assert_identical_params(tmp_path / "resumed.npy")
@@ -345,9 +379,21 @@ def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, scri
 
 def test_synthetic_benchmark_prints_json_line():
     require_horovod("horovod.torch")
-    out = run_mpi("pytorch_synthetic_benchmark.py", "--model", "cnn", "--batch-size", "16",
-                  "--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3",
-                  "--fp16-allreduce", timeout=90)
+    out = run_mpi(
+        "pytorch_synthetic_benchmark.py",
+        "--model",
+        "cnn",
+        "--batch-size",
+        "16",
+        "--num-warmup-batches",
+        "2",
+        "--num-batches-per-iter",
+        "3",
+        "--num-iters",
+        "3",
+        "--fp16-allreduce",
+        timeout=90,
+    )
     assert re.search(r"^total img/sec on 2 CPU rank\(s\): [\d.]+ \+-[\d.]+$", out, re.M), out
     lines = [line for line in out.splitlines() if line.startswith('{"metric"')]
     assert len(lines) == 1, out

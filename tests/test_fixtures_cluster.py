@@ -18,29 +18,42 @@ DECOY_NOISE = 1024  # bytes a silent interface may still count (a stray frame at
 
 def mpirun_argv(cluster: NetnsCluster, program: Path, btl_iface: str) -> list[str]:
     """mpirun on every node of `cluster`, one rank each, ranks talking over `btl_iface`."""
-    return ["mpirun", "--allow-run-as-root", *cluster.mpirun_agent_args(),
-            "--host", ",".join(cluster.nodes), "-np", str(len(cluster.nodes)),
-            "--bind-to", "none",  # every "node" sees the same 2 cores: binding would stack ranks
-            "--mca", "btl_tcp_if_include", btl_iface, "--mca", "oob_tcp_if_include", "data0",
-            str(program), str(PAYLOAD)]
+    return [
+        "mpirun",
+        "--allow-run-as-root",
+        *cluster.mpirun_agent_args(),
+        "--host",
+        ",".join(cluster.nodes),
+        "-np",
+        str(len(cluster.nodes)),
+        "--bind-to",
+        "none",  # every "node" sees the same 2 cores: binding would stack ranks
+        "--mca",
+        "btl_tcp_if_include",
+        btl_iface,
+        "--mca",
+        "oob_tcp_if_include",
+        "data0",
+        str(program),
+        str(PAYLOAD),
+    ]
 
 
 def counters(cluster: NetnsCluster) -> dict[tuple[str, str], IfaceBytes]:
-    return {(node, iface): cluster.iface_bytes(node, iface)
-            for node in cluster.nodes for iface in ("data0", "mgmt0")}
+    return {(node, iface): cluster.iface_bytes(node, iface) for node in cluster.nodes for iface in ("data0", "mgmt0")}
 
 
 def srun_job(program: Path, ompi_env: str) -> str:
     """A batch script running the allreduce with srun/PMIx, one rank on each of 2 nodes."""
-    return (f"#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=1\nset -eu\nexport {ompi_env}\n"
-            f"srun --mpi=pmix -n 2 {program} {PAYLOAD}\n")
+    return (
+        f"#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=1\nset -eu\nexport {ompi_env}\n"
+        f"srun --mpi=pmix -n 2 {program} {PAYLOAD}\n"
+    )
 
 
-def test_allreduce_crosses_data0_and_never_the_decoy(netns_cluster: NetnsCluster,
-                                                     allreduce_program: Path) -> None:
+def test_allreduce_crosses_data0_and_never_the_decoy(netns_cluster: NetnsCluster, allreduce_program: Path) -> None:
     before = counters(netns_cluster)
-    res = netns_cluster.run("node1", mpirun_argv(netns_cluster, allreduce_program, "data0"),
-                            timeout=60)
+    res = netns_cluster.run("node1", mpirun_argv(netns_cluster, allreduce_program, "data0"), timeout=60)
     assert res.returncode == 0, res.stderr
     report = parse_allreduce(res.stdout)
     assert report["ranks"] == "3" and report["bytes"] == str(PAYLOAD)
@@ -57,33 +70,34 @@ def test_allreduce_crosses_data0_and_never_the_decoy(netns_cluster: NetnsCluster
 
 
 def test_mpirun_over_the_decoy_hangs_and_is_killed_without_leftovers(
-        netns_cluster: NetnsCluster, allreduce_program: Path) -> None:
+    netns_cluster: NetnsCluster, allreduce_program: Path
+) -> None:
     with pytest.raises(subprocess.TimeoutExpired) as timed_out:
-        netns_cluster.run("node1", mpirun_argv(netns_cluster, allreduce_program, "mgmt0"),
-                          timeout=20)
+        netns_cluster.run("node1", mpirun_argv(netns_cluster, allreduce_program, "mgmt0"), timeout=20)
     assert "ranks=" not in (timed_out.value.stdout or ""), "the run finished over mgmt0"
     assert netns_cluster.tracker.pids() == []
-    assert {node: netns_cluster.pids(node) for node in netns_cluster.nodes} == \
-        {node: [] for node in netns_cluster.nodes}
+    assert {node: netns_cluster.pids(node) for node in netns_cluster.nodes} == {
+        node: [] for node in netns_cluster.nodes
+    }
 
 
 def test_sbatch_srun_pmix_allreduce_sums_right_on_two_fake_local_nodes(
-        slurm_local: SlurmCluster, allreduce_program: Path) -> None:
+    slurm_local: SlurmCluster, allreduce_program: Path
+) -> None:
     # Fake nodes share one host: Open MPI's shared-memory btl crashes at exit there.
-    job = slurm_local.sbatch_wait(srun_job(allreduce_program, "OMPI_MCA_btl=self,tcp"),
-                                  timeout=60)
+    job = slurm_local.sbatch_wait(srun_job(allreduce_program, "OMPI_MCA_btl=self,tcp"), timeout=60)
     assert job.returncode == 0, job
     report = parse_allreduce(job.output)
     assert (report["ranks"], report["mismatches"], report["sum0"]) == ("2", "0", "3")
 
 
 def test_sbatch_srun_pmix_allreduce_crosses_data0_between_two_namespace_nodes(
-        netns_slurm: SlurmCluster, allreduce_program: Path) -> None:
+    netns_slurm: SlurmCluster, allreduce_program: Path
+) -> None:
     cluster = netns_slurm.inside
     assert cluster is not None
     before = cluster.iface_bytes("node2", "data0")
-    job = netns_slurm.sbatch_wait(
-        srun_job(allreduce_program, "OMPI_MCA_btl_tcp_if_include=data0"), timeout=60)
+    job = netns_slurm.sbatch_wait(srun_job(allreduce_program, "OMPI_MCA_btl_tcp_if_include=data0"), timeout=60)
     assert job.returncode == 0, job
     report = parse_allreduce(job.output)
     assert (report["ranks"], report["mismatches"], report["sum0"]) == ("2", "0", "3")
@@ -99,21 +113,19 @@ class SimulatedTestFailure(AssertionError):
 
 @pytest.mark.parametrize("failure", [SimulatedTestFailure, KeyboardInterrupt])
 def test_teardown_leaves_no_namespace_daemon_or_job_after_a_failing_test(
-        cluster_tools: None, failure: type[BaseException]) -> None:
+    cluster_tools: None, failure: type[BaseException]
+) -> None:
     with pytest.raises(failure):
         with NetnsCluster(2) as net, SlurmCluster(net.nodes, inside=net) as slurm:
             namespaces = [net.netns(name) for name in ("switch", *net.nodes)]
             leftovers = [slurm.tracker.path, net.tracker.path, slurm.workdir, net.workdir]
-            submitted = slurm.run(["sbatch", "--parsable", "--nodes=2",
-                                   "--wrap", "srun -n 2 sleep 300"], timeout=10)
+            submitted = slurm.run(["sbatch", "--parsable", "--nodes=2", "--wrap", "srun -n 2 sleep 300"], timeout=10)
             assert submitted.returncode == 0, submitted.stderr
-            assert wait_until(lambda: _runs_sleep(net.pids("node2")), timeout=20), \
-                "the job step never started on node2"
+            assert wait_until(lambda: _runs_sleep(net.pids("node2")), timeout=20), "the job step never started on node2"
             pids = slurm.tracker.pids() + net.pids("node1") + net.pids("node2")
             raise failure("the test body fails while daemons and a job are running")
 
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            timeout=10, check=True).stdout
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10, check=True).stdout
     assert [ns for ns in namespaces if ns in listed] == []
     assert [pid for pid in pids if pid_alive(pid)] == []
     assert [path for path in leftovers if path.exists()] == []
@@ -135,9 +147,26 @@ def test_own_cores_gives_each_node_a_core_of_its_own_and_remote_ranks_keep_it(cl
     """A rank started on node2 by mpirun (through the rsh agent) runs on node2's core only."""
     with NetnsCluster(2, own_cores=True) as cluster:
         assert cluster.cores["node1"] != cluster.cores["node2"] or len(set(cluster.cores.values())) == 1
-        argv = ["mpirun", "--allow-run-as-root", *cluster.mpirun_agent_args(), "--host", "node1,node2", "-np", "2",
-                "--bind-to", "none", "--mca", "btl_tcp_if_include", "data0", "--mca", "oob_tcp_if_include", "data0",
-                "sh", "-c", 'echo "$(hostname) $(taskset -pc $$ | sed "s/.*: //")"']
+        argv = [
+            "mpirun",
+            "--allow-run-as-root",
+            *cluster.mpirun_agent_args(),
+            "--host",
+            "node1,node2",
+            "-np",
+            "2",
+            "--bind-to",
+            "none",
+            "--mca",
+            "btl_tcp_if_include",
+            "data0",
+            "--mca",
+            "oob_tcp_if_include",
+            "data0",
+            "sh",
+            "-c",
+            'echo "$(hostname) $(taskset -pc $$ | sed "s/.*: //")"',
+        ]
         res = cluster.run("node1", argv, timeout=60)
         assert res.returncode == 0, res.stderr
         seen = dict(line.split() for line in res.stdout.splitlines())

@@ -20,8 +20,11 @@ DERIVED = "network.interfaces"
 def make_site(**keys: Any) -> Site:
     """A two-node Open MPI 4 GPU site on eth0; `keys` replace whole sections."""
     data: dict[str, Any] = {
-        "name": "demo", "description": "test site", "mpi": {"flavour": "openmpi", "version": "4.1.6"},
-        "launcher": {"name": "mpirun"}, "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
+        "name": "demo",
+        "description": "test site",
+        "mpi": {"flavour": "openmpi", "version": "4.1.6"},
+        "launcher": {"name": "mpirun"},
+        "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
         "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
     }
     return Site.model_validate(data | keys)
@@ -35,8 +38,10 @@ def explain(site: Site, np_: int = 4) -> dict[str, str]:
 
 def test_open_mpi_gpu_site_derives_btl_oob_and_nccl_interfaces_from_network_interfaces():
     assert interface_settings(make_site()) == {
-        "network.interfaces": Setting("eth0", DERIVED), "mca.btl_tcp_if_include": Setting("eth0", DERIVED),
-        "mca.oob_tcp_if_include": Setting("eth0", DERIVED), "env.NCCL_SOCKET_IFNAME": Setting("eth0", DERIVED),
+        "network.interfaces": Setting("eth0", DERIVED),
+        "mca.btl_tcp_if_include": Setting("eth0", DERIVED),
+        "mca.oob_tcp_if_include": Setting("eth0", DERIVED),
+        "env.NCCL_SOCKET_IFNAME": Setting("eth0", DERIVED),
     }
 
 
@@ -61,7 +66,8 @@ def test_cpu_site_gets_no_nccl_variable_and_intel_mpi_site_no_open_mpi_parameter
 def test_shipped_sites_name_each_interface_once():
     eth = interface_settings(load_site("eth-a100-slurm", SITES))
     assert {key: setting.source for key, setting in eth.items()} == dict.fromkeys(
-        ["network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"], DERIVED)
+        ["network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"], DERIVED
+    )
     explicit = Setting("^virbr0,lo", "env.NCCL_SOCKET_IFNAME")
     assert interface_settings(load_site("ib-v100", SITES)) == {"env.NCCL_SOCKET_IFNAME": explicit}
 
@@ -69,8 +75,10 @@ def test_shipped_sites_name_each_interface_once():
 def test_explain_says_which_interface_tokens_are_derived_and_which_the_site_set():
     site = make_site(mca={"btl_tcp_if_include": "ib0"})
     parts = explain(site)
-    assert parts["--mca btl_tcp_if_include ib0"] == \
-        "site demo mca.btl_tcp_if_include, set by the site over network.interfaces"
+    assert (
+        parts["--mca btl_tcp_if_include ib0"]
+        == "site demo mca.btl_tcp_if_include, set by the site over network.interfaces"
+    )
     assert parts["--mca oob_tcp_if_include eth0"] == "site demo mca.oob_tcp_if_include, derived from network.interfaces"
     assert parts["-x NCCL_SOCKET_IFNAME=eth0"] == "site demo env.NCCL_SOCKET_IFNAME, derived from network.interfaces"
     assert "--mca btl_tcp_if_include eth0" not in parts
@@ -79,21 +87,35 @@ def test_explain_says_which_interface_tokens_are_derived_and_which_the_site_set(
 def test_srun_passes_no_oob_parameter_because_it_starts_no_daemons():
     site = make_site(launcher={"name": "srun", "pmi": "pmix"})
     argv = build_command(site, Layout(4, in_allocation=True), ["python", "t.py"]).argv
-    assert argv[:argv.index("srun")] == ["env", "OMPI_MCA_btl_tcp_if_include=eth0", "NCCL_SOCKET_IFNAME=eth0"]
+    assert argv[: argv.index("srun")] == ["env", "OMPI_MCA_btl_tcp_if_include=eth0", "NCCL_SOCKET_IFNAME=eth0"]
 
 
 def test_hydra_gpu_site_confines_mpi_with_iface_and_nccl_with_its_variable():
     site = make_site(mpi={"flavour": "intelmpi", "version": "2021.10"}, launcher={"name": "mpiexec.hydra"})
     argv = build_command(site, Layout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"]).argv
-    assert argv == ["env", "NCCL_SOCKET_IFNAME=eth0", "mpiexec.hydra", "-n", "2", "-hosts", "n1:1,n2:1",
-                    "-iface", "eth0", "python", "t.py"]
+    assert argv == [
+        "env",
+        "NCCL_SOCKET_IFNAME=eth0",
+        "mpiexec.hydra",
+        "-n",
+        "2",
+        "-hosts",
+        "n1:1,n2:1",
+        "-iface",
+        "eth0",
+        "python",
+        "t.py",
+    ]
 
 
-@pytest.mark.parametrize("launcher, key, section", [
-    ({"name": "horovodrun"}, "env.NCCL_SOCKET_IFNAME", "env"),
-    ({"name": "horovodrun"}, "mca.btl_tcp_if_include", "mca"),
-    ({"name": "horovodrun", "gloo": True}, "env.HOROVOD_GLOO_IFACE", "env"),
-])
+@pytest.mark.parametrize(
+    "launcher, key, section",
+    [
+        ({"name": "horovodrun"}, "env.NCCL_SOCKET_IFNAME", "env"),
+        ({"name": "horovodrun"}, "mca.btl_tcp_if_include", "mca"),
+        ({"name": "horovodrun", "gloo": True}, "env.HOROVOD_GLOO_IFACE", "env"),
+    ],
+)
 def test_horovodrun_refuses_an_interface_key_its_network_interface_flag_would_override(launcher, key, section):
     site = make_site(launcher=launcher, **{section: {key.split(".")[1]: "eth1"}})
     with pytest.raises(UserError) as caught:

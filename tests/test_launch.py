@@ -20,12 +20,18 @@ from hpcbundle.launch import LAUNCHERS, RUNTIMES, Layout, build_command, load_si
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
 SITES = ROOT / "site_configs"
-SEED_4 = ("mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
-          "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py")
-SEED_8 = ("mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
-          "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py")
-KNL_PROGRAM = ("python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod "
-               "--data_format NCHW --num_intra_threads 64 --num_inter_threads 3 --distortions=False --num_batches 200")
+SEED_4 = (
+    "mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
+    "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
+)
+SEED_8 = (
+    "mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
+    "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
+)
+KNL_PROGRAM = (
+    "python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod "
+    "--data_format NCHW --num_intra_threads 64 --num_inter_threads 3 --distortions=False --num_batches 200"
+)
 SEED_KNL = f"mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64,68-132,136-200,204-268 numactl -p 1 {KNL_PROGRAM}"
 IN_SLURM = {"SLURM_JOB_ID": "4242"}
 NOT_IN_SLURM: dict[str, str | None] = {"SLURM_JOB_ID": None}
@@ -33,11 +39,33 @@ NOT_IN_SLURM: dict[str, str | None] = {"SLURM_JOB_ID": None}
 # One typical invocation per shipped site: (launch arguments, extra environment).
 SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     "local": (["--np", "2", "--", "python3", "train.py"], NOT_IN_SLURM),
-    "local-charliecloud": (["--image", "/var/tmp/cpu-local", "--np", "2", "--", "python3", "/examples/pytorch_mnist.py"], NOT_IN_SLURM),
-    "ib-v100": (["--image", "horovod.sif", "--np", "4", "--hosts", "f1:2,f2:2", "--", "python", "/examples/keras_mnist_advanced.py"], NOT_IN_SLURM),
+    "local-charliecloud": (
+        ["--image", "/var/tmp/cpu-local", "--np", "2", "--", "python3", "/examples/pytorch_mnist.py"],
+        NOT_IN_SLURM,
+    ),
+    "ib-v100": (
+        [
+            "--image",
+            "horovod.sif",
+            "--np",
+            "4",
+            "--hosts",
+            "f1:2,f2:2",
+            "--",
+            "python",
+            "/examples/keras_mnist_advanced.py",
+        ],
+        NOT_IN_SLURM,
+    ),
     "stampede2-knl": (["--image", "horovod.sif", "--np", "2", "--", *KNL_PROGRAM.split()], IN_SLURM),
-    "eth-a100-slurm": (["--image", "horovod.sif", "--np", "8", "--", "python", "train.py", "--epochs", "5"], NOT_IN_SLURM),
-    "roce-h100-ompi5": (["--image", "horovod.sif", "--np", "16", "--hosts", "gpu01:8,gpu02:8", "--", "python", "train.py"], NOT_IN_SLURM),
+    "eth-a100-slurm": (
+        ["--image", "horovod.sif", "--np", "8", "--", "python", "train.py", "--epochs", "5"],
+        NOT_IN_SLURM,
+    ),
+    "roce-h100-ompi5": (
+        ["--image", "horovod.sif", "--np", "16", "--hosts", "gpu01:8,gpu02:8", "--", "python", "train.py"],
+        NOT_IN_SLURM,
+    ),
 }
 SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 
@@ -63,9 +91,22 @@ def write_site(directory: Path, base: str, change: dict[str, Any] | None = None,
 
 # --- the seeds ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("hosts, np_, seed", [("f1:2,f2:2", "4", SEED_4), ("f1:2,f2:2,f3:2,f4:2", "8", SEED_8)])
 def test_ib_v100_prints_the_seeds_singularity_command_exactly(hosts, np_, seed):
-    result = launch("--site", "ib-v100", "--image", "horovod.sif", "--np", np_, "--hosts", hosts, "--", "python", "/examples/keras_mnist_advanced.py")
+    result = launch(
+        "--site",
+        "ib-v100",
+        "--image",
+        "horovod.sif",
+        "--np",
+        np_,
+        "--hosts",
+        hosts,
+        "--",
+        "python",
+        "/examples/keras_mnist_advanced.py",
+    )
     assert result.exit_code == 0, result.output
     assert shlex.split(result.stdout) == shlex.split(seed)
 
@@ -74,31 +115,77 @@ def test_knl_site_reproduces_the_seeds_hydra_line_after_its_threading_variables(
     result = launch("--site", "stampede2-knl", "--np", "2", "--", *KNL_PROGRAM.split(), env=IN_SLURM)
     assert result.exit_code == 0, result.output
     argv = shlex.split(result.stdout)
-    assert argv[: argv.index("mpiexec.hydra")] == ["env", "OMP_NUM_THREADS=64", "KMP_BLOCKTIME=1", "KMP_AFFINITY=granularity=fine,compact,1,0"]
-    assert argv[argv.index("mpiexec.hydra"):] == shlex.split(SEED_KNL)
+    assert argv[: argv.index("mpiexec.hydra")] == [
+        "env",
+        "OMP_NUM_THREADS=64",
+        "KMP_BLOCKTIME=1",
+        "KMP_AFFINITY=granularity=fine,compact,1,0",
+    ]
+    assert argv[argv.index("mpiexec.hydra") :] == shlex.split(SEED_KNL)
 
 
 def test_knl_image_goes_between_the_per_rank_wrappers_and_the_program_and_explain_says_why():
-    result = launch("--site", "stampede2-knl", "--image", "horovod.sif", "--np", "2", "--explain", "--", "python", "x.py", env=IN_SLURM)
+    result = launch(
+        "--site",
+        "stampede2-knl",
+        "--image",
+        "horovod.sif",
+        "--np",
+        "2",
+        "--explain",
+        "--",
+        "python",
+        "x.py",
+        env=IN_SLURM,
+    )
     assert result.exit_code == 0, result.output
     argv = shlex.split(result.stdout.splitlines()[0])
-    assert argv[argv.index("numactl"):] == ["numactl", "-p", "1", "singularity", "exec", "horovod.sif", "python", "x.py"]
+    assert argv[argv.index("numactl") :] == [
+        "numactl",
+        "-p",
+        "1",
+        "singularity",
+        "exec",
+        "horovod.sif",
+        "python",
+        "x.py",
+    ]
     wrapper_lines = [line for line in result.stdout.splitlines() if line.startswith(("taskset", "numactl"))]
-    assert len(wrapper_lines) == 2 and all("inherited through exec into the container" in line for line in wrapper_lines)
+    assert len(wrapper_lines) == 2 and all(
+        "inherited through exec into the container" in line for line in wrapper_lines
+    )
 
 
 def test_explain_names_the_site_key_and_why_of_each_token():
-    result = launch("--site", "ib-v100", "--image", "horovod.sif", "--np", "4", "--hosts", "f1:2,f2:2", "--explain", "--", "python", "t.py")
+    result = launch(
+        "--site",
+        "ib-v100",
+        "--image",
+        "horovod.sif",
+        "--np",
+        "4",
+        "--hosts",
+        "f1:2,f2:2",
+        "--explain",
+        "--",
+        "python",
+        "t.py",
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("mpirun -np 4")
-    assert any(line.startswith("-x 'NCCL_SOCKET_IFNAME=^virbr0,lo'  <- site ib-v100 env.NCCL_SOCKET_IFNAME: keep NCCL off the libvirt bridge and loopback")
-               for line in lines)
+    assert any(
+        line.startswith(
+            "-x 'NCCL_SOCKET_IFNAME=^virbr0,lo'  <- site ib-v100 env.NCCL_SOCKET_IFNAME: keep NCCL off the libvirt bridge and loopback"
+        )
+        for line in lines
+    )
     assert any(line.startswith("--nv") and "container.gpu" in line for line in lines)
     assert any(line.startswith("-np 4") and "flag --np" in line for line in lines)
 
 
 # --- golden command per shipped site ----------------------------------------------------------
+
 
 def test_every_shipped_site_has_a_golden_invocation():
     assert sorted(SITE_INVOCATIONS) == SHIPPED
@@ -113,66 +200,122 @@ def test_golden_launch_command_and_explanation(site):
 
 
 def test_local_is_the_default_site():
-    assert launch("--np", "2", "--", "python3", "t.py").stdout == launch("--site", "local", "--np", "2", "--", "python3", "t.py").stdout
+    assert (
+        launch("--np", "2", "--", "python3", "t.py").stdout
+        == launch("--site", "local", "--np", "2", "--", "python3", "t.py").stdout
+    )
 
 
 # --- each launcher and runtime speaks its own syntax ------------------------------------------
 
-def _argv(site_path: Path, layout: Layout, image: str | None = None, program: tuple[str, ...] = ("python", "t.py")) -> list[str]:
+
+def _argv(
+    site_path: Path, layout: Layout, image: str | None = None, program: tuple[str, ...] = ("python", "t.py")
+) -> list[str]:
     return build_command(load_site(str(site_path), SITES), layout, program, image).argv
 
 
 def test_open_mpi_5_uses_double_dashes_merges_oversubscribe_and_routes_prrte_parameters(tmp_path):
-    site = write_site(tmp_path, "roce-h100-ompi5", {"launcher": {"oversubscribe": True, "tag_output": True}}, name="ompi5")
+    site = write_site(
+        tmp_path, "roce-h100-ompi5", {"launcher": {"oversubscribe": True, "tag_output": True}}, name="ompi5"
+    )
     argv = _argv(site, Layout(4, (("a", 2), ("b", 2))), "img.sif")
     assert argv[:8] == ["mpirun", "--output", "tag", "-n", "4", "--host", "a:2,b:2", "--bind-to"]
     assert ["--map-by", "slot:oversubscribe"] == argv[9:11]
     assert not any(token.startswith("-bind") or token == "-mca" for token in argv)
-    assert argv[argv.index("--prtemca"):][:3] == ["--prtemca", "oob_tcp_if_include", "eth0"]
+    assert argv[argv.index("--prtemca") :][:3] == ["--prtemca", "oob_tcp_if_include", "eth0"]
 
 
 def test_open_mpi_4_mpirun_takes_double_dash_options_by_default(tmp_path):
     argv = _argv(write_site(tmp_path, "local", {"mca": {"btl": "self,tcp"}}, name="ompi4"), Layout(2))
-    assert argv[argv.index("--mca"):][:3] == ["--mca", "btl", "self,tcp"]
+    assert argv[argv.index("--mca") :][:3] == ["--mca", "btl", "self,tcp"]
     assert "--bind-to" in argv and "-bind-to" not in argv
 
 
 def test_horovodrun_takes_hosts_gloo_and_interfaces_and_gets_variables_in_front(tmp_path):
-    site = write_site(tmp_path, "local", {"launcher": {"name": "horovodrun", "gloo": True}, "env": {"NCCL_DEBUG": "INFO"},
-                                          "network": {"fabric": "ethernet", "interfaces": ["eth0", "eth1"]}}, name="hvd")
+    site = write_site(
+        tmp_path,
+        "local",
+        {
+            "launcher": {"name": "horovodrun", "gloo": True},
+            "env": {"NCCL_DEBUG": "INFO"},
+            "network": {"fabric": "ethernet", "interfaces": ["eth0", "eth1"]},
+        },
+        name="hvd",
+    )
     data = yaml.safe_load(site.read_text())
     for key in ("allow_run_as_root", "oversubscribe", "bind_to", "map_by", "timeout"):
         data["launcher"].pop(key, None)
     site.write_text(yaml.safe_dump(data))
     argv = _argv(site, Layout(4, (("f1", 2), ("f2", 2))))
-    assert argv == ["env", "NCCL_DEBUG=INFO", "horovodrun", "-np", "4", "-H", "f1:2,f2:2", "--gloo", "--network-interface", "eth0,eth1", "python", "t.py"]
+    assert argv == [
+        "env",
+        "NCCL_DEBUG=INFO",
+        "horovodrun",
+        "-np",
+        "4",
+        "-H",
+        "f1:2,f2:2",
+        "--gloo",
+        "--network-interface",
+        "eth0,eth1",
+        "python",
+        "t.py",
+    ]
 
 
 def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
-    site = write_site(tmp_path, "eth-a100-slurm", {"launcher": {"tag_output": True}, "node": {"ranks_per_node": 4}}, name="srun-site")
+    site = write_site(
+        tmp_path, "eth-a100-slurm", {"launcher": {"tag_output": True}, "node": {"ranks_per_node": 4}}, name="srun-site"
+    )
     argv = _argv(site, Layout(8), "img.sif")
     assert "OMPI_MCA_btl_vader_single_copy_mechanism=none" in argv[: argv.index("srun")]
-    assert argv[argv.index("srun"):argv.index("apptainer")] == ["srun", "--mpi=pmix", "-n", "8", "--ntasks-per-node=4", "--label"]
+    assert argv[argv.index("srun") : argv.index("apptainer")] == [
+        "srun",
+        "--mpi=pmix",
+        "-n",
+        "8",
+        "--ntasks-per-node=4",
+        "--label",
+    ]
 
 
 def test_docker_holds_the_launcher_and_wrappers_inside_one_container(tmp_path):
-    site = write_site(tmp_path, "local", {"container": {"runtime": "docker", "binds": ["/data"]}, "export": ["HOME"],
-                                          "wrappers": [["numactl", "-l"]]}, name="dock")
+    site = write_site(
+        tmp_path,
+        "local",
+        {"container": {"runtime": "docker", "binds": ["/data"]}, "export": ["HOME"], "wrappers": [["numactl", "-l"]]},
+        name="dock",
+    )
     argv = _argv(site, Layout(2), "local/horovod:cpu")
-    assert argv[: argv.index("mpirun")] == ["docker", "run", "--rm", "--init", "--network=host", "--ipc=host", "-v", "/data:/data", "-e", "HOME", "local/horovod:cpu"]
+    assert argv[: argv.index("mpirun")] == [
+        "docker",
+        "run",
+        "--rm",
+        "--init",
+        "--network=host",
+        "--ipc=host",
+        "-v",
+        "/data:/data",
+        "-e",
+        "HOME",
+        "local/horovod:cpu",
+    ]
     assert argv[-4:] == ["numactl", "-l", "python", "t.py"]
 
 
 def test_podman_is_docker_with_its_own_command(tmp_path):
-    site = write_site(tmp_path, "local", {"container": {"runtime": "podman", "args": ["--ulimit", "nofile=20000:20000"]}}, name="pod")
+    site = write_site(
+        tmp_path, "local", {"container": {"runtime": "podman", "args": ["--ulimit", "nofile=20000:20000"]}}, name="pod"
+    )
     argv = _argv(site, Layout(2), "img")
-    assert argv[0] == "podman" and argv[argv.index("img") - 2:argv.index("img")] == ["--ulimit", "nofile=20000:20000"]
+    assert argv[0] == "podman" and argv[argv.index("img") - 2 : argv.index("img")] == ["--ulimit", "nofile=20000:20000"]
 
 
 def test_charliecloud_ends_its_options_with_double_dash_before_the_program():
     argv = _argv(SITES / "local-charliecloud.yaml", Layout(2), "/var/tmp/img", ("python3", "-c", "print(1)"))
-    assert argv[argv.index("ch-run"):] == ["ch-run", "--set-env", "/var/tmp/img", "--", "python3", "-c", "print(1)"]
-    assert argv[argv.index("--mca"):][:3] == ["--mca", "btl_vader_single_copy_mechanism", "none"]
+    assert argv[argv.index("ch-run") :] == ["ch-run", "--set-env", "/var/tmp/img", "--", "python3", "-c", "print(1)"]
+    assert argv[argv.index("--mca") :][:3] == ["--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
 def test_launcher_command_override_replaces_the_executable(tmp_path):
@@ -187,15 +330,39 @@ def test_registries_hold_every_launcher_and_runtime_the_design_names():
 
 # --- refusals: one line, exit 2 ----------------------------------------------------------------
 
-@pytest.mark.parametrize("args, env, message", [
-    (["--site", "ib-v100", "--image", "h.sif", "--np", "8", "--hosts", "f1:2,f2:2"], NOT_IN_SLURM, "--np 8: larger than the 4 slots of --hosts f1:2,f2:2"),
-    (["--site", "ib-v100", "--image", "h.sif", "--np", "4"], NOT_IN_SLURM, "--np 4: needs more than one ib-v100 node (2 ranks each) but no hosts were given"),
-    (["--site", "local", "--image", "h.sif", "--np", "2"], NOT_IN_SLURM, "--image: site local runs programs on the host (container.runtime: none)"),
-    (["--site", "eth-a100-slurm", "--image", "h.sif", "--np", "4", "--hosts", "a:2,b:2"], NOT_IN_SLURM, "--hosts: srun places the ranks on the nodes SLURM allocated"),
-    (["--site", "ib-v100", "--np", "4", "--hosts", "f1:two"], NOT_IN_SLURM, "--hosts: 'f1:two' is not HOST or HOST:SLOTS"),
-    (["--site", "ib-vl00", "--np", "2"], NOT_IN_SLURM, "ib-vl00: no such site (did you mean ib-v100?)"),
-    (["--np", "2", "--", "--help"], NOT_IN_SLURM, "PROGRAM: '--help' starts with '-'"),
-])
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (
+            ["--site", "ib-v100", "--image", "h.sif", "--np", "8", "--hosts", "f1:2,f2:2"],
+            NOT_IN_SLURM,
+            "--np 8: larger than the 4 slots of --hosts f1:2,f2:2",
+        ),
+        (
+            ["--site", "ib-v100", "--image", "h.sif", "--np", "4"],
+            NOT_IN_SLURM,
+            "--np 4: needs more than one ib-v100 node (2 ranks each) but no hosts were given",
+        ),
+        (
+            ["--site", "local", "--image", "h.sif", "--np", "2"],
+            NOT_IN_SLURM,
+            "--image: site local runs programs on the host (container.runtime: none)",
+        ),
+        (
+            ["--site", "eth-a100-slurm", "--image", "h.sif", "--np", "4", "--hosts", "a:2,b:2"],
+            NOT_IN_SLURM,
+            "--hosts: srun places the ranks on the nodes SLURM allocated",
+        ),
+        (
+            ["--site", "ib-v100", "--np", "4", "--hosts", "f1:two"],
+            NOT_IN_SLURM,
+            "--hosts: 'f1:two' is not HOST or HOST:SLOTS",
+        ),
+        (["--site", "ib-vl00", "--np", "2"], NOT_IN_SLURM, "ib-vl00: no such site (did you mean ib-v100?)"),
+        (["--np", "2", "--", "--help"], NOT_IN_SLURM, "PROGRAM: '--help' starts with '-'"),
+    ],
+)
 def test_impossible_launch_is_refused_in_one_line(args, env, message):
     if "--" not in args:
         args = [*args, "--", "python", "t.py"]
@@ -206,23 +373,34 @@ def test_impossible_launch_is_refused_in_one_line(args, env, message):
 
 
 def test_hosts_are_not_required_inside_a_slurm_allocation():
-    assert launch("--site", "ib-v100", "--image", "h.sif", "--np", "4", "--", "python", "t.py", env=IN_SLURM).exit_code == 0
+    assert (
+        launch("--site", "ib-v100", "--image", "h.sif", "--np", "4", "--", "python", "t.py", env=IN_SLURM).exit_code
+        == 0
+    )
 
 
 def test_np_larger_than_hostfile_slots_is_refused(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("f1 slots=2\n# spare node\nf2 slots=2\n")
-    ok = launch("--site", "ib-v100", "--image", "h.sif", "--np", "4", "--hostfile", str(hostfile), "--", "python", "t.py")
+    ok = launch(
+        "--site", "ib-v100", "--image", "h.sif", "--np", "4", "--hostfile", str(hostfile), "--", "python", "t.py"
+    )
     assert ok.exit_code == 0 and f"--hostfile {hostfile}" in ok.stdout
-    bad = launch("--site", "ib-v100", "--image", "h.sif", "--np", "5", "--hostfile", str(hostfile), "--", "python", "t.py")
+    bad = launch(
+        "--site", "ib-v100", "--image", "h.sif", "--np", "5", "--hostfile", str(hostfile), "--", "python", "t.py"
+    )
     assert bad.exit_code == 2 and "larger than the 4 slots" in bad.stderr
 
 
 # --- real runs on this machine ----------------------------------------------------------------
 
+
 def _need_mpirun() -> None:
     if shutil.which("mpirun") is None:
-        pytest.fail("mpirun is not installed: `make setup` installs Open MPI (apt-get install openmpi-bin libopenmpi-dev)", pytrace=False)
+        pytest.fail(
+            "mpirun is not installed: `make setup` installs Open MPI (apt-get install openmpi-bin libopenmpi-dev)",
+            pytrace=False,
+        )
 
 
 def test_local_exec_runs_two_real_ranks_that_each_print_their_rank():

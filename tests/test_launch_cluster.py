@@ -20,11 +20,13 @@ pytestmark = pytest.mark.cluster
 def _netns_site(directory: Path, cluster: NetnsCluster, interface: str) -> Path:
     """A site for the namespace cluster: mpirun reaching nodes through its rsh agent, MPI on `interface`."""
     site = {
-        "name": f"netns-{interface}", "description": "the namespace cluster of the test fixtures",
+        "name": f"netns-{interface}",
+        "description": "the namespace cluster of the test fixtures",
         "mpi": {"flavour": "openmpi", "version": "4.1.4"},
         "launcher": {"name": "mpirun", "allow_run_as_root": True, "bind_to": "none", "timeout": 120},
         "mca": {"plm_rsh_agent": str(cluster.rsh_agent), "plm_rsh_no_tree_spawn": "1"},
-        "node": {"cores": 1}, "network": {"fabric": "ethernet", "interfaces": [interface]},
+        "node": {"cores": 1},
+        "network": {"fabric": "ethernet", "interfaces": [interface]},
     }
     path = directory / f"netns-{interface}.yaml"
     path.write_text(yaml.safe_dump(site))
@@ -33,8 +35,25 @@ def _netns_site(directory: Path, cluster: NetnsCluster, interface: str) -> Path:
 
 def _launch_on_node1(cluster: NetnsCluster, site: Path, program: Path, *flags: str):
     hosts = ",".join(f"{node}:1" for node in cluster.nodes)
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site), "--np", str(len(cluster.nodes)),
-            "--hosts", hosts, *flags, "--exec", "--", str(program), str(8 << 20)]
+    argv = [
+        sys.executable,
+        "-m",
+        "hpcbundle",
+        "--bundle",
+        str(ROOT),
+        "launch",
+        "--site",
+        str(site),
+        "--np",
+        str(len(cluster.nodes)),
+        "--hosts",
+        hosts,
+        *flags,
+        "--exec",
+        "--",
+        str(program),
+        str(8 << 20),
+    ]
     return cluster.run("node1", argv, timeout=150)
 
 
@@ -46,10 +65,20 @@ def test_exec_runs_one_rank_per_namespace_node_over_the_sites_interface(netns_cl
     assert "--mca btl_tcp_if_include data0 --mca oob_tcp_if_include data0" in result.stderr
 
 
-def test_exec_over_the_decoy_interface_is_killed_at_the_bound_and_blames_the_interface(netns_cluster, allreduce_program, tmp_path):
-    result = _launch_on_node1(netns_cluster, _netns_site(tmp_path, netns_cluster, "mgmt0"), allreduce_program, "--timeout", "15", "--no-doctor")
+def test_exec_over_the_decoy_interface_is_killed_at_the_bound_and_blames_the_interface(
+    netns_cluster, allreduce_program, tmp_path
+):
+    result = _launch_on_node1(
+        netns_cluster,
+        _netns_site(tmp_path, netns_cluster, "mgmt0"),
+        allreduce_program,
+        "--timeout",
+        "15",
+        "--no-doctor",
+    )
     assert result.returncode == 124, result.stdout + result.stderr
     assert "ranks=" not in result.stdout
     assert "killed after 15 s (--timeout)" in result.stderr and "wrong network interface" in result.stderr
-    assert wait_until(lambda: all(not netns_cluster.pids(node) for node in netns_cluster.nodes), timeout=20), \
-        {node: netns_cluster.pids(node) for node in netns_cluster.nodes}
+    assert wait_until(lambda: all(not netns_cluster.pids(node) for node in netns_cluster.nodes), timeout=20), {
+        node: netns_cluster.pids(node) for node in netns_cluster.nodes
+    }

@@ -26,13 +26,53 @@ LAYOUTS: dict[str, tuple[Layout, str | None]] = {
     "eth-a100-slurm": (Layout(8), "/scratch/$USER/horovod.sif"),
     "roce-h100-ompi5": (Layout(16, (("a", 8), ("b", 8))), "horovod.sif"),
 }
-TRICKY = [" ", "'", '"', "$HOME", "${x:-y}", "`id`", "$(touch /tmp/hpcbundle-pwned)", "\n", "a\nb", "\\", "-x", "--", "-np", "--mca",
-          "*", "~", "!", "#", ";", "|", "&", "<", ">", "ü", "日本語", "\t", "\r", "%s", "''", '\\"', "=", "a=b", "{a,b}"]
-argument = st.one_of(st.sampled_from(TRICKY), st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16))
-program = st.tuples(argument.filter(lambda a: a != "" and not a.startswith("-")), st.lists(argument, max_size=6)).map(lambda t: [t[0], *t[1]])
+TRICKY = [
+    " ",
+    "'",
+    '"',
+    "$HOME",
+    "${x:-y}",
+    "`id`",
+    "$(touch /tmp/hpcbundle-pwned)",
+    "\n",
+    "a\nb",
+    "\\",
+    "-x",
+    "--",
+    "-np",
+    "--mca",
+    "*",
+    "~",
+    "!",
+    "#",
+    ";",
+    "|",
+    "&",
+    "<",
+    ">",
+    "ü",
+    "日本語",
+    "\t",
+    "\r",
+    "%s",
+    "''",
+    '\\"',
+    "=",
+    "a=b",
+    "{a,b}",
+]
+argument = st.one_of(
+    st.sampled_from(TRICKY),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=16),
+)
+program = st.tuples(argument.filter(lambda a: a != "" and not a.startswith("-")), st.lists(argument, max_size=6)).map(
+    lambda t: [t[0], *t[1]]
+)
 MODELS = {name: load_site(name, SITES) for name in LAYOUTS}
 TEMPLATES = script_environment(ROOT / "scripts")
-FAST = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 def bash_argv(script: str) -> list[str]:
@@ -51,7 +91,7 @@ def test_printed_launch_line_parses_back_to_the_same_argv(site, words):
     layout, image = LAYOUTS[site]
     command = build_command(MODELS[site], layout, words, image)
     assert bash_argv("printf '%s\\0' " + command.display()) == command.argv
-    assert command.argv[-len(words):] == words
+    assert command.argv[-len(words) :] == words
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +113,9 @@ def fake_sites(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fake_models(fake_sites: Path) -> dict:
-    return {name: load_site(name, fake_sites) for name in ("local", "stampede2-knl", "eth-a100-slurm", "roce-h100-ompi5")}
+    return {
+        name: load_site(name, fake_sites) for name in ("local", "stampede2-knl", "eth-a100-slurm", "roce-h100-ompi5")
+    }
 
 
 @FAST
@@ -86,4 +128,4 @@ def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, 
     per_node = model.node.slots
     argv = build_command(model, Layout(2 * per_node, in_allocation=True), words, image).argv
     launcher_at = argv.index(model.launcher.command)
-    assert bash_argv(script) == argv[launcher_at + 1:]
+    assert bash_argv(script) == argv[launcher_at + 1 :]

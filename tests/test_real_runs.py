@@ -58,13 +58,23 @@ KILL_TO_EXIT_LIMIT = 30.0  # a killed rank must end the whole job within this ma
 def horovod(cluster_tools: None) -> None:
     """The venv's Horovod with PyTorch; fails (never skips) saying how to get it."""
     if not VENV_PYTHON.exists():
-        pytest.fail(f"{VENV_PYTHON} does not exist: these tests need the project venv with Horovod "
-                    "(run `make setup`)", pytrace=False)
-    probe = subprocess.run([str(VENV_PYTHON), "-c", "import horovod.torch, sklearn"],
-                           capture_output=True, text=True, timeout=120, check=False)
+        pytest.fail(
+            f"{VENV_PYTHON} does not exist: these tests need the project venv with Horovod (run `make setup`)",
+            pytrace=False,
+        )
+    probe = subprocess.run(
+        [str(VENV_PYTHON), "-c", "import horovod.torch, sklearn"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if probe.returncode:
-        pytest.fail(f"`import horovod.torch, sklearn` fails in {VENV_PYTHON} (run `make setup`, which "
-                    f"builds Horovod with PyTorch):\n{probe.stderr[-2000:]}", pytrace=False)
+        pytest.fail(
+            f"`import horovod.torch, sklearn` fails in {VENV_PYTHON} (run `make setup`, which "
+            f"builds Horovod with PyTorch):\n{probe.stderr[-2000:]}",
+            pytrace=False,
+        )
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -73,12 +83,12 @@ def hpcbundle(*args: str) -> list[str]:
     return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
 
 
-def launch_argv(site: Path, cluster: NetnsCluster, np_: int, program: list[str],
-                *flags: str) -> list[str]:
+def launch_argv(site: Path, cluster: NetnsCluster, np_: int, program: list[str], *flags: str) -> list[str]:
     """`hpcbundle launch --exec` of `program` on the first `np_` nodes, one rank each."""
     hosts = ",".join(f"{node}:1" for node in cluster.nodes[:np_])
-    return hpcbundle("launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, *flags,
-                     "--exec", "--", *program)
+    return hpcbundle(
+        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, *flags, "--exec", "--", *program
+    )
 
 
 def train(*args: str) -> list[str]:
@@ -112,8 +122,9 @@ def identical_params(prefix: Path, ranks: int) -> np.ndarray:
     """Every rank's final parameters (prefix.rank<N>.npy), checked bit-identical; rank 0's."""
     arrays = [np.load(prefix.with_name(f"{prefix.stem}.rank{r}.npy")) for r in range(ranks)]
     for r, a in enumerate(arrays[1:], 1):
-        assert a.shape == arrays[0].shape and a.tobytes() == arrays[0].tobytes(), \
+        assert a.shape == arrays[0].shape and a.tobytes() == arrays[0].tobytes(), (
             f"rank {r} ended with parameters different from rank 0's"
+        )
     return arrays[0]
 
 
@@ -179,7 +190,7 @@ class DirWatch:
         data, found, offset = os.read(self.fd, 1 << 16), [], 0
         while offset < len(data):
             _, mask, _, length = struct.unpack_from("iIII", data, offset)
-            name = data[offset + 16:offset + 16 + length].rstrip(b"\0").decode()
+            name = data[offset + 16 : offset + 16 + length].rstrip(b"\0").decode()
             found.append(("renamed" if mask & self.IN_MOVED_TO else "created", name))
             offset += 16 + length
         return found
@@ -210,8 +221,13 @@ print(json.dumps(result))
 def assert_all_checkpoints_complete(*directories: Path) -> int:
     """Every checkpoint-NNNN.pt in `directories` loads (torch, in the venv) and says epoch NNNN;
     return the newest epoch (0: none)."""
-    res = subprocess.run([str(VENV_PYTHON), "-c", LOAD_CHECKPOINTS, *map(str, directories)],
-                         capture_output=True, text=True, timeout=120, check=True)
+    res = subprocess.run(
+        [str(VENV_PYTHON), "-c", LOAD_CHECKPOINTS, *map(str, directories)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     loaded: dict[str, dict] = json.loads(res.stdout)
     broken = {path: info for path, info in loaded.items() if "error" in info}
     assert not broken, f"files named like checkpoints that do not load (half-written?): {broken}"
@@ -241,8 +257,8 @@ def settled_counters(cluster: NetnsCluster) -> dict[tuple[str, str], IfaceBytes]
 
 # ------------------------------------------------------------ 1. training across 3 namespaces
 def test_horovod_training_across_three_namespace_nodes_over_data0(
-        horovod: None, netns_cluster: NetnsCluster, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """3 ranks, one per namespace node, started by `hpcbundle launch --exec` run on node1: loss
     falls, accuracy beats the bar, all ranks end bit-identical, and the gradients' bytes crossed
     data0 while the decoy mgmt0 carried nothing. The byte table is printed in any pytest run."""
@@ -251,19 +267,23 @@ def test_horovod_training_across_three_namespace_nodes_over_data0(
     params = tmp_path / "params.npy"
     before = settled_counters(cluster)
     started = time.monotonic()
-    res = cluster.run("node1", launch_argv(site, cluster, 3, train(*TRAINING, "--final-params-out", str(params))),
-                      timeout=300)
+    res = cluster.run(
+        "node1", launch_argv(site, cluster, 3, train(*TRAINING, "--final-params-out", str(params))), timeout=300
+    )
     took = time.monotonic() - started
     moved = {key: cluster.iface_bytes(*key) - b for key, b in before.items()}
     out = res.stdout + res.stderr
 
     table = byte_table(cluster, moved)
     with capsys.disabled():
-        print(f"\n3-node Horovod training (`hpcbundle launch --exec`, {took:.1f} s), bytes per interface "
-              f"during the run:\n{table}")
+        print(
+            f"\n3-node Horovod training (`hpcbundle launch --exec`, {took:.1f} s), bytes per interface "
+            f"during the run:\n{table}"
+        )
     assert res.returncode == 0, out[-4000:]
-    assert "--mca btl_tcp_if_include data0 --mca oob_tcp_if_include data0" in res.stderr, \
+    assert "--mca btl_tcp_if_include data0 --mca oob_tcp_if_include data0" in res.stderr, (
         "the launch line hpcbundle printed does not confine MPI to data0"
+    )
     check_learned(out, [1, 2, 3, 4], ranks=3)
     flat = identical_params(params, 3)
 
@@ -273,8 +293,9 @@ def test_horovod_training_across_three_namespace_nodes_over_data0(
     floor = steps * flat.nbytes // 2
     for node in cluster.nodes:
         data, decoy = moved[node, "data0"], moved[node, "mgmt0"]
-        assert data.rx >= floor and data.tx >= floor, \
+        assert data.rx >= floor and data.tx >= floor, (
             f"{node}/data0 moved {data}, less than the gradients' {floor} B each way\n{table}"
+        )
         assert decoy.tx == 0 and decoy.rx < DECOY_NOISE, f"{node}/mgmt0 (the decoy) carried {decoy}\n{table}"
 
 
@@ -288,7 +309,8 @@ def byte_table(cluster: NetnsCluster, moved: dict[tuple[str, str], IfaceBytes]) 
 
 # --------------------------------------------------------------- 3. a wrong interface is bounded
 def test_launch_over_the_decoy_interface_ends_at_the_sites_bound_naming_the_cause(
-        horovod: None, netns_cluster: NetnsCluster, tmp_path: Path) -> None:
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
     """A site naming mgmt0 (the decoy) hangs MPI; `launch --exec` kills it at the site's
     launcher.timeout, says the interface is the likely cause, and leaves no process on any node."""
     cluster, bound = netns_cluster, 15
@@ -308,7 +330,8 @@ def test_launch_over_the_decoy_interface_ends_at_the_sites_bound_naming_the_caus
 
 # -------------------------------------------------------------------------------------- 4. faults
 def test_a_killed_rank_ends_the_job_and_the_rerun_resumes_from_the_last_checkpoint(
-        horovod: None, netns_cluster: NetnsCluster, tmp_path: Path) -> None:
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
     """(a) Rank 1 SIGKILLed on node2 during epoch 3: the whole job fails within 30 s and leaves no
     process on any node. (b) The same command again resumes after the newest checkpoint (= the
     number of checkpoints the killed run completed, counted with inotify) and loses no epoch."""
@@ -316,15 +339,21 @@ def test_a_killed_rank_ends_the_job_and_the_rerun_resumes_from_the_last_checkpoi
     site = netns_site(tmp_path, cluster, "data0")
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    argv = launch_argv(site, cluster, 3, train("--epochs", str(epochs), "--batch-size", "16",
-                                               "--checkpoint-dir", str(ckpt)))
+    argv = launch_argv(
+        site, cluster, 3, train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    )
     log = tmp_path / "killed.log"
     written: list[str] = []  # checkpoint names as their rename completed them
     with DirWatch(ckpt) as watch:
         started = time.monotonic()
         job = cluster.start("node1", argv, log=log)
-        wait_for(lambda: rank_pids(cluster, "node2") and (ckpt / "checkpoint-0002.pt").exists(),
-                 180, "checkpoint 2", log, job)
+        wait_for(
+            lambda: rank_pids(cluster, "node2") and (ckpt / "checkpoint-0002.pt").exists(),
+            180,
+            "checkpoint 2",
+            log,
+            job,
+        )
         print(f"checkpoint 2 written {time.monotonic() - started:.1f} s after the launch")
         victim = rank_pids(cluster, "node2")
         assert len(victim) == 1, victim
@@ -360,7 +389,8 @@ def test_a_killed_rank_ends_the_job_and_the_rerun_resumes_from_the_last_checkpoi
 
 
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
-        horovod: None, netns_cluster: NetnsCluster, tmp_path: Path) -> None:
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
     """Rank 0 is SIGKILLed again and again: the instant it creates a checkpoint's temp file (seen
     with inotify), and once at a random moment. Whatever the directory held after each kill (kept
     as hard links) loads completely, and each run resumes from the newest complete checkpoint,
@@ -372,8 +402,9 @@ def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
     ckpt, snapshots = tmp_path / "ckpt", tmp_path / "after-kill"
     ckpt.mkdir()
     # 2 ranks start faster than 3; large batches make short epochs, so checkpoints come often.
-    argv = launch_argv(site, cluster, 2, train("--epochs", str(epochs), "--batch-size", "64",
-                                               "--checkpoint-dir", str(ckpt)))
+    argv = launch_argv(
+        site, cluster, 2, train("--epochs", str(epochs), "--batch-size", "64", "--checkpoint-dir", str(ckpt))
+    )
     mid_write, history = 0, []
     for round_, how in enumerate(["at-write", "random", "at-write"], start=1):
         newest = newest_name(ckpt)
@@ -397,10 +428,10 @@ def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
                 deadline = time.monotonic() + 120
                 while seen < nth:  # the nth temp file rank 0 creates: kill it right there
                     if job.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"round {round_}: no checkpoint write to kill (seed {seed}):\n"
-                                    f"{log.read_text()[-3000:]}")
-                    seen += sum(kind == "created" and name.endswith(".tmp")
-                                for kind, name in watch.events(0.2))
+                        pytest.fail(
+                            f"round {round_}: no checkpoint write to kill (seed {seed}):\n{log.read_text()[-3000:]}"
+                        )
+                    seen += sum(kind == "created" and name.endswith(".tmp") for kind, name in watch.events(0.2))
                 target = f"the creation of checkpoint temp file {nth}"
             os.kill(rank0[0], signal.SIGKILL)
             status = wait_exit(job, KILL_TO_EXIT_LIMIT + 30, log)
@@ -416,8 +447,10 @@ def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
         # A temp file this run created and never renamed: the kill landed while it was being written.
         new_temps = {p.name for p in ckpt.iterdir() if p.name.endswith(".tmp")} - temps_before
         mid_write += bool(new_temps) and how == "at-write"
-        history.append(f"round {round_}: rank 0 SIGKILLed at {target} -> exit {status}; left "
-                       f"{sorted(p.name for p in ckpt.iterdir())}")
+        history.append(
+            f"round {round_}: rank 0 SIGKILLed at {target} -> exit {status}; left "
+            f"{sorted(p.name for p in ckpt.iterdir())}"
+        )
 
     print(f"seed {seed}\n" + "\n".join(history))
     assert mid_write >= 1, f"no kill landed mid-write, the test proved nothing (seed {seed}):\n" + "\n".join(history)
@@ -447,19 +480,36 @@ def slurm(request: pytest.FixtureRequest, cluster_tools: None) -> Iterator[Slurm
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
-def test_generated_sbatch_script_trains_under_slurm(horovod: None, slurm: SlurmCluster, launcher: str,
-                                                    tmp_path: Path) -> None:
+def test_generated_sbatch_script_trains_under_slurm(
+    horovod: None, slurm: SlurmCluster, launcher: str, tmp_path: Path
+) -> None:
     """`hpcbundle sbatch` for a site using mpirun inside the allocation, or `srun --mpi=pmix`;
     the script is submitted as written, with `sbatch --wait`, and runs 2 ranks of the training."""
     net = slurm.inside
     nodes, per_node = (2, 1) if net else (1, 2)
-    site = write_site(tmp_path, site_data(f"slurm-{launcher}", launcher=launcher,
-                                          interfaces=[net.DATA_IFACE] if net else None))
+    site = write_site(
+        tmp_path, site_data(f"slurm-{launcher}", launcher=launcher, interfaces=[net.DATA_IFACE] if net else None)
+    )
     params, script = tmp_path / "params.npy", tmp_path / "job.sh"
-    made = subprocess.run(hpcbundle("sbatch", "--site", str(site), "--nodes", str(nodes),
-                                    "--tasks-per-node", str(per_node), "-o", str(script), "--",
-                                    *train(*TRAINING, "--final-params-out", str(params))),
-                          capture_output=True, text=True, timeout=60, check=False)
+    made = subprocess.run(
+        hpcbundle(
+            "sbatch",
+            "--site",
+            str(site),
+            "--nodes",
+            str(nodes),
+            "--tasks-per-node",
+            str(per_node),
+            "-o",
+            str(script),
+            "--",
+            *train(*TRAINING, "--final-params-out", str(params)),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert made.returncode == 0, made.stderr
     text = script.read_text()
     first = {"mpirun": "mpirun --allow-run-as-root -np 2", "srun": "srun --mpi=pmix -n 2"}[launcher]
@@ -469,8 +519,9 @@ def test_generated_sbatch_script_trains_under_slurm(horovod: None, slurm: SlurmC
     started = time.monotonic()
     job = slurm.sbatch_wait(text, timeout=240)
     took = time.monotonic() - started
-    print(f"sbatch --wait ({launcher}, {nodes} node(s)): exit {job.returncode} after {took:.1f} s\n{text}\n"
-          f"{job.output}")
+    print(
+        f"sbatch --wait ({launcher}, {nodes} node(s)): exit {job.returncode} after {took:.1f} s\n{text}\n{job.output}"
+    )
     assert job.returncode == 0, f"job exit {job.returncode}\n{job.output[-3000:]}\n{job.error[-3000:]}"
     check_learned(job.output, [1, 2, 3, 4], ranks=2)
     flat = identical_params(params, 2)

@@ -66,7 +66,9 @@ def test_name_must_match_file_name(tmp_path):
     import yaml
 
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserError, match=r"other.yaml: name: is 'cpu-local' but the file is other.yaml \(set name: other"):
+    with pytest.raises(
+        UserError, match=r"other.yaml: name: is 'cpu-local' but the file is other.yaml \(set name: other"
+    ):
         load_recipe(str(path), RECIPES)
 
 

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from hpcbundle.build.imagespec import image_spec
-from hpcbundle.build.render import SUFFIXES, Steps, assignments, render_image, render_steps, shell_line_problem, template_environment
+from hpcbundle.build.render import (
+    SUFFIXES,
+    Steps,
+    assignments,
+    render_image,
+    render_steps,
+    shell_line_problem,
+    template_environment,
+)
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe, load_recipe
 from hpcbundle.rules.knowledge import knowledge_base
@@ -56,7 +64,9 @@ def test_every_golden_file_belongs_to_a_shipped_recipe() -> None:
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_both_formats_run_every_snippet_line_in_the_same_order(name: str) -> None:
-    docker = [line.strip().removeprefix("RUN ").removesuffix(" && \\") for line in rendered(name, "docker").splitlines()]
+    docker = [
+        line.strip().removeprefix("RUN ").removesuffix(" && \\") for line in rendered(name, "docker").splitlines()
+    ]
     singularity = [line.strip() for line in rendered(name, "singularity").splitlines()]
     for text in (docker, singularity):
         position = 0
@@ -70,8 +80,14 @@ def test_dockerfile_builds_from_a_substitutable_base_with_the_legacy_builder(nam
     text = rendered(name, "docker")
     r = recipe(name)
     head = text[: text.index("\nFROM ")]
-    assert f"\nARG BUILD_IMAGE={r.base.build_image}\n" in head and f"\nARG RUNTIME_IMAGE={r.base.runtime_image}\n" in head
-    assert re.findall(r"^FROM .*$", text, re.M) == ["FROM ${BUILD_IMAGE} AS build", "FROM build AS slim", "FROM ${RUNTIME_IMAGE} AS runtime"]
+    assert (
+        f"\nARG BUILD_IMAGE={r.base.build_image}\n" in head and f"\nARG RUNTIME_IMAGE={r.base.runtime_image}\n" in head
+    )
+    assert re.findall(r"^FROM .*$", text, re.M) == [
+        "FROM ${BUILD_IMAGE} AS build",
+        "FROM build AS slim",
+        "FROM ${RUNTIME_IMAGE} AS runtime",
+    ]
     assert "--mount" not in text and "<<" not in text and "# syntax=" not in text
     assert text.count('SHELL ["/bin/bash", "-euo", "pipefail", "-c"]') == 2
     assert text.rstrip().endswith('CMD ["horovodrun", "--check-build"]')
@@ -82,8 +98,12 @@ def test_def_has_a_build_stage_and_a_runtime_stage_fed_from_it(name: str) -> Non
     text = rendered(name, "singularity")
     r = recipe(name)
     assert re.findall(r"^(?:Bootstrap|From|Stage): .*$", text, re.M) == [
-        "Bootstrap: docker", f"From: {r.base.build_image}", "Stage: build",
-        "Bootstrap: docker", f"From: {r.base.runtime_image}", "Stage: runtime",
+        "Bootstrap: docker",
+        f"From: {r.base.build_image}",
+        "Stage: build",
+        "Bootstrap: docker",
+        f"From: {r.base.runtime_image}",
+        "Stage: runtime",
     ]
     assert "\n%files from build\n    /opt/venv\n" in text
     assert text.count("%post -c /bin/bash\n    set -euo pipefail\n") == 2
@@ -102,7 +122,10 @@ def test_image_carries_the_whole_recipe_as_labels_and_a_manifest(name: str) -> N
     def_labels = dict(re.findall(r"^    (org\.hpcbundle\.\S+) (.*)$", rendered(name, "singularity"), re.M))
     assert docker_labels == def_labels == manifest["labels"]
     assert docker_labels["org.hpcbundle.horovod"] == r.horovod.version
-    assert docker_labels["org.hpcbundle.mpi.flavour"] == r.mpi.flavour and docker_labels["org.hpcbundle.mpi.version"] == r.mpi.version
+    assert (
+        docker_labels["org.hpcbundle.mpi.flavour"] == r.mpi.flavour
+        and docker_labels["org.hpcbundle.mpi.version"] == r.mpi.version
+    )
     assert docker_labels["org.hpcbundle.frameworks"] == ",".join(r.frameworks.names)
     assert docker_labels.get("org.hpcbundle.cuda") == (r.gpu.cuda if r.gpu else None)
 
@@ -115,21 +138,34 @@ def test_images_ship_the_examples_and_check_themselves(name: str) -> None:
     assert "horovodrun --check-build" in verify and "python -c 'import horovod." in verify
     assert "\n%test\n    set -e\n    " + verify.replace("\n", "\n    ") + "\n" in singularity
     horovod_step = steps(name).build[-1].lines
-    assert horovod_step[-1] == "rm -rf /tmp/build" and horovod_step[-1 - len(steps(name).verify.lines) : -1] == steps(name).verify.lines
+    assert (
+        horovod_step[-1] == "rm -rf /tmp/build"
+        and horovod_step[-1 - len(steps(name).verify.lines) : -1] == steps(name).verify.lines
+    )
 
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_nothing_site_specific_is_baked_into_an_image(name: str) -> None:
     for fmt in FORMATS:
         text = rendered(name, fmt)
-        for site_only in ("OMPI_MCA_", "btl_tcp_if_include", "oob_tcp_if_include", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "--mca", "UCX_NET_DEVICES"):
+        for site_only in (
+            "OMPI_MCA_",
+            "btl_tcp_if_include",
+            "oob_tcp_if_include",
+            "NCCL_SOCKET_IFNAME",
+            "NCCL_IB_HCA",
+            "--mca",
+            "UCX_NET_DEVICES",
+        ):
             assert site_only not in text, f"{fmt}: {site_only}"
 
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: str) -> None:
     docker = rendered(name, "docker")
-    assert "\nARG PIP_NO_INDEX=0\nARG PIP_EXTRA_INDEX_URL=\n" in docker and "\nCOPY wheelhouse/ /wheelhouse/\n" in docker
+    assert (
+        "\nARG PIP_NO_INDEX=0\nARG PIP_EXTRA_INDEX_URL=\n" in docker and "\nCOPY wheelhouse/ /wheelhouse/\n" in docker
+    )
     pip_lines = [line for step in steps(name).all() for line in step.lines if " -m pip " in line]
     assert pip_lines and all("--find-links /wheelhouse" in line for line in pip_lines)
     for fmt in FORMATS:
@@ -140,8 +176,11 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
 def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
     env = image_spec(recipe("cpu-local"), knowledge_base()).horovod_env
     assert {k: v for k, v in env.items() if k.startswith("HOROVOD_")} == {
-        "HOROVOD_WITH_TENSORFLOW": "1", "HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_MXNET": "1",
-        "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
+        "HOROVOD_WITH_TENSORFLOW": "1",
+        "HOROVOD_WITH_PYTORCH": "1",
+        "HOROVOD_WITHOUT_MXNET": "1",
+        "HOROVOD_WITH_MPI": "1",
+        "HOROVOD_WITH_GLOO": "1",
     }
     assert "torch==2.13.0+cpu" in rendered("cpu-local", "docker")
     assert "cuda" not in rendered("cpu-local", "docker").lower()
@@ -158,8 +197,13 @@ def test_gpu_images_pin_nccl_build_nccl_ops_for_the_recipe_archs_and_use_the_cud
     assert f'export TORCH_CUDA_ARCH_LIST="{";".join(gpu.archs)}"' in text
     stub = "ln -s /usr/local/cuda/lib64/stubs/libcuda.so /tmp/build/cuda-stubs/libcuda.so.1"
     horovod = steps(name).build[-1].lines
-    assert stub in horovod and horovod.index(stub) < horovod.index(next(line for line in horovod if "--no-build-isolation /tmp/build/horovod-" in line))
-    assert 'LD_LIBRARY_PATH="/tmp/build/cuda-stubs:' in text and "/tmp/build/cuda-stubs" not in text[text.index("AS runtime") :]
+    assert stub in horovod and horovod.index(stub) < horovod.index(
+        next(line for line in horovod if "--no-build-isolation /tmp/build/horovod-" in line)
+    )
+    assert (
+        'LD_LIBRARY_PATH="/tmp/build/cuda-stubs:' in text
+        and "/tmp/build/cuda-stubs" not in text[text.index("AS runtime") :]
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).mpi.install == "source"])
@@ -178,12 +222,17 @@ def test_ucx_recipe_builds_ucx_first_from_its_real_checksum() -> None:
     r = recipe("cuda12.2-tf2.15-torch2.1-ucx")
     assert r.ucx.source.sha256 == "4b202087076bc1c98f9249144f0c277a8ea88ad4ca6f404f94baa9cb3aebda6d"
     titles = [step.title for step in steps(r.name).build]
-    assert titles.index("ucx from ucx-1.15.0.tar.gz into /opt/ucx") < titles.index("openmpi from openmpi-4.1.6.tar.bz2 into /opt/openmpi")
+    assert titles.index("ucx from ucx-1.15.0.tar.gz into /opt/ucx") < titles.index(
+        "openmpi from openmpi-4.1.6.tar.bz2 into /opt/openmpi"
+    )
 
 
 def test_intel_mpi_comes_from_wheels_into_the_venv() -> None:
     text = rendered("knl-intelmpi-tf2.15", "docker")
-    assert "\nRUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse impi-devel==2021.13.1 impi-rt==2021.13.1\n" in text
+    assert (
+        "\nRUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse impi-devel==2021.13.1 impi-rt==2021.13.1\n"
+        in text
+    )
     assert 'I_MPI_ROOT="/opt/venv"' in text and "/opt/openmpi" not in text
 
 
@@ -198,7 +247,10 @@ def test_cxx17_patch_edits_both_cmake_files_and_fails_when_one_is_already_differ
     for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt"):
         (tmp_path / name).write_text("    set(CMAKE_CXX_STANDARD 14)\n")
     assert _run_line(line, tmp_path).returncode == 0
-    assert all((tmp_path / name).read_text() == "    set(CMAKE_CXX_STANDARD 17)\n" for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt"))
+    assert all(
+        (tmp_path / name).read_text() == "    set(CMAKE_CXX_STANDARD 17)\n"
+        for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt")
+    )
     failed = _run_line(line, tmp_path)  # already 17: the patch no longer applies, which must stop the build
     assert failed.returncode == 1 and "cxx17 patch: no CMAKE_CXX_STANDARD 14 in CMakeLists.txt" in failed.stderr
     assert "cxx17" not in recipe("knl-intelmpi-tf2.15").horovod.patches
@@ -236,37 +288,48 @@ def test_verify_step_fails_unless_every_expected_check_build_line_is_x(tmp_path:
         tool.chmod(0o755)
     script = "\n".join(steps("cpu-local").verify.lines)
     sh = shutil.which("dash") or "sh"
-    result = subprocess.run([sh, "-ec", script], capture_output=True, text=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    result = subprocess.run(
+        [sh, "-ec", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     assert result.returncode == status, result.stderr
     assert ("horovodrun --check-build: Controllers: Gloo is not built" in result.stderr) == bool(status)
 
 
-@pytest.mark.parametrize("line", [
-    "apt-get update",
-    "horovodrun --check-build | tee \"$report\"",
-    "if [ -f /w/x ]; then cp /w/x /t/; else curl -o /t/x https://h/x; fi",
-    "for f in a b; do grep -q x \"$f\" || { echo \"no $f\" >&2; exit 1; }; sed -i s/a/b/ \"$f\"; done",
-    "make -C /tmp/build/ucx -j\"$(nproc)\" install",
-    "export LD_LIBRARY_PATH=\"/a${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}\"",
-    "printf '%s\\n' '{\"a\": \"b; c && d\"}' > /f",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "apt-get update",
+        'horovodrun --check-build | tee "$report"',
+        "if [ -f /w/x ]; then cp /w/x /t/; else curl -o /t/x https://h/x; fi",
+        'for f in a b; do grep -q x "$f" || { echo "no $f" >&2; exit 1; }; sed -i s/a/b/ "$f"; done',
+        'make -C /tmp/build/ucx -j"$(nproc)" install',
+        'export LD_LIBRARY_PATH="/a${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"',
+        "printf '%s\\n' '{\"a\": \"b; c && d\"}' > /f",
+    ],
+)
 def test_one_complete_command_per_line_is_accepted(line: str) -> None:
     assert shell_line_problem(line) is None
 
 
-@pytest.mark.parametrize(("line", "problem"), [
-    ("if [ -f x ]; then", "does not close on this line (no 'fi')"),
-    ("for f in a b; do", "does not close on this line (no 'done')"),
-    ("{", "does not close on this line (no '}')"),
-    ("done", "closes 'done' without opening it"),
-    ("apt-get update \\", "continues on the next line"),
-    ("cd /x && make", "joins commands with '&&'"),
-    ("make; make install", "joins commands with ';'"),
-    ("grep -q x f || exit 1", "joins commands with '||'"),
-    ("cat <<EOF", "heredoc"),
-    ("echo \"unclosed", "unclosed \""),
-    ("ls |", "ends with a pipe"),
-])
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("if [ -f x ]; then", "does not close on this line (no 'fi')"),
+        ("for f in a b; do", "does not close on this line (no 'done')"),
+        ("{", "does not close on this line (no '}')"),
+        ("done", "closes 'done' without opening it"),
+        ("apt-get update \\", "continues on the next line"),
+        ("cd /x && make", "joins commands with '&&'"),
+        ("make; make install", "joins commands with ';'"),
+        ("grep -q x f || exit 1", "joins commands with '||'"),
+        ("cat <<EOF", "heredoc"),
+        ('echo "unclosed', 'unclosed "'),
+        ("ls |", "ends with a pipe"),
+    ],
+)
 def test_a_line_that_is_not_one_complete_command_is_refused(line: str, problem: str) -> None:
     assert problem in (shell_line_problem(line) or "")
 

@@ -29,7 +29,9 @@ def tool(name: str) -> str:
 
 
 def shellcheck(script: str, shell: str) -> list[dict]:
-    result = subprocess.run([tool("shellcheck"), "--shell", shell, "--format", "json", "-"], input=script, capture_output=True, text=True)
+    result = subprocess.run(
+        [tool("shellcheck"), "--shell", shell, "--format", "json", "-"], input=script, capture_output=True, text=True
+    )
     assert result.returncode in (0, 1), result.stderr
     return json.loads(result.stdout)
 
@@ -38,7 +40,9 @@ def shellcheck(script: str, shell: str) -> list[dict]:
 def test_hadolint_finds_nothing_in_the_rendered_dockerfile(name: str) -> None:
     result = subprocess.run(
         [tool("hadolint"), "--config", str(ROOT / ".hadolint.yaml"), "--format", "json", "-"],
-        input=rendered(name, "docker"), capture_output=True, text=True,
+        input=rendered(name, "docker"),
+        capture_output=True,
+        text=True,
     )
     assert json.loads(result.stdout or "[]") == [], result.stdout
     assert result.returncode == 0, result.stderr
@@ -79,15 +83,36 @@ def test_def_has_the_structure_apptainer_needs(name: str) -> None:
 
 
 BROKEN = {
-    "misspelled section": (("%post -c /bin/bash\n", "%psot -c /bin/bash\n", 1), "%psot: unknown section (did you mean %post?)"),
+    "misspelled section": (
+        ("%post -c /bin/bash\n", "%psot -c /bin/bash\n", 1),
+        "%psot: unknown section (did you mean %post?)",
+    ),
     "missing Bootstrap": (("Bootstrap: docker\n", "", 1), "stage build: no Bootstrap:"),
-    "unknown stage in %files from": (("%files from build\n", "%files from bulid\n", 1), "no earlier stage is named 'bulid' (earlier: build)"),
-    "unbalanced quotes": (("    set -euo pipefail\n", '    set -euo pipefail\n    echo "unfinished\n', 1), "bash -n: bash: line"),
-    "stage from a later stage": (("%files from build\n", "%files from runtime\n", 1), "no earlier stage is named 'runtime'"),
-    "unknown header keyword": (("Stage: build\n", "Stage: build\nFrmo: debian:bookworm\n", 1), "Frmo: unknown header keyword (did you mean from?)"),
-    "stray text": (("%files\n    wheelhouse", "garbage here\n%files\n    wheelhouse", 1), "neither a header keyword nor a %section: 'garbage here'"),
+    "unknown stage in %files from": (
+        ("%files from build\n", "%files from bulid\n", 1),
+        "no earlier stage is named 'bulid' (earlier: build)",
+    ),
+    "unbalanced quotes": (
+        ("    set -euo pipefail\n", '    set -euo pipefail\n    echo "unfinished\n', 1),
+        "bash -n: bash: line",
+    ),
+    "stage from a later stage": (
+        ("%files from build\n", "%files from runtime\n", 1),
+        "no earlier stage is named 'runtime'",
+    ),
+    "unknown header keyword": (
+        ("Stage: build\n", "Stage: build\nFrmo: debian:bookworm\n", 1),
+        "Frmo: unknown header keyword (did you mean from?)",
+    ),
+    "stray text": (
+        ("%files\n    wheelhouse", "garbage here\n%files\n    wheelhouse", 1),
+        "neither a header keyword nor a %section: 'garbage here'",
+    ),
     "two stages, one name": (("Stage: runtime\n", "Stage: build\n", 1), "the stage name is used twice"),
-    "templating without %arguments": (("From: debian:bookworm\nStage: build", "From: debian:{{ TAG }}\nStage: build", 1), "needs an %arguments section"),
+    "templating without %arguments": (
+        ("From: debian:bookworm\nStage: build", "From: debian:{{ TAG }}\nStage: build", 1),
+        "needs an %arguments section",
+    ),
 }
 
 
@@ -103,6 +128,8 @@ def test_defcheck_rejects_a_broken_def_that_spython_would_accept(broken: str) ->
 def test_defcheck_command_names_each_problem_and_fails(tmp_path: Path) -> None:
     bad = tmp_path / "bad.def"
     bad.write_text("From: debian:bookworm\n\n%post\n    echo hi\n")
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "defcheck.py"), str(bad)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "defcheck.py"), str(bad)], capture_output=True, text=True
+    )
     assert result.returncode == 1
     assert result.stdout == f"{bad}: line 1: stage at line 1: no Bootstrap: (each stage starts with one)\n"

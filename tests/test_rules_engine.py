@@ -11,8 +11,8 @@ import pytest
 from hpcbundle.build.imagespec import image_spec
 from hpcbundle.config.recipes import Recipe, all_recipes
 from hpcbundle.config.sites import Site
-from hpcbundle.launch import load_site
 from hpcbundle.diagnose.doctor import observed_facts
+from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import RULES, Result, applicable, evaluate
 from hpcbundle.rules.facts import declared_facts, declared_node
 from hpcbundle.rules.knowledge import knowledge_base
@@ -46,7 +46,10 @@ def doctor_front_end(recipe: Recipe, site: Site) -> list[Result]:
 def test_every_rule_runs_from_each_front_end_that_has_its_facts():
     recipe, site = SHIPPED_RECIPES[0], SHIPPED_SITES[0]
     from_check = {r.name for r in applicable(declared_facts(recipe, site, KB))}
-    from_doctor = {r.name for r in applicable(observed_facts(site, observed_as_declared(recipe, site), image="/img", hosts={"node1": 1}))}
+    from_doctor = {
+        r.name
+        for r in applicable(observed_facts(site, observed_as_declared(recipe, site), image="/img", hosts={"node1": 1}))
+    }
     for r in RULES:
         if r.needs <= DECLARABLE:
             assert r.name in from_check and r.name in from_doctor, r.name
@@ -72,13 +75,23 @@ def _gpu_node(site: Site, **gpu) -> dict:
     return {"node1": node}
 
 
-@pytest.mark.parametrize("change, status, words", [
-    ({"present": False, "gpus": [], "note": "nvidia-smi not found"}, "FAIL",
-     "node1 has 0 GPUs (nvidia-smi not found); the site says node.gpus: 4"),
-    ({"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}] * 2}, "FAIL", "node1 has 2 GPUs"),
-    ({"gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}] * 4}, "WARN", "the site says gpu_model: A100"),
-    ({"driver": "580.159.04"}, "WARN", "node1 runs driver 580.159.04; the site says node.driver: 535.104.05"),
-])
+@pytest.mark.parametrize(
+    "change, status, words",
+    [
+        (
+            {"present": False, "gpus": [], "note": "nvidia-smi not found"},
+            "FAIL",
+            "node1 has 0 GPUs (nvidia-smi not found); the site says node.gpus: 4",
+        ),
+        ({"gpus": [{"name": "NVIDIA A100-SXM4-80GB", "capability": "8.0"}] * 2}, "FAIL", "node1 has 2 GPUs"),
+        (
+            {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}] * 4},
+            "WARN",
+            "the site says gpu_model: A100",
+        ),
+        ({"driver": "580.159.04"}, "WARN", "node1 runs driver 580.159.04; the site says node.driver: 535.104.05"),
+    ],
+)
 def test_doctor_says_where_the_nodes_contradict_the_sites_gpus_and_driver(change, status, words):
     site = load_site("eth-a100-slurm", SITES_DIR)
     result = {r.rule: r for r in evaluate(observed_facts(site, _gpu_node(site, **change)), KB)}["declared-gpus"]
@@ -100,8 +113,12 @@ def test_a_rule_that_fails_in_check_fails_in_doctor_on_the_real_gpu_of_an_h100_h
     site = load_site("roce-h100-ompi5", SITES_DIR)
     declared = {r.rule: r for r in check_front_end(recipe, site)}["gpu-arch"]
     nodes = observed_as_declared(recipe, site)
-    nodes["node1"]["gpu"] = {"present": True, "driver": "580.159.04", "note": "",
-                             "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}] * 8}
+    nodes["node1"]["gpu"] = {
+        "present": True,
+        "driver": "580.159.04",
+        "note": "",
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}] * 8,
+    }
     observed = {r.rule: r for r in evaluate(observed_facts(site, nodes, image="/img"), KB)}["gpu-arch"]
     assert declared.status == observed.status == "FAIL"
     assert observed.evidence == "node1 has NVIDIA H100 80GB HBM3 (compute capability 9.0); the recipe builds 7.0, 8.0"

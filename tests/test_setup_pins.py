@@ -31,9 +31,14 @@ def test_setup_pins_are_the_cpu_local_recipes():
     tf, torch = recipe.frameworks.tensorflow, recipe.frameworks.pytorch
     assert tf is not None and torch is not None
     assert pins() == {
-        "PYTHON_VERSION": recipe.python, "TORCH_VERSION": torch.version, "TORCH_VARIANT": torch.variant,
-        "TF_PACKAGE": tf.package, "TF_VERSION": tf.version, "HOROVOD_VERSION": recipe.horovod.version,
-        "HOROVOD_SDIST_SHA256": recipe.horovod.sdist_sha256, "HOROVOD_PATCHES": " ".join(recipe.horovod.patches),
+        "PYTHON_VERSION": recipe.python,
+        "TORCH_VERSION": torch.version,
+        "TORCH_VARIANT": torch.variant,
+        "TF_PACKAGE": tf.package,
+        "TF_VERSION": tf.version,
+        "HOROVOD_VERSION": recipe.horovod.version,
+        "HOROVOD_SDIST_SHA256": recipe.horovod.sdist_sha256,
+        "HOROVOD_PATCHES": " ".join(recipe.horovod.patches),
     }
 
 

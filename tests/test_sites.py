@@ -50,21 +50,58 @@ BAD_SITES = [
     ("ib-v100", {"launcher.nmae": "mpirun"}, "launcher.nmae: unknown key (did you mean name?)"),
     ("ib-v100", {"contianer": {"runtime": "singularity"}}, "contianer: unknown key (did you mean container?)"),
     ("ib-v100", {"launcher.name": "mpirn"}, "launcher.name: unknown launcher 'mpirn' (did you mean mpirun?)"),
-    ("ib-v100", {"container.runtime": "singulrity"}, "container.runtime: unknown container runtime 'singulrity' (did you mean singularity?)"),
-    ("ib-v100", {"launcher.name": "mpiexec.hydra", "launcher.single_dash": None},
-     "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) (use one of: horovodrun, mpirun, mpirun5, srun)"),
-    ("ib-v100", {"mpi.version": "5.0.3"}, "launcher.name: mpirun speaks Open MPI 3/4 syntax; this site has Open MPI 5.0.3 (use name: mpirun5)"),
-    ("roce-h100-ompi5", {"launcher.single_dash": True}, "launcher.single_dash: Open MPI 5's mpirun rejects single-dash long options such as -bind-to (drop single_dash)"),
-    ("roce-h100-ompi5", {"launcher": {"name": "horovodrun"}, "mca": {}, "why": {}},
-     "launcher.name: horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects (set launcher.gloo: true or use name: mpirun5)"),
-    ("eth-a100-slurm", {"launcher.gloo": True}, "launcher.gloo: srun has no such option (drop it or pick a launcher that has it)"),
-    ("stampede2-knl", {"mca": {"btl": "self,tcp"}}, "mca: MCA parameters are Open MPI's; this site's MPI is intelmpi (set the MPI's own variables in env)"),
-    ("local-charliecloud", {"container.gpu": True, "node.gpus": 1, "node.gpu_model": "T4"},
-     "container.gpu: ch-run has no GPU flag (inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu)"),
+    (
+        "ib-v100",
+        {"container.runtime": "singulrity"},
+        "container.runtime: unknown container runtime 'singulrity' (did you mean singularity?)",
+    ),
+    (
+        "ib-v100",
+        {"launcher.name": "mpiexec.hydra", "launcher.single_dash": None},
+        "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) (use one of: horovodrun, mpirun, mpirun5, srun)",
+    ),
+    (
+        "ib-v100",
+        {"mpi.version": "5.0.3"},
+        "launcher.name: mpirun speaks Open MPI 3/4 syntax; this site has Open MPI 5.0.3 (use name: mpirun5)",
+    ),
+    (
+        "roce-h100-ompi5",
+        {"launcher.single_dash": True},
+        "launcher.single_dash: Open MPI 5's mpirun rejects single-dash long options such as -bind-to (drop single_dash)",
+    ),
+    (
+        "roce-h100-ompi5",
+        {"launcher": {"name": "horovodrun"}, "mca": {}, "why": {}},
+        "launcher.name: horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects (set launcher.gloo: true or use name: mpirun5)",
+    ),
+    (
+        "eth-a100-slurm",
+        {"launcher.gloo": True},
+        "launcher.gloo: srun has no such option (drop it or pick a launcher that has it)",
+    ),
+    (
+        "stampede2-knl",
+        {"mca": {"btl": "self,tcp"}},
+        "mca: MCA parameters are Open MPI's; this site's MPI is intelmpi (set the MPI's own variables in env)",
+    ),
+    (
+        "local-charliecloud",
+        {"container.gpu": True, "node.gpus": 1, "node.gpu_model": "T4"},
+        "container.gpu: ch-run has no GPU flag (inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu)",
+    ),
     ("local", {"container.gpu": True}, "container.gpu: the site has no GPUs (node.gpus: 0) (set node.gpus or drop it)"),
-    ("ib-v100", {"node.gpus": "two"}, "node.gpus: Input should be a valid integer, unable to parse string as an integer"),
+    (
+        "ib-v100",
+        {"node.gpus": "two"},
+        "node.gpus: Input should be a valid integer, unable to parse string as an integer",
+    ),
     ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
-    ("ib-v100", {"slurm.time": "two hours"}, "slurm.time: 'two hours' is not a SLURM time like 30, 02:00:00 or 1-00:00:00"),
+    (
+        "ib-v100",
+        {"slurm.time": "two hours"},
+        "slurm.time: 'two hours' is not a SLURM time like 30, 02:00:00 or 1-00:00:00",
+    ),
     ("ib-v100", {"name": "other"}, "name: is 'other' but the file is bad.yaml (set name: bad or rename the file)"),
 ]
 
@@ -73,7 +110,10 @@ BAD_SITES = [
 def test_bad_site_is_refused_in_one_line_and_nothing_is_written(tmp_path, base, edit, line):
     site = _bad_site(tmp_path, base, edit)
     out = tmp_path / "out" / "job.sh"
-    for args in (["launch", "--np", "1", "--", "python3", "t.py"], ["sbatch", "--nodes", "1", "-o", str(out), "--", "python3", "t.py"]):
+    for args in (
+        ["launch", "--np", "1", "--", "python3", "t.py"],
+        ["sbatch", "--nodes", "1", "-o", str(out), "--", "python3", "t.py"],
+    ):
         result = hpcbundle(args[0], "--site", str(site), *args[1:])
         assert result.returncode == 2, result.stdout + result.stderr
         assert result.stdout == "" and "Traceback" not in result.stderr
@@ -88,8 +128,10 @@ def test_why_must_name_an_existing_key(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(UserError) as caught:
         load_site(str(tmp_path / "bad.yaml"), SITES)
-    assert caught.value.lines == (f"{tmp_path}/bad.yaml: why.env.NCCL_SOCKT_IFNAME: names no key of this site "
-                                  "(use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0])",)
+    assert caught.value.lines == (
+        f"{tmp_path}/bad.yaml: why.env.NCCL_SOCKT_IFNAME: names no key of this site "
+        "(use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0])",
+    )
 
 
 def test_several_problems_are_reported_together(tmp_path):

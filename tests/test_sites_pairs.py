@@ -10,9 +10,9 @@ import yaml
 from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
-from hpcbundle.rules.knowledge import knowledge_base
 from hpcbundle.rules.engine import RULES
 from hpcbundle.rules.facts import check_declared
+from hpcbundle.rules.knowledge import knowledge_base
 
 from .helpers import recipe_data
 from .test_launch import SITES, hpcbundle
@@ -46,25 +46,57 @@ CASES = [
     # rule, recipe, site, expected status, words in the message
     ("driver-cuda", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", ">= 520.61.05"),
     ("driver-cuda", _recipe("cuda12.6-torch2.9"), _site("ib-v100"), "WARN", "minor version compatibility"),
-    ("driver-cuda", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("eth-a100-slurm", node={"driver": "470.57.02"}), "FAIL", "older than CUDA 12.2 allows"),
+    (
+        "driver-cuda",
+        _recipe("cuda12.2-tf2.15-torch2.1-ucx"),
+        _site("eth-a100-slurm", node={"driver": "470.57.02"}),
+        "FAIL",
+        "older than CUDA 12.2 allows",
+    ),
     ("gpu-arch", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "FAIL", "V100 (compute capability 7.0)"),
-    ("gpu-arch", _recipe("cuda11.8-tf2.14-torch2.1"), _site("eth-a100-slurm", node={"gpu_model": "A40"}), "PASS", "A40 (8.6) runs the sm_80 code"),
+    (
+        "gpu-arch",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("eth-a100-slurm", node={"gpu_model": "A40"}),
+        "PASS",
+        "A40 (8.6) runs the sm_80 code",
+    ),
     ("mpi-abi-host", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("roce-h100-ompi5"), "FAIL", "different series"),
     ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("ib-v100"), "FAIL", "another ABI family"),
     ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("stampede2-knl"), "PASS", "share an ABI"),
     ("gpu-presence", _recipe("cuda11.8-tf2.14-torch2.1"), _site("local"), "FAIL", "has no GPUs"),
     ("gpu-presence", _recipe("cpu-local"), _site("eth-a100-slurm"), "WARN", "stay idle"),
-    ("userns-vader", _recipe("cpu-local"), _site("local-charliecloud", mca={}), "WARN", "btl_vader_single_copy_mechanism: none"),
+    (
+        "userns-vader",
+        _recipe("cpu-local"),
+        _site("local-charliecloud", mca={}),
+        "WARN",
+        "btl_vader_single_copy_mechanism: none",
+    ),
     ("userns-vader", _recipe("cpu-local"), _site("local-charliecloud"), "PASS", "user namespace"),
-    ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100", container={"userns": True}), "WARN", "singularity runs ranks in user namespaces"),
+    (
+        "userns-vader",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", container={"userns": True}),
+        "WARN",
+        "singularity runs ranks in user namespaces",
+    ),
     ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", ""),
     ("openib-ucx", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "WARN", "built for UCX"),
-    ("openib-ucx", _recipe("cuda11.8-tf2.14-torch2.1", mpi__version="5.0.3"), _site("ib-v100"), "FAIL", "no longer has"),
+    (
+        "openib-ucx",
+        _recipe("cuda11.8-tf2.14-torch2.1", mpi__version="5.0.3"),
+        _site("ib-v100"),
+        "FAIL",
+        "no longer has",
+    ),
     ("openib-ucx", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", "keeps the openib btl"),
 ]
 
 
-@pytest.mark.parametrize("rule, recipe, site, status, words", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "rule, recipe, site, status, words", CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_pair_rule(rule, recipe, site, status, words):
     finding = _finding(recipe, site, rule)
     assert (finding.status, words in finding.message()) == (status, True), finding.line()
@@ -81,11 +113,20 @@ def test_check_with_site_refuses_a_bad_pair_with_every_reason():
     assert "FAIL  gpu-arch" in result.stdout and "WARN  openib-ucx" in result.stdout
     assert result.stderr.strip().splitlines() == [
         "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: site ib-v100 has V100 (compute capability 7.0); "
-        "the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"]
+        "the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"
+    ]
 
 
-@pytest.mark.parametrize("recipe, site", [("cuda11.8-tf2.14-torch2.1", "ib-v100"), ("cuda12.2-tf2.15-torch2.1-ucx", "eth-a100-slurm"),
-                                          ("knl-intelmpi-tf2.15", "stampede2-knl"), ("cpu-local", "local"), ("cpu-local", "local-charliecloud")])
+@pytest.mark.parametrize(
+    "recipe, site",
+    [
+        ("cuda11.8-tf2.14-torch2.1", "ib-v100"),
+        ("cuda12.2-tf2.15-torch2.1-ucx", "eth-a100-slurm"),
+        ("knl-intelmpi-tf2.15", "stampede2-knl"),
+        ("cpu-local", "local"),
+        ("cpu-local", "local-charliecloud"),
+    ],
+)
 def test_good_pairs_pass(recipe, site):
     result = hpcbundle("check", recipe, "--site", site)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -31,8 +31,15 @@ YIELD = next(k for k in KNOBS if k.name == "yield")
 
 
 def _site(**over) -> Site:
-    data = {"name": "t", "description": "d", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
-            "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet"}, **over}
+    data = {
+        "name": "t",
+        "description": "d",
+        "mpi": {"flavour": "openmpi", "version": "4.1.4"},
+        "launcher": {"name": "mpirun"},
+        "node": {"cores": 2},
+        "network": {"fabric": "ethernet"},
+        **over,
+    }
     return validate(Site, data, "t.yaml")
 
 
@@ -89,22 +96,42 @@ def test_mpi_or_gloo_is_a_knob_of_horovodrun_sites_and_sets_launcher_gloo():
 
 def test_apply_settings_sets_removes_and_explains_without_touching_the_input():
     data = {"name": "x", "mca": {"btl": "tcp", "btl_tcp_links": "2"}, "why": {"mca.btl_tcp_links": "old"}}
-    out = apply_settings(data, {"mca.btl_tcp_links": None, "env.HOROVOD_CYCLE_TIME": "5"}, {"env.HOROVOD_CYCLE_TIME": "measured"})
-    assert out == {"name": "x", "mca": {"btl": "tcp"}, "why": {"env.HOROVOD_CYCLE_TIME": "measured"},
-                   "env": {"HOROVOD_CYCLE_TIME": "5"}}
+    out = apply_settings(
+        data, {"mca.btl_tcp_links": None, "env.HOROVOD_CYCLE_TIME": "5"}, {"env.HOROVOD_CYCLE_TIME": "measured"}
+    )
+    assert out == {
+        "name": "x",
+        "mca": {"btl": "tcp"},
+        "why": {"env.HOROVOD_CYCLE_TIME": "measured"},
+        "env": {"HOROVOD_CYCLE_TIME": "5"},
+    }
     assert data["mca"] == {"btl": "tcp", "btl_tcp_links": "2"}
 
 
 def _fixed_result() -> TuneResult:
-    knob = Knob("tcp-links", "links", (Candidate("1", (("mca.btl_tcp_links", None),)), Candidate("2", (("mca.btl_tcp_links", "2"),))))
-    return sweep([knob, YIELD], lambda s: 0.4 + 0.2 * (s.get("mca.btl_tcp_links") == "2") + 0.1 * (s.get("mca.mpi_yield_when_idle") == "1"),
-                 repeat=2, start={})
+    knob = Knob(
+        "tcp-links",
+        "links",
+        (Candidate("1", (("mca.btl_tcp_links", None),)), Candidate("2", (("mca.btl_tcp_links", "2"),))),
+    )
+    return sweep(
+        [knob, YIELD],
+        lambda s: 0.4 + 0.2 * (s.get("mca.btl_tcp_links") == "2") + 0.1 * (s.get("mca.mpi_yield_when_idle") == "1"),
+        repeat=2,
+        start={},
+    )
 
 
 def test_tuned_copy_is_a_valid_site_with_the_winners_and_their_figures():
     data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
-    text = tuned_site_text(data, "local-tuned", "site_configs/local.yaml", _fixed_result(),
-                           Workload(bytes=64 << 20, tensors=1, ranks=2, hosts="node1:1,node2:1", repeat=2), "2026-11-22")
+    text = tuned_site_text(
+        data,
+        "local-tuned",
+        "site_configs/local.yaml",
+        _fixed_result(),
+        Workload(bytes=64 << 20, tensors=1, ranks=2, hosts="node1:1,node2:1", repeat=2),
+        "2026-11-22",
+    )
     assert_golden(GOLDEN / "tune" / "local-tuned.yaml", text)
     site = validate(Site, parse_yaml(text, "local-tuned.yaml"), "local-tuned.yaml")
     assert site.name == "local-tuned"
@@ -113,12 +140,18 @@ def test_tuned_copy_is_a_valid_site_with_the_winners_and_their_figures():
     assert "# busbw: site as it was 0.400 GiB/s, tuned 0.700 GiB/s (1.75x)." in text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--knobs", "algorithm,nope"], "--knobs: no knob 'nope' (choose from controller, algorithm"),
-    (["--size", "64Q"], "--size: '64Q' is not a size"),
-    (["--site", "stampede2-knl", "--knobs", "algorithm"], "knob 'algorithm' is for sites whose ranks run Open MPI under mpirun or srun"),
-    (["--knobs", "fusion"], "--knobs: knob 'fusion' needs --tensors 2 or more (one tensor is never fused)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--knobs", "algorithm,nope"], "--knobs: no knob 'nope' (choose from controller, algorithm"),
+        (["--size", "64Q"], "--size: '64Q' is not a size"),
+        (
+            ["--site", "stampede2-knl", "--knobs", "algorithm"],
+            "knob 'algorithm' is for sites whose ranks run Open MPI under mpirun or srun",
+        ),
+        (["--knobs", "fusion"], "--knobs: knob 'fusion' needs --tensors 2 or more (one tensor is never fused)"),
+    ],
+)
 def test_bad_flags_are_one_line_errors_and_nothing_is_written(tmp_path, args, message):
     out = tmp_path / "tuned.yaml"
     res = hpcbundle("tune", "--np", "2", "-o", str(out), *args)
@@ -135,7 +168,22 @@ def test_an_output_name_that_is_no_site_name_is_refused_before_any_run(tmp_path)
 
 
 def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_path):
-    res = hpcbundle("tune", "--np", "2", "--knobs", "yield,cycle", "--tensors", "8", "--python", "py", "--bench", "b.py", "-o", str(tmp_path / "x.yaml"), "--plan")
+    res = hpcbundle(
+        "tune",
+        "--np",
+        "2",
+        "--knobs",
+        "yield,cycle",
+        "--tensors",
+        "8",
+        "--python",
+        "py",
+        "--bench",
+        "b.py",
+        "-o",
+        str(tmp_path / "x.yaml"),
+        "--plan",
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [
         "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores: 0 | 1",
@@ -153,9 +201,30 @@ def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_
     out = tmp_path / "netns-tuned.yaml"
     hosts = "node1:1,node2:1"
     cli = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT)]
-    res = netns_cluster.run("node1", [*cli, "tune", "--site", str(site), "--np", "2", "--hosts", hosts, "--size", "4M",
-                                      "--knobs", "yield,tcp-links", "--repeat", "1", "--python", sys.executable, "-o", str(out)],
-                            timeout=600)
+    res = netns_cluster.run(
+        "node1",
+        [
+            *cli,
+            "tune",
+            "--site",
+            str(site),
+            "--np",
+            "2",
+            "--hosts",
+            hosts,
+            "--size",
+            "4M",
+            "--knobs",
+            "yield,tcp-links",
+            "--repeat",
+            "1",
+            "--python",
+            sys.executable,
+            "-o",
+            str(out),
+        ],
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     tuned = validate(Site, parse_yaml(out.read_text(), str(out)), str(out))
     assert tuned.name == "netns-tuned"
@@ -164,8 +233,28 @@ def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_
     assert "# Workload: allreduce of 4 MiB in 1 float32 tensor(s), Horovod, 2 ranks on node1:1,node2:1" in text
     rows = [line for line in text.splitlines() if line.startswith(("# yield ", "# tcp-links "))]
     assert len(rows) == 2 + 3 and all("GiB/s" not in r and "failed" not in r for r in rows), rows
-    run = netns_cluster.run("node1", [*cli, "launch", "--site", str(out), "--np", "2", "--hosts", hosts, "--exec", "--no-doctor", "--",
-                                      sys.executable, str(ROOT / "examples" / "allreduce_bench.py"), "--backend", "horovod", "--sizes", "1M"],
-                            timeout=300)
+    run = netns_cluster.run(
+        "node1",
+        [
+            *cli,
+            "launch",
+            "--site",
+            str(out),
+            "--np",
+            "2",
+            "--hosts",
+            hosts,
+            "--exec",
+            "--no-doctor",
+            "--",
+            sys.executable,
+            str(ROOT / "examples" / "allreduce_bench.py"),
+            "--backend",
+            "horovod",
+            "--sizes",
+            "1M",
+        ],
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert '"correct": true' in run.stdout

@@ -57,8 +57,8 @@ class ImageInfo:
     id: str
     tags: tuple[str, ...]
     labels: dict[str, str]
-    size: int                      # bytes, the image with all its parents' layers
-    layers: int                    # file-system layers
+    size: int  # bytes, the image with all its parents' layers
+    layers: int  # file-system layers
     history: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
     @property
@@ -78,18 +78,19 @@ def connect(base_url: str | None = None, timeout: int = 1800) -> Any:
         raise UserError("the Docker SDK for Python is not installed (pip install docker)") from None
     where = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
-        client = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url \
-            else docker.from_env(timeout=timeout)
+        client = (
+            docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+        )
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-        raise UserError(f"no Docker engine answers at {where}: {reason} "
-                        "(start dockerd, or point DOCKER_HOST at a running engine)") from None
+        raise UserError(
+            f"no Docker engine answers at {where}: {reason} (start dockerd, or point DOCKER_HOST at a running engine)"
+        ) from None
     return client
 
 
-def build_context(dockerfile: str, directories: Mapping[str, Path],
-                  dockerfile_name: str = "Dockerfile") -> IO[bytes]:
+def build_context(dockerfile: str, directories: Mapping[str, Path], dockerfile_name: str = "Dockerfile") -> IO[bytes]:
     """A tar build context: `dockerfile` (text, sent unchanged) plus each directory under its name.
 
     The rendered Dockerfiles COPY only examples/ and wheelhouse/ (the repository's .dockerignore
@@ -99,8 +100,12 @@ def build_context(dockerfile: str, directories: Mapping[str, Path],
     """
     for name, path in directories.items():
         if not Path(path).is_dir():
-            raise UserError.at(str(path), "", f"not a directory (the build context's {name}/)",
-                               f"create it, or pass another directory for {name}/")
+            raise UserError.at(
+                str(path),
+                "",
+                f"not a directory (the build context's {name}/)",
+                f"create it, or pass another directory for {name}/",
+            )
     out = tempfile.TemporaryFile(prefix="hpcbundle-context-")
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         data = dockerfile.encode()
@@ -129,9 +134,17 @@ def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def build(client: Any, context: IO[bytes], *, tag: str | None = None, target: str | None = None,
-          buildargs: Mapping[str, str] | None = None, network_mode: str | None = None,
-          nocache: bool = False, progress: Progress | None = None) -> ImageInfo:
+def build(
+    client: Any,
+    context: IO[bytes],
+    *,
+    tag: str | None = None,
+    target: str | None = None,
+    buildargs: Mapping[str, str] | None = None,
+    network_mode: str | None = None,
+    nocache: bool = False,
+    progress: Progress | None = None,
+) -> ImageInfo:
     """Build the context with the engine, streaming its log to `progress` line by line.
 
     Returns the built image's ImageInfo; raises BuildFailed (with the log) when a step fails.
@@ -144,9 +157,18 @@ def build(client: Any, context: IO[bytes], *, tag: str | None = None, target: st
     image_id = None
     try:
         stream = client.api.build(
-            fileobj=context, custom_context=True, dockerfile="Dockerfile", tag=tag, target=target,
-            buildargs=dict(buildargs or {}), network_mode=network_mode, nocache=nocache,
-            rm=True, forcerm=True, decode=True)
+            fileobj=context,
+            custom_context=True,
+            dockerfile="Dockerfile",
+            tag=tag,
+            target=target,
+            buildargs=dict(buildargs or {}),
+            network_mode=network_mode,
+            nocache=nocache,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
         for chunk in stream:
             if "error" in chunk:
                 detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]

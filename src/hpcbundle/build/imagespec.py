@@ -34,7 +34,14 @@ CONTEXT_DIRS = ("examples", "wheelhouse")
 # Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the
 # build runs without build isolation (as scripts/setup/horovod-wheel.sh builds it on the host).
 # Pinned so offline builds can find them.
-HOROVOD_HELPERS = ("wheel==0.43.0", "packaging==24.0", "psutil==5.9.8", "PyYAML==6.0.1", "cloudpickle==3.0.0", "cffi==1.16.0")
+HOROVOD_HELPERS = (
+    "wheel==0.43.0",
+    "packaging==24.0",
+    "psutil==5.9.8",
+    "PyYAML==6.0.1",
+    "cloudpickle==3.0.0",
+    "cffi==1.16.0",
+)
 
 CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL"}
 """How `horovodrun --check-build` names each framework, controller and tensor operation."""
@@ -47,9 +54,13 @@ class Packages(NamedTuple):
     runtime: tuple[str, ...]
 
 
-BASE_PACKAGES = Packages(("build-essential", "cmake", "python3-dev", "python3-venv"), ("libgomp1", "openssh-client", "python3"))
+BASE_PACKAGES = Packages(
+    ("build-essential", "cmake", "python3-dev", "python3-venv"), ("libgomp1", "openssh-client", "python3")
+)
 FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"), ())
-UCX_PACKAGES = Packages(("libibverbs-dev", "libnuma-dev", "librdmacm-dev"), ("ibverbs-providers", "libibverbs1", "libnuma1", "librdmacm1"))
+UCX_PACKAGES = Packages(
+    ("libibverbs-dev", "libnuma-dev", "librdmacm-dev"), ("ibverbs-providers", "libibverbs1", "libnuma1", "librdmacm1")
+)
 DISTRO_MPI_PACKAGES = {
     "openmpi": Packages(("libopenmpi-dev", "openmpi-bin"), ("libopenmpi3", "openmpi-bin")),
     "mpich": Packages(("libmpich-dev", "mpich"), ("libmpich12", "mpich")),
@@ -105,8 +116,8 @@ class ImageSpec:
 def image_spec(recipe: Recipe, kb: KnowledgeBase) -> ImageSpec:
     """Derive the image's content from `recipe`; e.g. for recipes/cpu-local.yaml::
 
-        spec.framework_requirements == ("tensorflow-cpu==2.15.1", "torch==2.13.0+cpu")
-        spec.check_build == ("Frameworks: TensorFlow", "Frameworks: PyTorch", "Controllers: MPI", ...)
+    spec.framework_requirements == ("tensorflow-cpu==2.15.1", "torch==2.13.0+cpu")
+    spec.check_build == ("Frameworks: TensorFlow", "Frameworks: PyTorch", "Controllers: MPI", ...)
     """
     labels = image_labels(recipe)
     return ImageSpec(
@@ -114,7 +125,9 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase) -> ImageSpec:
         packages=_packages(recipe),
         pinned=_pinned(recipe),
         source_builds=_source_builds(recipe),
-        mpi_requirements=(f"impi-devel=={recipe.mpi.version}", f"impi-rt=={recipe.mpi.version}") if recipe.mpi.install == "pip" else (),
+        mpi_requirements=(f"impi-devel=={recipe.mpi.version}", f"impi-rt=={recipe.mpi.version}")
+        if recipe.mpi.install == "pip"
+        else (),
         framework_requirements=_framework_requirements(recipe, kb),
         horovod_env=_horovod_env(recipe),
         check_build=_check_build(recipe),
@@ -150,11 +163,24 @@ def _source_builds(recipe: Recipe) -> tuple[SourceBuild, ...]:
     builds = []
     if recipe.ucx:
         ucx = recipe.ucx
-        builds.append(SourceBuild("ucx", ucx.source.url, ucx.source.sha256, "./contrib/configure-release", tuple(ucx.configure), UCX_PREFIX))
+        builds.append(
+            SourceBuild(
+                "ucx",
+                ucx.source.url,
+                ucx.source.sha256,
+                "./contrib/configure-release",
+                tuple(ucx.configure),
+                UCX_PREFIX,
+            )
+        )
     if recipe.mpi.install == "source":
         mpi = recipe.mpi
         assert mpi.source is not None  # guaranteed by the recipe model
-        options = ("--enable-orterun-prefix-by-default", *([f"--with-ucx={UCX_PREFIX}"] if recipe.ucx else []), *mpi.configure)
+        options = (
+            "--enable-orterun-prefix-by-default",
+            *([f"--with-ucx={UCX_PREFIX}"] if recipe.ucx else []),
+            *mpi.configure,
+        )
         builds.append(SourceBuild(mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", options, MPI_PREFIX))
     return tuple(builds)
 
@@ -218,19 +244,34 @@ def _horovod_env(recipe: Recipe) -> dict[str, str]:
     env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
     clash = sorted(set(hvd.build_env) & set(env))
     if clash:
-        raise UserError.at(f"recipe {recipe.name}", f"horovod.build_env.{clash[0]}", "is derived from the recipe", "remove it; set frameworks, controllers or gpu instead")
+        raise UserError.at(
+            f"recipe {recipe.name}",
+            f"horovod.build_env.{clash[0]}",
+            "is derived from the recipe",
+            "remove it; set frameworks, controllers or gpu instead",
+        )
     return env | hvd.build_env
 
 
 def _check_build(recipe: Recipe) -> tuple[str, ...]:
     """`horovodrun --check-build` lines that must be [X], as 'Section: Name' (e.g. 'Controllers: MPI')."""
     hvd = recipe.horovod
-    wanted = [("Frameworks", recipe.frameworks.names), ("Controllers", hvd.controllers), ("Tensor Operations", hvd.tensor_operations)]
+    wanted = [
+        ("Frameworks", recipe.frameworks.names),
+        ("Controllers", hvd.controllers),
+        ("Tensor Operations", hvd.tensor_operations),
+    ]
     return tuple(f"{section}: {CHECK_BUILD_NAMES[name]}" for section, names in wanted for name in names)
 
 
 def _manifest(recipe: Recipe, labels: dict[str, str]) -> str:
     """The JSON written to MANIFEST: the full recipe, the image layout and the labels, on one line."""
-    layout = {"venv": VENV, "mpi_prefix": MPI_PREFIX if recipe.mpi.install == "source" else None,
-              "ucx_prefix": UCX_PREFIX if recipe.ucx else None, "examples": EXAMPLES}
-    return json.dumps({"hpcbundle_version": __version__, "recipe": recipe.model_dump(mode="json"), "layout": layout, "labels": labels})
+    layout = {
+        "venv": VENV,
+        "mpi_prefix": MPI_PREFIX if recipe.mpi.install == "source" else None,
+        "ucx_prefix": UCX_PREFIX if recipe.ucx else None,
+        "examples": EXAMPLES,
+    }
+    return json.dumps(
+        {"hpcbundle_version": __version__, "recipe": recipe.model_dump(mode="json"), "layout": layout, "labels": labels}
+    )

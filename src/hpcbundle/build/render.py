@@ -23,10 +23,7 @@ from ..rules.knowledge import KnowledgeBase
 from .imagespec import ImageSpec, image_spec
 
 Format = Literal["docker", "singularity"]
-TEMPLATES: dict[str, str] = {
-    "docker": "docker/Dockerfile.j2",
-    "singularity": "singularity/horovod.def.j2",
-}
+TEMPLATES: dict[str, str] = {"docker": "docker/Dockerfile.j2", "singularity": "singularity/horovod.def.j2"}
 SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def"}
 
 
@@ -101,7 +98,12 @@ def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
         step("OS packages to run", "apt", packages=spec.packages.runtime, pinned=spec.pinned.runtime),
         step(f"the recipe as JSON at {spec.manifest_path}", "manifest"),
     ]
-    return Steps(tuple(build), tuple(slim), tuple(runtime), step("Horovod has every framework, controller and operation", "verify"))
+    return Steps(
+        tuple(build),
+        tuple(slim),
+        tuple(runtime),
+        step("Horovod has every framework, controller and operation", "verify"),
+    )
 
 
 def render_snippet(env: jinja2.Environment, name: str, **context: object) -> tuple[str, ...]:
@@ -113,7 +115,9 @@ def render_snippet(env: jinja2.Environment, name: str, **context: object) -> tup
         problem = shell_line_problem(line)
         if problem:
             raise UserError.at(
-                f"containers/{path}", repr(line), problem,
+                f"containers/{path}",
+                repr(line),
+                problem,
                 "each snippet line must be one complete command: it becomes one link of a RUN `&&` chain",
             )
     return lines

@@ -15,10 +15,17 @@ from ..config.errors import UserError
 # Command -> the module that defines it, imported only when the command runs (or --help lists
 # them all): `hpcbundle launch --exec` should not pay for numpy, Jinja2 and the knowledge base.
 COMMAND_MODULES = {
-    "recipes": "recipes", "render": "recipes", "check": "recipes",
-    "sites": "launch", "launch": "launch", "sbatch": "launch",
-    "build-docker": "images", "doctor": "doctor", "site": "doctor",
-    "scaling": "scaling", "tune": "tune",
+    "recipes": "recipes",
+    "render": "recipes",
+    "check": "recipes",
+    "sites": "launch",
+    "launch": "launch",
+    "sbatch": "launch",
+    "build-docker": "images",
+    "doctor": "doctor",
+    "site": "doctor",
+    "scaling": "scaling",
+    "tune": "tune",
 }
 
 

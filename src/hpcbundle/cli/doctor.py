@@ -40,13 +40,22 @@ def print_results(results: list[Result], err: bool = False) -> None:
 @main.command("doctor")
 @site_option
 @click.option("--image", help="The image to check (.sif, directory image, or Docker name).")
-@click.option("--hosts", help="Check these nodes too, e.g. node1,node2 or node1:2,node2:2 (slots = ranks per node); "
-                              "reached through the site's plm_rsh_agent, else ssh.")
-@click.option("--no-checksum", is_flag=True, help="Do not hash the image on every node (hashing a large image takes a while).")
-@click.option("--timeout", type=click.IntRange(min=1), default=30, show_default=True, help="Seconds each node may take to answer.")
+@click.option(
+    "--hosts",
+    help="Check these nodes too, e.g. node1,node2 or node1:2,node2:2 (slots = ranks per node); "
+    "reached through the site's plm_rsh_agent, else ssh.",
+)
+@click.option(
+    "--no-checksum", is_flag=True, help="Do not hash the image on every node (hashing a large image takes a while)."
+)
+@click.option(
+    "--timeout", type=click.IntRange(min=1), default=30, show_default=True, help="Seconds each node may take to answer."
+)
 @pass_bundle
 @click.pass_context
-def doctor_command(ctx: click.Context, bundle, site: str, image: str | None, hosts: str | None, no_checksum: bool, timeout: int) -> None:
+def doctor_command(
+    ctx: click.Context, bundle, site: str, image: str | None, hosts: str | None, no_checksum: bool, timeout: int
+) -> None:
     """Check SITE (and IMAGE) on this node or on --hosts: PASS/WARN/FAIL with evidence and fix.
 
     \b
@@ -66,9 +75,17 @@ def site_group() -> None:
 
 
 @site_group.command("detect")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the draft here (atomically); its name is the file's stem.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the draft here (atomically); its name is the file's stem.",
+)
 @click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
-@click.option("--hosts", help="Other nodes of the cluster (e.g. node2,node3): the data interface is the one their routes go through.")
+@click.option(
+    "--hosts",
+    help="Other nodes of the cluster (e.g. node2,node3): the data interface is the one their routes go through.",
+)
 def detect_command(output: Path | None, name: str | None, hosts: str | None) -> None:
     """Write a draft site config for the node this runs on; lines to check are marked CONFIRM.
 

@@ -25,25 +25,49 @@ _LOCAL_BUILD = re.compile(r"^([A-Za-z0-9_.-]+)==([^+\s]+\+[A-Za-z0-9.]+)$")
 
 @main.command("build-docker")
 @click.argument("recipe")
-@click.option("-t", "--tag", "tags", multiple=True,
-              help="Name for the image (repeatable). Default: hpcbundle/RECIPE:latest, or "
-                   "hpcbundle/RECIPE:TARGET with --target.")
-@click.option("--base-image", metavar="IMAGE",
-              help="Start both stages FROM this image instead of the recipe's (same OS), e.g. a "
-                   "locally imported local/debian:bookworm; sent as BUILD_IMAGE and RUNTIME_IMAGE.")
-@click.option("--wheelhouse", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Directory sent as the build context's wheelhouse/ (wheels pip prefers, the "
-                   "Horovod sdist, source tarballs). Default: the bundle's wheelhouse/.")
+@click.option(
+    "-t",
+    "--tag",
+    "tags",
+    multiple=True,
+    help="Name for the image (repeatable). Default: hpcbundle/RECIPE:latest, or hpcbundle/RECIPE:TARGET with --target.",
+)
+@click.option(
+    "--base-image",
+    metavar="IMAGE",
+    help="Start both stages FROM this image instead of the recipe's (same OS), e.g. a "
+    "locally imported local/debian:bookworm; sent as BUILD_IMAGE and RUNTIME_IMAGE.",
+)
+@click.option(
+    "--wheelhouse",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="Directory sent as the build context's wheelhouse/ (wheels pip prefers, the "
+    "Horovod sdist, source tarballs). Default: the bundle's wheelhouse/.",
+)
 @click.option("--target", metavar="STAGE", help="Stop after this stage, e.g. `build` (to measure it).")
-@click.option("--build-arg", "build_args", multiple=True, metavar="KEY=VALUE",
-              help="More build arguments, e.g. PIP_NO_INDEX=1 (offline) or PIP_EXTRA_INDEX_URL=URL.")
+@click.option(
+    "--build-arg",
+    "build_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="More build arguments, e.g. PIP_NO_INDEX=1 (offline) or PIP_EXTRA_INDEX_URL=URL.",
+)
 @click.option("--network", metavar="MODE", help="Network of the RUN steps, as `docker build --network` (e.g. host).")
 @click.option("--no-cache", is_flag=True, help="Do not reuse cached layers.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not stream the build log (it is still shown on failure).")
 @pass_bundle
-def build_docker_command(bundle, recipe: str, tags: tuple[str, ...], base_image: str | None,
-                         wheelhouse: Path | None, target: str | None, build_args: tuple[str, ...],
-                         network: str | None, no_cache: bool, quiet: bool) -> None:
+def build_docker_command(
+    bundle,
+    recipe: str,
+    tags: tuple[str, ...],
+    base_image: str | None,
+    wheelhouse: Path | None,
+    target: str | None,
+    build_args: tuple[str, ...],
+    network: str | None,
+    no_cache: bool,
+    quiet: bool,
+) -> None:
     """Render RECIPE as a Dockerfile and build it with the Docker engine DOCKER_HOST names.
 
     The Dockerfile is built exactly as rendered; the build context holds only what it COPYs
@@ -69,8 +93,12 @@ def build_docker_command(bundle, recipe: str, tags: tuple[str, ...], base_image:
     if base_image:
         missing = [a for a in ("BUILD_IMAGE", "RUNTIME_IMAGE") if not re.search(rf"^ARG {a}\b", text, re.M)]
         if missing:
-            raise UserError.at("containers/docker/Dockerfile.j2", "", f"declares no ARG {', '.join(missing)}",
-                               "--base-image needs both ARGs before the FROMs; drop --base-image or fix the template")
+            raise UserError.at(
+                "containers/docker/Dockerfile.j2",
+                "",
+                f"declares no ARG {', '.join(missing)}",
+                "--base-image needs both ARGs before the FROMs; drop --base-image or fix the template",
+            )
         args = {"BUILD_IMAGE": base_image, "RUNTIME_IMAGE": base_image, **args}
     wheels = wheelhouse or b.root / "wheelhouse"
     _check_wheelhouse(image_spec(model, kb).framework_requirements, wheels, args)
@@ -80,13 +108,24 @@ def build_docker_command(bundle, recipe: str, tags: tuple[str, ...], base_image:
     tags = tags or (f"hpcbundle/{model.name}:{target or 'latest'}",)
     client = images.connect()
     context = images.build_context(text, directories)
-    click.echo(f"building {tags[0]} from recipe {model.name}"
-               + (f" (stage {target})" if target else "") + (f" FROM {base_image}" if base_image else ""), err=True)
+    click.echo(
+        f"building {tags[0]} from recipe {model.name}"
+        + (f" (stage {target})" if target else "")
+        + (f" FROM {base_image}" if base_image else ""),
+        err=True,
+    )
     t0 = time.monotonic()
     try:
-        info = images.build(client, context, tag=tags[0], target=target, buildargs=args,
-                            network_mode=network, nocache=no_cache,
-                            progress=None if quiet else lambda line: click.echo(line, nl=False, err=True))
+        info = images.build(
+            client,
+            context,
+            tag=tags[0],
+            target=target,
+            buildargs=args,
+            network_mode=network,
+            nocache=no_cache,
+            progress=None if quiet else lambda line: click.echo(line, nl=False, err=True),
+        )
     except images.BuildFailed as exc:
         if quiet:
             click.echo(exc.tail(), err=True)
@@ -119,15 +158,18 @@ def _check_wheelhouse(requirements: tuple[str, ...], wheelhouse: Path, args: dic
             continue
         name, version = m.group(1).replace("-", "_"), m.group(2)
         if not any(wheelhouse.glob(f"{name}-{version}-*.whl")):
-            raise UserError.at(str(wheelhouse), "", f"no {name}-{version} wheel (PyPI does not serve {requirement})",
-                               "run `make wheelhouse`, pass --wheelhouse DIR, or --build-arg PIP_EXTRA_INDEX_URL=URL")
+            raise UserError.at(
+                str(wheelhouse),
+                "",
+                f"no {name}-{version} wheel (PyPI does not serve {requirement})",
+                "run `make wheelhouse`, pass --wheelhouse DIR, or --build-arg PIP_EXTRA_INDEX_URL=URL",
+            )
 
 
 def describe(info: images.ImageInfo, tags: tuple[str, ...], seconds: float | None = None) -> str:
     """What was built, for people: names, id, size, the largest layers, the labels."""
     took = f" in {seconds:.0f} s" if seconds is not None else ""
-    lines = [f"built {', '.join(tags)}  {info.short_id}  {images.format_size(info.size)}, "
-             f"{info.layers} layers{took}"]
+    lines = [f"built {', '.join(tags)}  {info.short_id}  {images.format_size(info.size)}, {info.layers} layers{took}"]
     largest = sorted((h for h in info.history if h.get("Size")), key=lambda h: -h["Size"])[:5]
     if largest:
         lines.append("largest layers:")

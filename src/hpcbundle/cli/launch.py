@@ -18,10 +18,16 @@ from .outputs import write_atomic
 
 DEFAULT_SITE = "local"
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
-site_option = click.option("--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file.")
-image_option = click.option("--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host.")
+site_option = click.option(
+    "--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file."
+)
+image_option = click.option(
+    "--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host."
+)
 program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-no_doctor_option = click.option("--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted.")
+no_doctor_option = click.option(
+    "--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted."
+)
 
 
 def doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
@@ -34,8 +40,11 @@ def doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tupl
     shown = [r for r in results if r.status in ("WARN", "FAIL")]
     print_results(shown, err=True)
     if exit_status(results) == 2:
-        click.echo(f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
-                   f"fix {model.where}, or run with --no-doctor to launch anyway", err=True)
+        click.echo(
+            f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
+            f"fix {model.where}, or run with --no-doctor to launch anyway",
+            err=True,
+        )
         ctx.exit(2)
 
 
@@ -52,7 +61,9 @@ def sites_command(bundle) -> None:
     for path in sorted(directory.glob("*.yaml")):
         site = load_site(path.stem, directory)
         mpi = f"{site.mpi.flavour} {site.mpi.version}"
-        click.echo(f"{site.name:<20} {site.launcher.name:<14} {site.container.runtime:<13} {mpi:<17} {site.description}")
+        click.echo(
+            f"{site.name:<20} {site.launcher.name:<14} {site.container.runtime:<13} {mpi:<17} {site.description}"
+        )
 
 
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
@@ -60,16 +71,32 @@ def sites_command(bundle) -> None:
 @image_option
 @click.option("--np", "np_", type=click.IntRange(min=1), required=True, help="Number of ranks.")
 @click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
-@click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
+@click.option(
+    "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
+)
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
-@click.option("--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout).")
+@click.option(
+    "--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout)."
+)
 @no_doctor_option
 @program_argument
 @pass_bundle
 @click.pass_context
-def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
-                   explain: bool, execute: bool, timeout: int | None, no_doctor: bool, program: tuple[str, ...]) -> None:
+def launch_command(
+    ctx: click.Context,
+    bundle,
+    site: str,
+    image: str | None,
+    np_: int,
+    hosts: str | None,
+    hostfile: Path | None,
+    explain: bool,
+    execute: bool,
+    timeout: int | None,
+    no_doctor: bool,
+    program: tuple[str, ...],
+) -> None:
     """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
 
     \b
@@ -90,14 +117,19 @@ def launch_command(ctx: click.Context, bundle, site: str, image: str | None, np_
         click.echo(line, err=True)
     if not no_doctor:
         doctor_first(ctx, model, image, layout.hosts, "nodes")
-    limit, source = (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
+    limit, source = (
+        (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
+    )
     click.echo(f"+ {command.display()}", err=True)
     status = run_bounded(command.argv, limit)
     if status is None:
-        click.echo(f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. MPI hangs like this "
-                   f"when ranks cannot reach each other, most often over a wrong network interface: check network.interfaces, "
-                   f"mca btl_tcp_if_include/oob_tcp_if_include and NCCL_SOCKET_IFNAME in {model.where} against `ip -br addr` "
-                   f"on the nodes (or raise the limit for a long job)", err=True)
+        click.echo(
+            f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. MPI hangs like this "
+            f"when ranks cannot reach each other, most often over a wrong network interface: check network.interfaces, "
+            f"mca btl_tcp_if_include/oob_tcp_if_include and NCCL_SOCKET_IFNAME in {model.where} against `ip -br addr` "
+            f"on the nodes (or raise the limit for a long job)",
+            err=True,
+        )
         ctx.exit(124)
     ctx.exit(status)
 
@@ -112,24 +144,49 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
             slots = hostfile_slots(hostfile.read_text(encoding="utf-8"), str(hostfile))
         except OSError as exc:
             raise UserError.at(str(hostfile), "", f"cannot read: {exc.strerror}", "check the --hostfile path") from None
-    return Layout(np=np_, hosts=parse_hosts(hosts) if hosts else (), hostfile=str(hostfile) if hostfile else None,
-                  hostfile_slots=slots, in_allocation="SLURM_JOB_ID" in os.environ)
+    return Layout(
+        np=np_,
+        hosts=parse_hosts(hosts) if hosts else (),
+        hostfile=str(hostfile) if hostfile else None,
+        hostfile_slots=slots,
+        in_allocation="SLURM_JOB_ID" in os.environ,
+    )
 
 
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
 @click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to allocate.")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).")
+@click.option(
+    "--tasks-per-node",
+    type=click.IntRange(min=1),
+    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
+)
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write the script here (atomically) instead of standard output.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the script here (atomically) instead of standard output.",
+)
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
 @no_doctor_option
 @program_argument
 @pass_bundle
 @click.pass_context
-def sbatch_command(ctx: click.Context, bundle, site: str, image: str | None, nodes: int, tasks_per_node: int | None, time_: str | None,
-                   output: Path | None, submit: bool, no_doctor: bool, program: tuple[str, ...]) -> None:
+def sbatch_command(
+    ctx: click.Context,
+    bundle,
+    site: str,
+    image: str | None,
+    nodes: int,
+    tasks_per_node: int | None,
+    time_: str | None,
+    output: Path | None,
+    submit: bool,
+    no_doctor: bool,
+    program: tuple[str, ...],
+) -> None:
     """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
 
     \b
@@ -138,7 +195,9 @@ def sbatch_command(ctx: click.Context, bundle, site: str, image: str | None, nod
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, site)
-    text = sbatch_script(model, BatchJob(nodes, tasks_per_node, time_), program, image, script_environment(bundle.get().scripts_dir))
+    text = sbatch_script(
+        model, BatchJob(nodes, tasks_per_node, time_), program, image, script_environment(bundle.get().scripts_dir)
+    )
     if output is not None:
         write_atomic(output, text, mode=0o755)
         click.echo(f"wrote {output} (site {model.name}, {nodes} node(s))", err=True)
@@ -154,11 +213,25 @@ def submit_script(text: str, path: Path | None) -> str:
     """Run sbatch on the written file (or the text on stdin); return the job id."""
     argv = ["sbatch", "--parsable", *([str(path)] if path else [])]
     try:
-        result = subprocess.run(argv, input=None if path else text, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+        result = subprocess.run(
+            argv, input=None if path else text, capture_output=True, text=True, timeout=120, check=False
+        )  # noqa: S603
     except FileNotFoundError:
-        raise UserError.at("", "sbatch", "not found on PATH", "run --submit on a SLURM login node, or drop it and copy the script there") from None
+        raise UserError.at(
+            "",
+            "sbatch",
+            "not found on PATH",
+            "run --submit on a SLURM login node, or drop it and copy the script there",
+        ) from None
     except subprocess.TimeoutExpired:
-        raise UserError.at("", "sbatch", "did not answer within 120 s", "check that slurmctld is reachable (sinfo)") from None
+        raise UserError.at(
+            "", "sbatch", "did not answer within 120 s", "check that slurmctld is reachable (sinfo)"
+        ) from None
     if result.returncode:
-        raise UserError.at("", "sbatch", f"refused the job: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}", "fix the site's slurm settings or the flags")
+        raise UserError.at(
+            "",
+            "sbatch",
+            f"refused the job: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}",
+            "fix the site's slurm settings or the flags",
+        )
     return parse_job_id(result.stdout)

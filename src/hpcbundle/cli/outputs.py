@@ -15,7 +15,9 @@ def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
-        raise UserError.at(str(path), "", f"cannot write: {exc.strerror}", "check the directory and its permissions") from None
+        raise UserError.at(
+            str(path), "", f"cannot write: {exc.strerror}", "check the directory and its permissions"
+        ) from None
     try:
         if isinstance(text, bytes):
             with os.fdopen(fd, "wb") as binary:

@@ -40,8 +40,14 @@ def _stack_summary(recipe) -> dict[str, object]:
 
 
 @main.command("recipes")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True,
-              help="table for people, json for scripts, markdown for the README's recipes table.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for scripts, markdown for the README's recipes table.",
+)
 @pass_bundle
 def recipes_command(bundle, fmt: str) -> None:
     """List the matched stacks in recipes/ (every file is validated)."""
@@ -68,9 +74,19 @@ def recipes_command(bundle, fmt: str) -> None:
 
 @main.command("render")
 @click.argument("recipe")
-@click.option("--format", "fmt", type=click.Choice(sorted(TEMPLATES)), required=True, help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write here (atomically) instead of standard output.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(sorted(TEMPLATES)),
+    required=True,
+    help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here (atomically) instead of standard output.",
+)
 @pass_bundle
 def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
     """Render RECIPE (a name in recipes/ or a path to a YAML file) as a Dockerfile or .def.
@@ -116,4 +132,3 @@ def check_command(bundle, recipe: str, site: str | None) -> None:
 def refuse(findings, name: str) -> None:
     """Every FAIL as one error line; exit status 2."""
     raise UserError(*(f"recipe {name}: {f.rule}: {f.message()}" for f in findings if f.status == "FAIL"))
-

@@ -10,7 +10,19 @@ import click
 from .. import __version__
 from ..config.errors import UserError
 from ..launch.batch import script_environment
-from ..perf.scaling import MODELS, Study, csv_text, fits, parse_nodes, plan, plan_document, points_of, results, scripts, table
+from ..perf.scaling import (
+    MODELS,
+    Study,
+    csv_text,
+    fits,
+    parse_nodes,
+    plan,
+    plan_document,
+    points_of,
+    results,
+    scripts,
+    table,
+)
 from . import main, pass_bundle
 from .launch import PROGRAM_SETTINGS, doctor_first, no_doctor_option, site_for, site_option, submit_script
 from .outputs import write_atomic
@@ -35,37 +47,121 @@ def scaling_group() -> None:
     """
 
 
-@scaling_group.command("plan", short_help="Write (and --submit) one sbatch script per point.", context_settings=PROGRAM_SETTINGS)
+@scaling_group.command(
+    "plan", short_help="Write (and --submit) one sbatch script per point.", context_settings=PROGRAM_SETTINGS
+)
 @site_option
-@click.option("--image", help="The image every rank runs; the benchmark is then its /examples copy. Omit it to run on the host.")
-@click.option("--nodes", "nodes_text", required=True, help="Node counts, e.g. 1-4 or 1,2,4,8 (the smallest is the baseline).")
-@click.option("--mode", type=click.Choice(["strong", "weak", "both"]), default="both", show_default=True,
-              help="strong: fixed --global-batch split over the ranks; weak: fixed --batch-per-rank.")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).")
-@click.option("--global-batch", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Images per step over all ranks (strong mode); a multiple of every rank count.")
-@click.option("--batch-per-rank", type=click.IntRange(min=1), default=32, show_default=True, help="Images per step on each rank (weak mode).")
-@click.option("--model", type=click.Choice(MODELS), default="resnet", show_default=True, help="The benchmark's --model.")
-@click.option("--image-size", type=click.IntRange(min=4), default=32, show_default=True, help="Height and width of the synthetic images.")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed batches before timing.")
-@click.option("--batches-per-iter", type=click.IntRange(min=1), default=5, show_default=True, help="Batches per timed iteration.")
-@click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations (their spread is the +-).")
+@click.option(
+    "--image", help="The image every rank runs; the benchmark is then its /examples copy. Omit it to run on the host."
+)
+@click.option(
+    "--nodes", "nodes_text", required=True, help="Node counts, e.g. 1-4 or 1,2,4,8 (the smallest is the baseline)."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["strong", "weak", "both"]),
+    default="both",
+    show_default=True,
+    help="strong: fixed --global-batch split over the ranks; weak: fixed --batch-per-rank.",
+)
+@click.option(
+    "--tasks-per-node",
+    type=click.IntRange(min=1),
+    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
+)
+@click.option(
+    "--global-batch",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Images per step over all ranks (strong mode); a multiple of every rank count.",
+)
+@click.option(
+    "--batch-per-rank",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Images per step on each rank (weak mode).",
+)
+@click.option(
+    "--model", type=click.Choice(MODELS), default="resnet", show_default=True, help="The benchmark's --model."
+)
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=4),
+    default=32,
+    show_default=True,
+    help="Height and width of the synthetic images.",
+)
+@click.option(
+    "--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed batches before timing."
+)
+@click.option(
+    "--batches-per-iter", type=click.IntRange(min=1), default=5, show_default=True, help="Batches per timed iteration."
+)
+@click.option(
+    "--iters",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Timed iterations (their spread is the +-).",
+)
 @click.option("--time", "time_", help="Time limit of each job, e.g. 00:20:00 (default: the site's slurm.time).")
-@click.option("--python", default="python", show_default=True, help="The interpreter the ranks run (inside the image with --image).")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run the whole study this many times, round after round; report takes each point's median.")
-@click.option("--concurrent", is_flag=True, help="Let points run at the same time (default: one at a time, --dependency=singleton).")
-@click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).")
+@click.option(
+    "--python",
+    default="python",
+    show_default=True,
+    help="The interpreter the ranks run (inside the image with --image).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run the whole study this many times, round after round; report takes each point's median.",
+)
+@click.option(
+    "--concurrent",
+    is_flag=True,
+    help="Let points run at the same time (default: one at a time, --dependency=singleton).",
+)
+@click.option(
+    "-o",
+    "--output",
+    "outdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).",
+)
 @click.option("--submit", is_flag=True, help="Submit every script with sbatch and print '<point> <job id>'.")
 @no_doctor_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
-def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes_text: str, mode: str, tasks_per_node: int | None,
-                 global_batch: int, batch_per_rank: int, model: str, image_size: int, warmup: int, batches_per_iter: int, iters: int,
-                 time_: str | None, python: str, repeat: int, concurrent: bool, outdir: Path, submit: bool, no_doctor: bool,
-                 extra: tuple[str, ...]) -> None:
+def plan_command(
+    ctx: click.Context,
+    bundle,
+    site: str,
+    image: str | None,
+    nodes_text: str,
+    mode: str,
+    tasks_per_node: int | None,
+    global_batch: int,
+    batch_per_rank: int,
+    model: str,
+    image_size: int,
+    warmup: int,
+    batches_per_iter: int,
+    iters: int,
+    time_: str | None,
+    python: str,
+    repeat: int,
+    concurrent: bool,
+    outdir: Path,
+    submit: bool,
+    no_doctor: bool,
+    extra: tuple[str, ...],
+) -> None:
     """Write one sbatch script per point of a scaling study into OUTPUT (and submit them, with --submit).
 
     \b
@@ -79,24 +175,56 @@ def plan_command(ctx: click.Context, bundle, site: str, image: str | None, nodes
     model_site = site_for(bundle, site)
     directory = outdir.resolve()
     if any(c.isspace() or c == "%" for c in str(directory)):
-        raise UserError.at(str(outdir), "-o", "contains whitespace or %, which #SBATCH --output cannot carry", "choose a plain directory path")
-    study = Study(nodes=parse_nodes(nodes_text), modes=("strong", "weak") if mode == "both" else (mode,),
-                  tasks_per_node=tasks_per_node or model_site.node.slots, global_batch=global_batch, batch_per_rank=batch_per_rank,
-                  model=model, image_size=image_size, warmup=warmup, batches_per_iter=batches_per_iter, iters=iters, time=time_,
-                  python=python, extra=extra, serial=not concurrent, repeat=repeat)
+        raise UserError.at(
+            str(outdir),
+            "-o",
+            "contains whitespace or %, which #SBATCH --output cannot carry",
+            "choose a plain directory path",
+        )
+    study = Study(
+        nodes=parse_nodes(nodes_text),
+        modes=("strong", "weak") if mode == "both" else (mode,),
+        tasks_per_node=tasks_per_node or model_site.node.slots,
+        global_batch=global_batch,
+        batch_per_rank=batch_per_rank,
+        model=model,
+        image_size=image_size,
+        warmup=warmup,
+        batches_per_iter=batches_per_iter,
+        iters=iters,
+        time=time_,
+        python=python,
+        extra=extra,
+        serial=not concurrent,
+        repeat=repeat,
+    )
     points = plan(study)
-    texts = scripts(model_site, study, points, image, str(bundle.get().examples_dir.resolve()), str(directory),
-                    script_environment(bundle.get().scripts_dir))
+    texts = scripts(
+        model_site,
+        study,
+        points,
+        image,
+        str(bundle.get().examples_dir.resolve()),
+        str(directory),
+        script_environment(bundle.get().scripts_dir),
+    )
     stale = [directory / f"{p.name}.out" for p in points if (directory / f"{p.name}.out").exists()]
     if stale:
-        raise UserError.at(str(stale[0]), "", "exists from an earlier run, and `report` would read it",
-                           "use a new -o directory, or delete the .out files to measure again")
+        raise UserError.at(
+            str(stale[0]),
+            "",
+            "exists from an earlier run, and `report` would read it",
+            "use a new -o directory, or delete the .out files to measure again",
+        )
     for name, text in texts.items():
         write_atomic(directory / f"{name}.sh", text, mode=0o755)
     document = plan_document(model_site, study, points, image, __version__)
     write_atomic(directory / PLAN, json.dumps(document, indent=2) + "\n")
-    click.echo(f"wrote {len(texts)} script(s) and {PLAN} to {outdir} (site {model_site.name}, "
-               f"{', '.join(study.modes)} scaling over {', '.join(map(str, study.nodes))} node(s))", err=True)
+    click.echo(
+        f"wrote {len(texts)} script(s) and {PLAN} to {outdir} (site {model_site.name}, "
+        f"{', '.join(study.modes)} scaling over {', '.join(map(str, study.nodes))} node(s))",
+        err=True,
+    )
     if submit:
         if not no_doctor:
             doctor_first(ctx, model_site, image, (), "login")
@@ -121,19 +249,27 @@ def report_command(directory: Path) -> None:
     try:
         document = json.loads(plan_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError.at(str(plan_path), "", "not found", f"plan the study first: hpcbundle scaling plan ... -o {directory}") from None
+        raise UserError.at(
+            str(plan_path), "", "not found", f"plan the study first: hpcbundle scaling plan ... -o {directory}"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise UserError.at(str(plan_path), "", f"cannot be read as JSON ({exc})", "write the plan again with `hpcbundle scaling plan`") from None
+        raise UserError.at(
+            str(plan_path), "", f"cannot be read as JSON ({exc})", "write the plan again with `hpcbundle scaling plan`"
+        ) from None
     if not isinstance(document, dict):
-        raise UserError.at(str(plan_path), "", "is not a plan (a JSON object)", "write the plan again with `hpcbundle scaling plan`")
+        raise UserError.at(
+            str(plan_path), "", "is not a plan (a JSON object)", "write the plan again with `hpcbundle scaling plan`"
+        )
     points = points_of(document, str(plan_path))
     outputs = {p.name: _read(directory / f"{p.name}.out") for p in points}
     rows = results(points, outputs)
     fitted = fits(rows)
     write_atomic(directory / CSV, csv_text(rows, fitted))
     study = document.get("study", {})
-    title = (f"{document.get('site', '?')}: {study.get('model', '?')} synthetic benchmark, global batch {study.get('global_batch')} "
-             f"(strong), {study.get('batch_per_rank')}/rank (weak), {study.get('tasks_per_node')} rank(s)/node")
+    title = (
+        f"{document.get('site', '?')}: {study.get('model', '?')} synthetic benchmark, global batch {study.get('global_batch')} "
+        f"(strong), {study.get('batch_per_rank')}/rank (weak), {study.get('tasks_per_node')} rank(s)/node"
+    )
     write_atomic(directory / PNG, render_png(rows, fitted, title))
     for line in table(rows, fitted):
         click.echo(line)

@@ -14,7 +14,18 @@ from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
 from ..launch import Layout, build_command, load_site
 from ..launch.execute import run_captured
-from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, Workload, apply_settings, current_settings, report_lines, sweep, tuned_site_text
+from ..perf.tune import (
+    KNOB_NAMES,
+    KNOBS,
+    Knob,
+    Settings,
+    Workload,
+    apply_settings,
+    current_settings,
+    report_lines,
+    sweep,
+    tuned_site_text,
+)
 from . import main, pass_bundle
 from .launch import doctor_first, image_option, layout_from, no_doctor_option, site_option
 from .outputs import write_atomic
@@ -53,11 +64,14 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
         if knob is None:
             raise UserError.at("", "--knobs", f"no knob {name!r}", f"choose from {', '.join(KNOB_NAMES)}")
         if not knob.applies(site):
-            raise UserError.at(site.where, "launcher", f"knob {name!r} is for {knob.sites}",
-                               "drop it from --knobs")
+            raise UserError.at(site.where, "launcher", f"knob {name!r} is for {knob.sites}", "drop it from --knobs")
         if tensors < knob.needs_tensors:
-            raise UserError.at("", "--knobs", f"knob {name!r} needs --tensors {knob.needs_tensors} or more (one tensor is never fused)",
-                               "add e.g. --tensors 16, or drop it")
+            raise UserError.at(
+                "",
+                "--knobs",
+                f"knob {name!r} needs --tensors {knob.needs_tensors} or more (one tensor is never fused)",
+                "add e.g. --tensors 16, or drop it",
+            )
         chosen.append(knob)
     if not chosen:
         raise UserError.at("", "--knobs", "names no knob", f"choose from {', '.join(KNOB_NAMES)}")
@@ -67,26 +81,82 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 @main.command("tune")
 @site_option
 @image_option
-@click.option("--np", "np_", type=click.IntRange(min=2), required=True, help="Number of ranks (at least 2: an allreduce needs peers).")
+@click.option(
+    "--np",
+    "np_",
+    type=click.IntRange(min=2),
+    required=True,
+    help="Number of ranks (at least 2: an allreduce needs peers).",
+)
 @click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
-@click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines).")
+@click.option(
+    "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
+)
 @click.option("--size", default="64M", show_default=True, help="Bytes allreduced per step (K/M/G = KiB/MiB/GiB).")
-@click.option("--tensors", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).")
-@click.option("--knobs", help=f"Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): {', '.join(KNOB_NAMES)}.")
-@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True, help="Runs per candidate, interleaved; the median counts.")
-@click.option("--python", "python", default="python3", show_default=True, help="The Python that runs the benchmark on the nodes (in the image: its own).")
-@click.option("--bench", "bench", help="allreduce_bench.py to run (default: the bundle's examples/, /examples in an image).")
-@click.option("--timeout", type=click.IntRange(min=1), default=180, show_default=True, help="Seconds one run may take before it is killed (and counts as failed).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.")
+@click.option(
+    "--tensors",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).",
+)
+@click.option(
+    "--knobs",
+    help=f"Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): {', '.join(KNOB_NAMES)}.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs per candidate, interleaved; the median counts.",
+)
+@click.option(
+    "--python",
+    "python",
+    default="python3",
+    show_default=True,
+    help="The Python that runs the benchmark on the nodes (in the image: its own).",
+)
+@click.option(
+    "--bench", "bench", help="allreduce_bench.py to run (default: the bundle's examples/, /examples in an image)."
+)
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=1),
+    default=180,
+    show_default=True,
+    help="Seconds one run may take before it is killed (and counts as failed).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.",
+)
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
 @no_doctor_option
 @pass_bundle
 @click.pass_context
-def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: int, hosts: str | None, hostfile: Path | None,
-                 size: str, tensors: int, knobs: str | None, repeat: int, python: str, bench: str | None, timeout: int,
-                 output: Path | None, plan: bool, no_doctor: bool) -> None:
+def tune_command(
+    ctx: click.Context,
+    bundle,
+    site: str,
+    image: str | None,
+    np_: int,
+    hosts: str | None,
+    hostfile: Path | None,
+    size: str,
+    tensors: int,
+    knobs: str | None,
+    repeat: int,
+    python: str,
+    bench: str | None,
+    timeout: int,
+    output: Path | None,
+    plan: bool,
+    no_doctor: bool,
+) -> None:
     """Sweep the knobs that decide allreduce speed on SITE's nodes; write the winners into a copy of SITE.
 
     Runs examples/allreduce_bench.py (Horovod, float32, --size split in --tensors) through the
@@ -112,7 +182,15 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
     out = output or b.sites_dir / f"{model.name}-tuned.yaml"
     name = out.stem
     script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
-    program = [python, script, "--backend", "horovod", "--sizes", str(nbytes), *(["--tensors", str(tensors)] if tensors > 1 else [])]
+    program = [
+        python,
+        script,
+        "--backend",
+        "horovod",
+        "--sizes",
+        str(nbytes),
+        *(["--tensors", str(tensors)] if tensors > 1 else []),
+    ]
     data = read_yaml(Path(model.where))
     validate(Site, {**data, "name": name}, str(out))  # a bad -o name fails now, not after the sweep
 
@@ -142,11 +220,17 @@ def tune_command(ctx: click.Context, bundle, site: str, image: str | None, np_: 
         click.echo(f"tune: {knob:<12} {label:<20} {'failed' if busbw is None else f'{busbw:.3f} GiB/s'}", err=True)
 
     runs = sum(len(k.candidates) for k in chosen) * repeat
-    click.echo(f"tune: {len(chosen)} knobs, {runs} runs of {nbytes} bytes in {tensors} tensor(s) on {np_} ranks", err=True)
+    click.echo(
+        f"tune: {len(chosen)} knobs, {runs} runs of {nbytes} bytes in {tensors} tensor(s) on {np_} ranks", err=True
+    )
     result = sweep(chosen, measure, repeat=repeat, start=start, progress=progress)
     if result.baseline() is None and result.final() is None:
-        raise UserError.at(model.where, "launcher", "every benchmark run failed, nothing to compare",
-                           "run the first command of `hpcbundle tune --plan` by hand and read its error")
+        raise UserError.at(
+            model.where,
+            "launcher",
+            "every benchmark run failed, nothing to compare",
+            "run the first command of `hpcbundle tune --plan` by hand and read its error",
+        )
     hosts_text = hosts or (str(hostfile) if hostfile else "the allocation")
     workload = Workload(bytes=nbytes, tensors=tensors, ranks=np_, hosts=hosts_text, repeat=repeat)
     text = tuned_site_text(data, name, model.where, result, workload, datetime.date.today().isoformat())

@@ -46,7 +46,12 @@ def find_bundle(explicit: Path | None, cwd: Path) -> Bundle:
     else the checkout this package was installed from (editable installs)."""
     if explicit is not None:
         if not _is_bundle(explicit):
-            raise UserError.at(str(explicit), "", "not an hpcbundle bundle (no recipes/ and containers/)", "point --bundle at the repository's top level")
+            raise UserError.at(
+                str(explicit),
+                "",
+                "not an hpcbundle bundle (no recipes/ and containers/)",
+                "point --bundle at the repository's top level",
+            )
         return Bundle(explicit.resolve())
     for candidate in (cwd, *cwd.parents):
         if _is_bundle(candidate):
@@ -54,4 +59,6 @@ def find_bundle(explicit: Path | None, cwd: Path) -> Bundle:
     source_checkout = Path(__file__).resolve().parents[2]
     if _is_bundle(source_checkout):
         return Bundle(source_checkout)
-    raise UserError("no hpcbundle bundle found here or above (recipes/ and containers/); run from the repository or pass --bundle DIR")
+    raise UserError(
+        "no hpcbundle bundle found here or above (recipes/ and containers/); run from the repository or pass --bundle DIR"
+    )

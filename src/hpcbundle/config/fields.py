@@ -15,11 +15,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 def _version(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise ValueError(
-            f"write versions as quoted strings, e.g. \"{value}\" (YAML reads 12.10 as the number 12.1)"
-        )
+        raise ValueError(f'write versions as quoted strings, e.g. "{value}" (YAML reads 12.10 as the number 12.1)')
     if not isinstance(value, str) or not _VERSION.match(value):
-        raise ValueError(f"not a version like \"4.1.6\": {value!r}")
+        raise ValueError(f'not a version like "4.1.6": {value!r}')
     return value
 
 

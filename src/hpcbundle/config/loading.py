@@ -24,9 +24,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice", key_node.start_mark
-            )
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -70,7 +68,12 @@ def named_file(ref: str, directory: Path, kind: str) -> Path:
     path = directory / f"{ref}.yaml"
     if not path.exists():
         names = [p.stem for p in sorted(directory.glob("*.yaml"))]
-        raise UserError.at(str(directory), ref, f"no such {kind}", did_you_mean(ref, names, f"known {kind}s") if names else f"{directory} has no {kind}s")
+        raise UserError.at(
+            str(directory),
+            ref,
+            f"no such {kind}",
+            did_you_mean(ref, names, f"known {kind}s") if names else f"{directory} has no {kind}s",
+        )
     return path
 
 

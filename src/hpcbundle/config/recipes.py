@@ -33,7 +33,9 @@ class Gpu(StrictModel):
 
     cuda: Version
     cudnn: Version
-    nccl: str = Field(pattern=r"^\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+$", description="apt version of libnccl2, e.g. 2.16.5-1+cuda11.8")
+    nccl: str = Field(
+        pattern=r"^\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+$", description="apt version of libnccl2, e.g. 2.16.5-1+cuda11.8"
+    )
     archs: list[Version] = Field(min_length=1, description="compute capabilities to build for, e.g. ['7.0', '8.0']")
 
     @property
@@ -115,7 +117,9 @@ class Horovod(StrictModel):
 
     version: Version
     sdist_sha256: Sha256
-    patches: list[Literal["cxx17"]] = Field(default_factory=list, description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt")
+    patches: list[Literal["cxx17"]] = Field(
+        default_factory=list, description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt"
+    )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
     build_env: dict[str, str] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
@@ -158,7 +162,12 @@ def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
     if recipe.name != path.stem:
-        raise UserError.at(str(path), "name", f"is {recipe.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file")
+        raise UserError.at(
+            str(path),
+            "name",
+            f"is {recipe.name!r} but the file is {path.name}",
+            f"set name: {path.stem} or rename the file",
+        )
     return recipe
 
 

@@ -36,7 +36,9 @@ from .model import StrictModel
 def _scalar(value: Any) -> Any:
     """YAML may write an MCA value or a variable as a number; refuse the lossy cases."""
     if isinstance(value, bool):
-        raise ValueError(f"write {value!r} as a quoted string (\"1\"/\"0\" or \"true\"/\"false\"): YAML turned it into a boolean")
+        raise ValueError(
+            f'write {value!r} as a quoted string ("1"/"0" or "true"/"false"): YAML turned it into a boolean'
+        )
     if isinstance(value, float):
         raise ValueError(f"write {value!r} as a quoted string: YAML reads 1.10 as the number 1.1")
     return str(value) if isinstance(value, int) else value
@@ -124,8 +126,11 @@ class Network(StrictModel):
     """The fabric, and the interfaces MPI and NCCL talk over (see interface_settings)."""
 
     fabric: Literal["infiniband", "roce", "ethernet", "omnipath", "loopback"]
-    interfaces: list[Word] = Field(default_factory=list, description="TCP interfaces MPI and NCCL may use: "
-                                   "btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME unless the site sets them")
+    interfaces: list[Word] = Field(
+        default_factory=list,
+        description="TCP interfaces MPI and NCCL may use: "
+        "btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME unless the site sets them",
+    )
 
 
 class Slurm(StrictModel):
@@ -154,7 +159,9 @@ class Site(StrictModel):
     export: list[EnvName] = Field(default_factory=list, description="variables forwarded from the launching shell")
     env: dict[EnvName, Scalar] = Field(default_factory=dict, description="variables set in every rank")
     mca: dict[McaName, Scalar] = Field(default_factory=dict)
-    wrappers: list[Annotated[list[str], Field(min_length=1)]] = Field(default_factory=list, description="per-rank commands around the program")
+    wrappers: list[Annotated[list[str], Field(min_length=1)]] = Field(
+        default_factory=list, description="per-rank commands around the program"
+    )
     node: Node
     network: Network
     slurm: Slurm = Field(default_factory=Slurm)
@@ -173,29 +180,61 @@ class Site(StrictModel):
 
 def site_problems(site: Site) -> list[Problem]:
     """Combinations a site can judge alone (the registries add launcher and runtime ones)."""
-    found = [Problem(f"env.{k}", "a value cannot hold a newline", "put it on one line") for k, v in site.env.items() if "\n" in v]
+    found = [
+        Problem(f"env.{k}", "a value cannot hold a newline", "put it on one line")
+        for k, v in site.env.items()
+        if "\n" in v
+    ]
     if site.mca and site.mpi.flavour != "openmpi":
-        found.append(Problem("mca", f"MCA parameters are Open MPI's; this site's MPI is {site.mpi.flavour}", "set the MPI's own variables in env"))
+        found.append(
+            Problem(
+                "mca",
+                f"MCA parameters are Open MPI's; this site's MPI is {site.mpi.flavour}",
+                "set the MPI's own variables in env",
+            )
+        )
     for key in sorted(set(site.export) & set(site.env)):
         found.append(Problem(f"export.{key}", "is both exported and set in env", "keep it in one of them"))
     if site.node.gpus and site.node.gpu_model is None:
-        found.append(Problem("node.gpu_model", f"node.gpus is {site.node.gpus} but no GPU model is given", "add e.g. gpu_model: A100"))
+        found.append(
+            Problem(
+                "node.gpu_model", f"node.gpus is {site.node.gpus} but no GPU model is given", "add e.g. gpu_model: A100"
+            )
+        )
     if not site.node.gpus and (site.node.gpu_model or site.node.driver or site.container.gpu):
         key = "container.gpu" if site.container.gpu else "node.gpu_model" if site.node.gpu_model else "node.driver"
         found.append(Problem(key, "the site has no GPUs (node.gpus: 0)", "set node.gpus or drop it"))
     for index, wrapper in enumerate(site.wrappers):
         if wrapper[0].startswith("-"):
-            found.append(Problem(f"wrappers[{index}]", f"starts with an option ({wrapper[0]!r}), not a command", "e.g. [taskset, -c, 0-63]"))
+            found.append(
+                Problem(
+                    f"wrappers[{index}]",
+                    f"starts with an option ({wrapper[0]!r}), not a command",
+                    "e.g. [taskset, -c, 0-63]",
+                )
+            )
     data = site.model_dump()
     for key in site.why:
         if not _has_key(data, key):
-            found.append(Problem(f"why.{key}", "names no key of this site", "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]"))
+            found.append(
+                Problem(
+                    f"why.{key}",
+                    "names no key of this site",
+                    "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]",
+                )
+            )
     return found
 
 
 # Site keys that name network interfaces, in the order interface_settings reports them.
-INTERFACE_KEYS = ("network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include",
-                  "env.NCCL_SOCKET_IFNAME", "env.GLOO_SOCKET_IFNAME", "env.HOROVOD_GLOO_IFACE")
+INTERFACE_KEYS = (
+    "network.interfaces",
+    "mca.btl_tcp_if_include",
+    "mca.oob_tcp_if_include",
+    "env.NCCL_SOCKET_IFNAME",
+    "env.GLOO_SOCKET_IFNAME",
+    "env.HOROVOD_GLOO_IFACE",
+)
 
 
 class Setting(NamedTuple):
@@ -279,7 +318,12 @@ def load_site(ref: str, sites_dir: Path, checks: Callable[[Site], list[Problem]]
     site._where = str(path)
     found = site_problems(site) + (checks(site) if checks else [])
     if site.name != path.stem:
-        found.insert(0, Problem("name", f"is {site.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file"))
+        found.insert(
+            0,
+            Problem(
+                "name", f"is {site.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file"
+            ),
+        )
     raise_problems(site, found)
     return site
 

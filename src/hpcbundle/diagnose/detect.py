@@ -43,7 +43,10 @@ def choose_interface(observed: dict[str, Any]) -> tuple[str | None, str]:
             return dev, f"the routes to {', '.join(routes)} go through {dev}"
     own = observed.get("hostname_interface")
     if own in names:
-        return own, f"this node's name {observed.get('host')} resolves to {observed.get('hostname_address')}, on {own}: its peers dial that address"
+        return (
+            own,
+            f"this node's name {observed.get('host')} resolves to {observed.get('hostname_address')}, on {own}: its peers dial that address",
+        )
     default = observed.get("default_route")
     if default in names:
         return default, f"{default} carries the default route"
@@ -62,13 +65,17 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     """The draft site text for `observed` (see observe()); valid against the site schema."""
     host = observed.get("host", "this node")
     mpi = observed.get("mpi") or None
-    lines = [f"# Draft site for the nodes like {host}, written by `hpcbundle site detect`.",
-             "# Check every line marked CONFIRM, then run `hpcbundle doctor --site THIS_FILE --hosts A,B`",
-             "# on a compute node: it proves the interfaces carry traffic between the nodes.",
-             f"name: {name}"]
+    lines = [
+        f"# Draft site for the nodes like {host}, written by `hpcbundle site detect`.",
+        "# Check every line marked CONFIRM, then run `hpcbundle doctor --site THIS_FILE --hosts A,B`",
+        "# on a compute node: it proves the interfaces carry traffic between the nodes.",
+        f"name: {name}",
+    ]
     flavour = mpi["flavour"] if mpi and mpi["flavour"] != "unknown" else "openmpi"
     version = mpi["version"] if mpi and mpi.get("version") else "4.1.6"
-    mpi_note = f"from {mpi['evidence']}" if mpi else "CONFIRM: no mpirun/mpiexec found on PATH (load the MPI module and rerun)"
+    mpi_note = (
+        f"from {mpi['evidence']}" if mpi else "CONFIRM: no mpirun/mpiexec found on PATH (load the MPI module and rerun)"
+    )
     gpu = observed.get("gpu") or {}
     gpus_text = f"{len(gpu.get('gpus', []))} GPUs" if gpu.get("present") else "no GPU"
     description = f"draft from site detect on {host}: {flavour} {version}, {observed.get('cpus', 1)} CPUs, {gpus_text}"
@@ -84,12 +91,21 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
         lines.append("  bind_to: none  # Horovod's default; bind with wrappers (taskset/numactl) if you need it")
     lines.append("  timeout: 3600  # seconds `launch --exec` waits before killing a hung job")
     found = observed.get("runtimes") or {}
-    lines += ["container:", "  runtime: none  # " + ("CONFIRM: found " + "; ".join(f"{k} ({v})" for k, v in found.items())
-                                                      + ": set runtime to run images" if found else "no container runtime found on PATH")]
+    lines += [
+        "container:",
+        "  runtime: none  # "
+        + (
+            "CONFIRM: found " + "; ".join(f"{k} ({v})" for k, v in found.items()) + ": set runtime to run images"
+            if found
+            else "no container runtime found on PATH"
+        ),
+    ]
     ompi_env = observed.get("ompi_env") or {}
     if is_ompi and ompi_env:
         lines.append("mca:")
-        lines += [f"  {k}: {_q(v)}  # from OMPI_MCA_{k} in the environment detect ran in" for k, v in sorted(ompi_env.items())]
+        lines += [
+            f"  {k}: {_q(v)}  # from OMPI_MCA_{k} in the environment detect ran in" for k, v in sorted(ompi_env.items())
+        ]
     lines += ["node:", f"  cores: {observed.get('cpus', 1)}  # CPUs seen here; CONFIRM for the compute nodes"]
     if gpu.get("present"):
         model = _gpu_model(gpu["gpus"][0]["name"], known_gpus or [])
@@ -102,11 +118,20 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     others = [f"{i['name']} ({', '.join(i['ipv4'])})" for i in candidates(observed) if i["name"] != iface]
     ib = observed.get("infiniband") or []
     fabric = "infiniband" if ib else "ethernet" if iface else "loopback"
-    lines += ["network:", f"  fabric: {fabric}  # " + (f"/sys/class/infiniband: {', '.join(ib)}; CONFIRM mca pml: ucx" if ib else "no InfiniBand device")]
+    lines += [
+        "network:",
+        f"  fabric: {fabric}  # "
+        + (f"/sys/class/infiniband: {', '.join(ib)}; CONFIRM mca pml: ucx" if ib else "no InfiniBand device"),
+    ]
     if iface:
-        lines.append(f"  interfaces: [{iface}]  # CONFIRM: {why}" + (f"; other candidates: {', '.join(others)}" if others else ""))
+        lines.append(
+            f"  interfaces: [{iface}]  # CONFIRM: {why}"
+            + (f"; other candidates: {', '.join(others)}" if others else "")
+        )
     else:
-        lines.append(f"  interfaces: []  # CONFIRM: {why}; name the data interface among: {', '.join(others) or 'none found'}")
+        lines.append(
+            f"  interfaces: []  # CONFIRM: {why}; name the data interface among: {', '.join(others) or 'none found'}"
+        )
     slurm = observed.get("slurm") or {}
     if slurm.get("partition"):
         lines += ["slurm:", f"  partition: {slurm['partition']}  # the default partition sinfo shows"]
@@ -127,8 +152,15 @@ def observe(hosts: list[str]) -> dict[str, Any]:
         address = socket.gethostbyname(host)
     except OSError:
         address = None
-    own = next((i["name"] for i in found["interfaces"] if address and any(a.split("/")[0] == address for a in i["ipv4"])), None)
-    return {**found, "hostname_address": address, "hostname_interface": own,
-            "default_route": probes.default_route_interface(), "host_routes": {h: probes.route_interface(h) for h in hosts},
-            "slurm": probes.slurm(),
-            "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")}}
+    own = next(
+        (i["name"] for i in found["interfaces"] if address and any(a.split("/")[0] == address for a in i["ipv4"])), None
+    )
+    return {
+        **found,
+        "hostname_address": address,
+        "hostname_interface": own,
+        "default_route": probes.default_route_interface(),
+        "host_routes": {h: probes.route_interface(h) for h in hosts},
+        "slurm": probes.slurm(),
+        "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")},
+    }

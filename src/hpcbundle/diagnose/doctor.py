@@ -35,17 +35,41 @@ def image_manifest(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, st
     return None, ""
 
 
-def observed_facts(site: Site, nodes: Mapping[str, Mapping[str, Any]], *, reach: Mapping[str, list] | None = None,
-                   image: str | None = None, hosts: Mapping[str, int] | None = None, checksum: bool = False,
-                   scope: Literal["nodes", "login"] = "nodes") -> Facts:
+def observed_facts(
+    site: Site,
+    nodes: Mapping[str, Mapping[str, Any]],
+    *,
+    reach: Mapping[str, list] | None = None,
+    image: str | None = None,
+    hosts: Mapping[str, int] | None = None,
+    checksum: bool = False,
+    scope: Literal["nodes", "login"] = "nodes",
+) -> Facts:
     """The facts doctor observed, in the shapes the rules read."""
     labels, source = image_manifest(nodes)
-    return Facts(site=site, image=labels, image_source=source, nodes=nodes, observed=True, hosts=hosts or None,
-                 reach=reach or {}, image_path=image, checksum=checksum, scope=scope)
+    return Facts(
+        site=site,
+        image=labels,
+        image_source=source,
+        nodes=nodes,
+        observed=True,
+        hosts=hosts or None,
+        reach=reach or {},
+        image_path=image,
+        checksum=checksum,
+        scope=scope,
+    )
 
 
-def doctor(site: Site, image: str | None, hosts: tuple[tuple[str, int], ...], *, checksum: bool,
-           scope: Literal["nodes", "login"] = "nodes", timeout: float = 30.0) -> list[Result]:
+def doctor(
+    site: Site,
+    image: str | None,
+    hosts: tuple[tuple[str, int], ...],
+    *,
+    checksum: bool,
+    scope: Literal["nodes", "login"] = "nodes",
+    timeout: float = 30.0,
+) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run."""
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
     nodes, reach = fanout.gather(dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout)

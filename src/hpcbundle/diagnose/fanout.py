@@ -28,7 +28,11 @@ def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
     """
     if host in ("localhost", socket.gethostname()) and "plm_rsh_agent" not in mca:
         return list(words)
-    agent = shlex.split(mca["plm_rsh_agent"]) if "plm_rsh_agent" in mca else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    agent = (
+        shlex.split(mca["plm_rsh_agent"])
+        if "plm_rsh_agent" in mca
+        else ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    )
     return [*agent, host, shlex.join(words)]
 
 
@@ -38,8 +42,15 @@ def _self(*args: str) -> list[str]:
 
 def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+        res = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,  # noqa: S603
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {timeout:g} s"}
     except OSError as exc:
@@ -51,9 +62,15 @@ def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def gather(mca: dict[str, str], hosts: list[str], image_path: str | None, checksum: bool,
-           interfaces_to_probe: list[str], timeout: float = 30.0, connect_seconds: float = 3.0
-           ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
+def gather(
+    mca: dict[str, str],
+    hosts: list[str],
+    image_path: str | None,
+    checksum: bool,
+    interfaces_to_probe: list[str],
+    timeout: float = 30.0,
+    connect_seconds: float = 3.0,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
     """Facts from every host (or this one when `hosts` is empty) and a real TCP probe over each interface.
 
     Returns (host -> facts or {'error'}, interface -> [(from, to, address, 'ok' or why)]).
@@ -62,13 +79,17 @@ def gather(mca: dict[str, str], hosts: list[str], image_path: str | None, checks
     if not hosts:
         return {socket.gethostname(): facts(image_path, checksum)}, {}
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        found = dict(zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True))
+        found = dict(
+            zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True)
+        )
     reach: dict[str, list[tuple[str, str, str, str]]] = {}
     if len(hosts) > 1:
         for name in interfaces_to_probe:
             addrs = {}
             for host, node in found.items():
-                link = next((i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None)
+                link = next(
+                    (i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None
+                )
                 if link:
                     addrs[host] = link["ipv4"][0].split("/")[0]
             if len(addrs) == len(hosts):
@@ -76,16 +97,25 @@ def gather(mca: dict[str, str], hosts: list[str], image_path: str | None, checks
     return found, reach
 
 
-def _tcp_mesh(mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float) -> list[tuple[str, str, str, str]]:
+def _tcp_mesh(
+    mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float
+) -> list[tuple[str, str, str, str]]:
     """Listen on each host's address, connect from every other host; bounded by `seconds` per connection."""
     listeners: dict[str, subprocess.Popen] = {}
     ports: dict[str, str] = {}
     results: list[tuple[str, str, str, str]] = []
     try:
         for host, addr in addrs.items():
-            listeners[host] = subprocess.Popen(remote_argv(mca, host, _self("listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1))),  # noqa: S603
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                               text=True, start_new_session=True)
+            listeners[host] = subprocess.Popen(
+                remote_argv(
+                    mca, host, _self("listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1))
+                ),  # noqa: S603
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         for host, proc in listeners.items():
             ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
@@ -93,14 +123,20 @@ def _tcp_mesh(mca: dict[str, str], addrs: dict[str, str], seconds: float, timeou
             if line.startswith("{"):
                 ports[host] = f"{addrs[host]}:{json.loads(line)['port']}"
             else:
-                results += [(other, host, addrs[host], f"could not listen on {addrs[host]}") for other in addrs if other != host]
+                results += [
+                    (other, host, addrs[host], f"could not listen on {addrs[host]}") for other in addrs if other != host
+                ]
 
         def from_host(src: str) -> list[tuple[str, str, str, str]]:
             targets = {dst: p for dst, p in ports.items() if dst != src}
             if not targets:
                 return []
-            answer = _run_json(remote_argv(mca, src, _self("connect", *targets.values(), "--seconds", str(seconds))), seconds + timeout)
-            return [(src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()]
+            answer = _run_json(
+                remote_argv(mca, src, _self("connect", *targets.values(), "--seconds", str(seconds))), seconds + timeout
+            )
+            return [
+                (src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()
+            ]
 
         with ThreadPoolExecutor(max_workers=len(addrs)) as pool:
             for part in pool.map(from_host, list(addrs)):

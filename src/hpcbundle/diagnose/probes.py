@@ -25,8 +25,13 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "etc/hpcbundle/manifest.json"
-RUNTIME_COMMANDS = {"singularity": "singularity", "apptainer": "apptainer", "charliecloud": "ch-run",
-                    "docker": "docker", "podman": "podman"}
+RUNTIME_COMMANDS = {
+    "singularity": "singularity",
+    "apptainer": "apptainer",
+    "charliecloud": "ch-run",
+    "docker": "docker",
+    "podman": "podman",
+}
 _PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -36,8 +41,15 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
         return None
     try:
         env = os.environ if "USER" in os.environ else {**os.environ, "USER": _user()}  # ch-run needs $USER
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,  # noqa: S603
-                             stdin=subprocess.DEVNULL, env=env)
+        res = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,  # noqa: S603
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (res.stdout + res.stderr) if res.returncode == 0 else None
@@ -58,7 +70,9 @@ def interfaces() -> list[dict[str, Any]]:
     found = []
     for link in json.loads(text):
         flags = link.get("flags", [])
-        up = link.get("operstate") == "UP" or (link.get("operstate") == "UNKNOWN" and "UP" in flags and "LOWER_UP" in flags)
+        up = link.get("operstate") == "UP" or (
+            link.get("operstate") == "UNKNOWN" and "UP" in flags and "LOWER_UP" in flags
+        )
         ipv4 = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"]
         found.append({"name": link["ifname"], "up": up, "ipv4": ipv4, "kind": link.get("link_type", "")})
     return found
@@ -94,8 +108,12 @@ def gpus() -> dict[str, Any]:
     if text is None:
         return {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi failed (no GPU or no driver)"}
     rows = [[c.strip() for c in line.split(",")] for line in text.strip().splitlines() if line.strip()]
-    return {"present": bool(rows), "driver": rows[0][1] if rows else None,
-            "gpus": [{"name": r[0], "capability": r[2] if len(r) > 2 else None} for r in rows], "note": ""}
+    return {
+        "present": bool(rows),
+        "driver": rows[0][1] if rows else None,
+        "gpus": [{"name": r[0], "capability": r[2] if len(r) > 2 else None} for r in rows],
+        "note": "",
+    }
 
 
 def host_mpi() -> dict[str, Any] | None:
@@ -105,8 +123,12 @@ def host_mpi() -> dict[str, Any] | None:
         if not text:
             continue
         first = text.strip().splitlines()[0]
-        patterns = (("openmpi", r"Open MPI\)?\s+v?(\d+(?:\.\d+)+)"), ("intelmpi", r"Intel\(R\) MPI Library.*?(\d{4}(?:\.\d+)*)"),
-                    ("mvapich2", r"MVAPICH2?\D*(\d+(?:\.\d+)+)"), ("mpich", r"Version:\s+(\d+(?:\.\d+)+)"))
+        patterns = (
+            ("openmpi", r"Open MPI\)?\s+v?(\d+(?:\.\d+)+)"),
+            ("intelmpi", r"Intel\(R\) MPI Library.*?(\d{4}(?:\.\d+)*)"),
+            ("mvapich2", r"MVAPICH2?\D*(\d+(?:\.\d+)+)"),
+            ("mpich", r"Version:\s+(\d+(?:\.\d+)+)"),
+        )
         for flavour, pattern in patterns:
             match = re.search(pattern, text)
             if match:
@@ -129,7 +151,9 @@ def slurm() -> dict[str, Any]:
     """Whether SLURM is here: sinfo on PATH, the default partition, and an allocation in the environment."""
     text = _out(["sinfo", "-h", "-o", "%P"], timeout=10) if shutil.which("sinfo") else None
     partitions = text.split() if text else []
-    default = next((p.rstrip("*") for p in partitions if p.endswith("*")), partitions[0].rstrip("*") if partitions else None)
+    default = next(
+        (p.rstrip("*") for p in partitions if p.endswith("*")), partitions[0].rstrip("*") if partitions else None
+    )
     return {"sinfo": shutil.which("sinfo") is not None, "partition": default, "job": os.environ.get("SLURM_JOB_ID")}
 
 
@@ -141,7 +165,12 @@ def image(path: str | None, checksum: bool) -> dict[str, Any] | None:
     if not target.exists():
         looks_named = "/" not in path and not path.endswith((".sif", ".sqfs", ".simg"))
         return {"path": path, "exists": False, "kind": "name" if looks_named else "missing"}
-    info: dict[str, Any] = {"path": path, "exists": True, "kind": "dir" if target.is_dir() else "file", "manifest": None}
+    info: dict[str, Any] = {
+        "path": path,
+        "exists": True,
+        "kind": "dir" if target.is_dir() else "file",
+        "manifest": None,
+    }
     manifest = target / MANIFEST
     if target.is_dir():
         try:
@@ -177,9 +206,17 @@ def _sha256_tree(root: Path) -> str:
 
 def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, Any]:
     """Everything the per-node checks need, as one JSON-able mapping."""
-    return {"host": socket.gethostname(), "cpus": os.cpu_count() or 1, "uid": os.geteuid(),
-            "interfaces": interfaces(), "infiniband": infiniband(), "gpu": gpus(), "mpi": host_mpi(),
-            "runtimes": runtimes(), "image": image(image_path, checksum)}
+    return {
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count() or 1,
+        "uid": os.geteuid(),
+        "interfaces": interfaces(),
+        "infiniband": infiniband(),
+        "gpu": gpus(),
+        "mpi": host_mpi(),
+        "runtimes": runtimes(),
+        "image": image(image_path, checksum),
+    }
 
 
 # --------------------------------------------------------------------------- TCP reachability

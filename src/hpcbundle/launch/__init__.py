@@ -17,6 +17,17 @@ from .command import Command, Part
 from .layout import Layout, hostfile_slots, parse_hosts
 
 __all__ = [
-    "LAUNCHERS", "RUNTIMES", "Command", "Launcher", "Layout", "Part", "Runtime", "build_command",
-    "check_layout", "check_site", "hostfile_slots", "load_site", "parse_hosts",
+    "LAUNCHERS",
+    "RUNTIMES",
+    "Command",
+    "Launcher",
+    "Layout",
+    "Part",
+    "Runtime",
+    "build_command",
+    "check_layout",
+    "check_site",
+    "hostfile_slots",
+    "load_site",
+    "parse_hosts",
 ]

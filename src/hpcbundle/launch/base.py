@@ -93,9 +93,15 @@ class Launcher:
     def problems(self, site: Site) -> list[Problem]:
         """What this launcher cannot do with this site (beyond the flavour, which the caller checks)."""
         defaults = LauncherKeys.model_fields
-        unused = [key for key in LauncherKeys.model_fields if key not in COMMON_KEYS | self.options
-                  and getattr(site.launcher, key) != defaults[key].default]
-        return [Problem(f"launcher.{key}", f"{self.name} has no such option", "drop it or pick a launcher that has it") for key in unused]
+        unused = [
+            key
+            for key in LauncherKeys.model_fields
+            if key not in COMMON_KEYS | self.options and getattr(site.launcher, key) != defaults[key].default
+        ]
+        return [
+            Problem(f"launcher.{key}", f"{self.name} has no such option", "drop it or pick a launcher that has it")
+            for key in unused
+        ]
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         """The executable and the options that place the ranks."""

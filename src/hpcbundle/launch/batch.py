@@ -53,9 +53,17 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     if time is not None and not re.match(SLURM_TIME, time):
         raise UserError.at("", "--time", f"{time!r} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
     values = {
-        "job-name": job.job_name or slurm.job_name, "nodes": str(job.nodes), "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
-        "time": time, "partition": slurm.partition, "account": slurm.account, "qos": slurm.qos,
-        "gres": slurm.gres, "constraint": slurm.constraint, "output": job.output, "dependency": job.dependency,
+        "job-name": job.job_name or slurm.job_name,
+        "nodes": str(job.nodes),
+        "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
+        "time": time,
+        "partition": slurm.partition,
+        "account": slurm.account,
+        "qos": slurm.qos,
+        "gres": slurm.gres,
+        "constraint": slurm.constraint,
+        "output": job.output,
+        "dependency": job.dependency,
     }
     return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
 
@@ -67,10 +75,14 @@ def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str 
     '#!/bin/bash\\n...#SBATCH --nodes=2\\n...set -euo pipefail\\n...srun --mpi=pmix -n 8 \\\\\\n    apptainer exec ...'
     """
     per_node = job.tasks_per_node or site.node.slots
-    layout = Layout(np=job.nodes * per_node, in_allocation=True, np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}")
+    layout = Layout(
+        np=job.nodes * per_node,
+        in_allocation=True,
+        np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
+    )
     command = build_command(site, layout, program, image)
     return env.get_template(TEMPLATE).render(
-        site=site, directives=directives(site, job), segments=command.segments(), np=layout.np, version=__version__,
+        site=site, directives=directives(site, job), segments=command.segments(), np=layout.np, version=__version__
     )
 
 
@@ -78,5 +90,7 @@ def parse_job_id(stdout: str) -> str:
     """The job id from `sbatch --parsable` output ('123' or '123;cluster')."""
     match = re.match(r"^\s*(\d+)", stdout)
     if not match:
-        raise UserError.at("", "sbatch", f"printed no job id: {stdout.strip()[:200]!r}", "check the SLURM configuration on this host")
+        raise UserError.at(
+            "", "sbatch", f"printed no job id: {stdout.strip()[:200]!r}", "check the SLURM configuration on this host"
+        )
     return match.group(1)

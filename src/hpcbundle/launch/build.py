@@ -17,8 +17,10 @@ from .layout import Layout
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
-    "outside": ("per-rank wrapper on the host, before the container starts: CPU affinity and memory policy "
-                "are inherited through exec into the container, and the host has the tool where a slim image may not"),
+    "outside": (
+        "per-rank wrapper on the host, before the container starts: CPU affinity and memory policy "
+        "are inherited through exec into the container, and the host has the tool where a slim image may not"
+    ),
     "inside": "per-rank wrapper inside the container: its processes descend from the daemon, so host-side settings would not reach them",
 }
 
@@ -31,13 +33,25 @@ def check_site(site: Site) -> list[Problem]:
         found.append(LAUNCHERS.unknown(site.launcher.name, "launcher.name"))
     elif site.mpi.flavour not in launcher.flavours:
         fits = [other.name for other in LAUNCHERS.all() if site.mpi.flavour in other.flavours]
-        found.append(Problem("launcher.name", f"{launcher.name} cannot start {site.mpi.flavour} ranks (mpi.flavour)", "use one of: " + ", ".join(fits)))
+        found.append(
+            Problem(
+                "launcher.name",
+                f"{launcher.name} cannot start {site.mpi.flavour} ranks (mpi.flavour)",
+                "use one of: " + ", ".join(fits),
+            )
+        )
     else:
         found += launcher.problems(site)
         by_mca = "mca.btl_tcp_if_include" in launcher.interface_keys
         if site.network.interfaces and site.mpi.flavour != "openmpi" and by_mca:
-            found.append(Problem("network.interfaces", f"{launcher.name} confines traffic through Open MPI parameters; "
-                                 f"this site's MPI is {site.mpi.flavour}", "set the MPI's own variable in env"))
+            found.append(
+                Problem(
+                    "network.interfaces",
+                    f"{launcher.name} confines traffic through Open MPI parameters; "
+                    f"this site's MPI is {site.mpi.flavour}",
+                    "set the MPI's own variable in env",
+                )
+            )
     runtime = RUNTIMES.get(site.container.runtime)
     found += runtime.problems(site) if runtime else [RUNTIMES.unknown(site.container.runtime, "container.runtime")]
     return found
@@ -55,32 +69,76 @@ def _parts_for(site: Site) -> tuple[Launcher, Runtime]:
     return launcher, runtime
 
 
-def check_layout(site: Site, launcher: Launcher, runtime: Runtime, layout: Layout, image: str | None, program: Sequence[str]) -> None:
+def check_layout(
+    site: Site, launcher: Launcher, runtime: Runtime, layout: Layout, image: str | None, program: Sequence[str]
+) -> None:
     """Refuse a launch that cannot work, naming the flag to change."""
     if not program:
         raise UserError.at("", "PROGRAM", "missing", "give the program after --, e.g. -- python3 train.py")
     if program[0].startswith("-"):
-        raise UserError.at("", "PROGRAM", f"{program[0]!r} starts with '-', so the launcher would read it as an option", "put the program (e.g. python3) first after --")
+        raise UserError.at(
+            "",
+            "PROGRAM",
+            f"{program[0]!r} starts with '-', so the launcher would read it as an option",
+            "put the program (e.g. python3) first after --",
+        )
     if image is not None and (not image or image.startswith("-")):
-        raise UserError.at("", "--image", f"{image!r} is not an image name", "name the image file, directory or tag (e.g. ./horovod.sif)")
+        raise UserError.at(
+            "",
+            "--image",
+            f"{image!r} is not an image name",
+            "name the image file, directory or tag (e.g. ./horovod.sif)",
+        )
     if image and not runtime.needs_image:
-        raise UserError.at("", "--image", f"site {site.name} runs programs on the host (container.runtime: none)", "drop --image or pick a site with a container runtime")
+        raise UserError.at(
+            "",
+            "--image",
+            f"site {site.name} runs programs on the host (container.runtime: none)",
+            "drop --image or pick a site with a container runtime",
+        )
     if (layout.hosts or layout.hostfile) and not launcher.takes_hosts:
-        raise UserError.at("", "--hosts", f"{launcher.name} places the ranks on the nodes SLURM allocated", "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)")
+        raise UserError.at(
+            "",
+            "--hosts",
+            f"{launcher.name} places the ranks on the nodes SLURM allocated",
+            "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)",
+        )
     slots, over = layout.slots, site.launcher.oversubscribe
     if slots is not None and layout.np > slots and not over:
         given = f"--hosts {layout.host_list()}" if layout.hosts else f"--hostfile {layout.hostfile}"
-        raise UserError.at("", f"--np {layout.np}", f"larger than the {slots} slots of {given}", "lower --np or give more hosts or slots")
+        raise UserError.at(
+            "",
+            f"--np {layout.np}",
+            f"larger than the {slots} slots of {given}",
+            "lower --np or give more hosts or slots",
+        )
     from_slurm = layout.in_allocation and launcher.reads_allocation
     if slots is None and layout.np > site.node.slots and not over and launcher.takes_hosts and not from_slurm:
         per = site.node.slots
         if layout.in_allocation:
-            raise UserError.at("", f"--np {layout.np}", f"needs more than one node, and {launcher.name} does not read the SLURM allocation", "use mpirun or srun in batch jobs, or one node")
-        raise UserError.at("", f"--np {layout.np}", f"needs more than one {site.name} node ({per} ranks each) but no hosts were given",
-                           f"add --hosts node1:{per},node2:{per} or --hostfile FILE, or launch inside a SLURM allocation")
-    if image and runtime.wraps_launcher and (len(layout.hosts) > 1 or layout.hostfile or layout.np > site.node.slots and not over):
-        raise UserError.at("", "--hosts" if layout.hosts else f"--np {layout.np}", f"{runtime.name} runs the launcher inside one container on one node",
-                           "use singularity, apptainer or charliecloud for several nodes")
+            raise UserError.at(
+                "",
+                f"--np {layout.np}",
+                f"needs more than one node, and {launcher.name} does not read the SLURM allocation",
+                "use mpirun or srun in batch jobs, or one node",
+            )
+        raise UserError.at(
+            "",
+            f"--np {layout.np}",
+            f"needs more than one {site.name} node ({per} ranks each) but no hosts were given",
+            f"add --hosts node1:{per},node2:{per} or --hostfile FILE, or launch inside a SLURM allocation",
+        )
+    if (
+        image
+        and runtime.wraps_launcher
+        and (len(layout.hosts) > 1 or layout.hostfile or layout.np > site.node.slots and not over)
+    ):
+        raise UserError.at(
+            "",
+            "--hosts" if layout.hosts else f"--np {layout.np}",
+            f"{runtime.name} runs the launcher inside one container on one node",
+            "use singularity, apptainer or charliecloud for several nodes",
+        )
 
 
 def build_command(site: Site, layout: Layout, program: Sequence[str], image: str | None = None) -> Command:
@@ -115,12 +173,24 @@ def build_command(site: Site, layout: Layout, program: Sequence[str], image: str
     if site.launcher.args:
         main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
     if env.items:
-        env.items.insert(0, Part(("env",), f"default of {launcher.name}", f"{launcher.name} passes its environment to every rank, so the site's variables are set in front of it", "env"))
+        env.items.insert(
+            0,
+            Part(
+                ("env",),
+                f"default of {launcher.name}",
+                f"{launcher.name} passes its environment to every rank, so the site's variables are set in front of it",
+                "env",
+            ),
+        )
     container = Parts(site, "runtime")
     if image or not runtime.needs_image:
         runtime.parts(site, image, container)
     else:
-        container.add([], "flag --image (not given)", f"no image: the program runs on the host (with --image, in {runtime.name} containers)")
+        container.add(
+            [],
+            "flag --image (not given)",
+            f"no image: the program runs on the host (with --image, in {runtime.name} containers)",
+        )
     in_container = bool(image) and runtime.wraps_launcher
     wrappers = Parts(site, "wrapper")
     place = "inside" if in_container else "outside" if image else "host"
@@ -142,8 +212,9 @@ def _setting(site: Site, launcher: Launcher, key: str, value: str) -> tuple[tupl
     return launcher.mca(site, name, value), f"OMPI_MCA_{name}={value}", reasons.mca(name)
 
 
-def _place(main: Parts, env: Parts, key: str, option: tuple[str, ...], assignment: str, why: str,
-           how: str = "") -> None:
+def _place(
+    main: Parts, env: Parts, key: str, option: tuple[str, ...], assignment: str, why: str, how: str = ""
+) -> None:
     """A variable goes on the launcher's option when it has one, else in front of the launcher."""
     if option:
         main.site(key, option, why, how)

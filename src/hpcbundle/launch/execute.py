@@ -74,7 +74,12 @@ def _start(argv: Sequence[str], **popen: object) -> subprocess.Popen:
     try:
         return subprocess.Popen(list(argv), start_new_session=True, **popen)  # type: ignore[call-overload]  # noqa: S603 - argv list
     except FileNotFoundError:
-        raise UserError.at("", argv[0], "not found on PATH", "install it on this host, or set launcher.command / container.command in the site") from None
+        raise UserError.at(
+            "",
+            argv[0],
+            "not found on PATH",
+            "install it on this host, or set launcher.command / container.command in the site",
+        ) from None
     except PermissionError:
         raise UserError.at("", argv[0], "is not executable", "check the path and its permissions") from None
 

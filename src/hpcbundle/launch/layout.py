@@ -67,6 +67,8 @@ def hostfile_slots(text: str, where: str) -> int:
         slots = re.search(r"\bslots=(\d+)", line)
         match = _HOST.match(words[0])
         if not match:
-            raise UserError.at(f"{where}:{number}", "", f"{words[0]!r} is not a host", "write `host slots=N` or `host:N`")
+            raise UserError.at(
+                f"{where}:{number}", "", f"{words[0]!r} is not a host", "write `host slots=N` or `host:N`"
+            )
         total += int(slots.group(1)) if slots else int(match.group(2) or 1)
     return total

@@ -35,18 +35,41 @@ def render_png(rows: Sequence[Row], fitted: Mapping[str, Fit], title: str) -> by
         all_nodes.update(r.point.nodes for r in rows if r.point.mode == mode)
         span = sorted({r.point.nodes for r in rows if r.point.mode == mode})
         per_node = base.point.ranks / base.point.nodes
-        throughput.errorbar(nodes, [r.measured.img_per_sec for r in measured], yerr=[r.measured.spread for r in measured],
-                            fmt="o", color=colour, capsize=3, label=f"{mode}: measured")
-        throughput.plot(span, [base.measured.img_per_sec * n / base.point.nodes for n in span], "--", color=colour, alpha=0.6,
-                        label=f"{mode}: ideal")
+        throughput.errorbar(
+            nodes,
+            [r.measured.img_per_sec for r in measured],
+            yerr=[r.measured.spread for r in measured],
+            fmt="o",
+            color=colour,
+            capsize=3,
+            label=f"{mode}: measured",
+        )
+        throughput.plot(
+            span,
+            [base.measured.img_per_sec * n / base.point.nodes for n in span],
+            "--",
+            color=colour,
+            alpha=0.6,
+            label=f"{mode}: ideal",
+        )
         efficiency.plot(nodes, [r.efficiency for r in measured], "o", color=colour, label=f"{mode}: measured")
         fit = fitted.get(mode)
         if fit is not None and len(span) > 1:
             fine = [span[0] + (span[-1] - span[0]) * i / 100 for i in range(101)]
-            throughput.plot(fine, [_images_per_step(base, n * per_node) / fit.step_seconds(n * per_node) for n in fine],
-                            "-", color=colour, label=f"{mode}: model G={fit.G:.3g}s a={fit.a:.3g}s b={fit.b:.3g}s")
-            efficiency.plot(fine, [model_efficiency(fit, n * per_node, base.point.ranks) for n in fine], "-", color=colour,
-                            label=f"{mode}: model")
+            throughput.plot(
+                fine,
+                [_images_per_step(base, n * per_node) / fit.step_seconds(n * per_node) for n in fine],
+                "-",
+                color=colour,
+                label=f"{mode}: model G={fit.G:.3g}s a={fit.a:.3g}s b={fit.b:.3g}s",
+            )
+            efficiency.plot(
+                fine,
+                [model_efficiency(fit, n * per_node, base.point.ranks) for n in fine],
+                "-",
+                color=colour,
+                label=f"{mode}: model",
+            )
     efficiency.axhline(1.0, linestyle="--", color="grey", label="ideal")
     throughput.set(xlabel="nodes", ylabel="images/sec (total)", title="throughput")
     efficiency.set(xlabel="nodes", ylabel="scaling efficiency", title="efficiency", ylim=(0, 1.15))

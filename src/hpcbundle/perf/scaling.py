@@ -40,8 +40,21 @@ IMAGE_EXAMPLES = "/examples"  # where images carry examples/ (containers/*: COPY
 MODELS = ("cnn", "mlp", "resnet", "resnet-wide")  # examples/pytorch_synthetic_benchmark.py MODELS
 MODES = ("strong", "weak")
 METRIC = "img_per_sec"
-CSV_COLUMNS = ("mode", "nodes", "ranks", "batch_per_rank", "global_batch", "img_per_sec", "img_per_sec_spread",
-               "step_seconds", "speedup", "efficiency", "model_step_seconds", "model_efficiency", "status")
+CSV_COLUMNS = (
+    "mode",
+    "nodes",
+    "ranks",
+    "batch_per_rank",
+    "global_batch",
+    "img_per_sec",
+    "img_per_sec_spread",
+    "step_seconds",
+    "speedup",
+    "efficiency",
+    "model_step_seconds",
+    "model_efficiency",
+    "status",
+)
 
 
 @dataclass(frozen=True)
@@ -144,8 +157,13 @@ def _points(study: Study) -> list[Point]:
                 continue
             if study.global_batch % ranks:
                 fit = math.lcm(*(n * study.tasks_per_node for n in study.nodes))
-                raise UserError.at("", "--global-batch", f"{study.global_batch} images cannot be split evenly over {ranks} ranks "
-                                   f"({nodes} node(s) x {study.tasks_per_node})", f"use a multiple of {fit}, e.g. {fit * -(-study.global_batch // fit)}")
+                raise UserError.at(
+                    "",
+                    "--global-batch",
+                    f"{study.global_batch} images cannot be split evenly over {ranks} ranks "
+                    f"({nodes} node(s) x {study.tasks_per_node})",
+                    f"use a multiple of {fit}, e.g. {fit * -(-study.global_batch // fit)}",
+                )
             points.append(Point(mode, nodes, ranks, study.global_batch // ranks))
     return points
 
@@ -157,9 +175,23 @@ def program(study: Study, point: Point, examples: str) -> list[str]:
     ['python', '/examples/pytorch_synthetic_benchmark.py', '--model', 'resnet', '--batch-size', '32', '--image-size', '32',
      '--num-warmup-batches', '5', '--num-batches-per-iter', '5', '--num-iters', '3']
     """
-    return [study.python, f"{examples.rstrip('/')}/{BENCHMARK}", "--model", study.model, "--batch-size", str(point.batch_per_rank),
-            "--image-size", str(study.image_size), "--num-warmup-batches", str(study.warmup),
-            "--num-batches-per-iter", str(study.batches_per_iter), "--num-iters", str(study.iters), *study.extra]
+    return [
+        study.python,
+        f"{examples.rstrip('/')}/{BENCHMARK}",
+        "--model",
+        study.model,
+        "--batch-size",
+        str(point.batch_per_rank),
+        "--image-size",
+        str(study.image_size),
+        "--num-warmup-batches",
+        str(study.warmup),
+        "--num-batches-per-iter",
+        str(study.batches_per_iter),
+        "--num-iters",
+        str(study.iters),
+        *study.extra,
+    ]
 
 
 def job_name(site: Site) -> str:
@@ -167,8 +199,15 @@ def job_name(site: Site) -> str:
     return f"{site.slurm.job_name}-scaling"
 
 
-def scripts(site: Site, study: Study, points: Sequence[Point], image: str | None, examples: str, outdir: str,
-            env: jinja2.Environment) -> dict[str, str]:
+def scripts(
+    site: Site,
+    study: Study,
+    points: Sequence[Point],
+    image: str | None,
+    examples: str,
+    outdir: str,
+    env: jinja2.Environment,
+) -> dict[str, str]:
     """Point name -> its sbatch script text; each job writes `outdir`/<name>.out (stdout and stderr).
 
     `examples` is used without an image; with one, the image's /examples. Unless `study.serial`
@@ -178,8 +217,14 @@ def scripts(site: Site, study: Study, points: Sequence[Point], image: str | None
     where = IMAGE_EXAMPLES if image else examples
     texts = {}
     for point in points:
-        job = BatchJob(nodes=point.nodes, tasks_per_node=study.tasks_per_node, time=study.time, job_name=job_name(site),
-                       output=f"{outdir.rstrip('/')}/{point.name}.out", dependency="singleton" if study.serial else None)
+        job = BatchJob(
+            nodes=point.nodes,
+            tasks_per_node=study.tasks_per_node,
+            time=study.time,
+            job_name=job_name(site),
+            output=f"{outdir.rstrip('/')}/{point.name}.out",
+            dependency="singleton" if study.serial else None,
+        )
         texts[point.name] = sbatch_script(site, job, program(study, point, where), image, env)
     return texts
 
@@ -187,14 +232,41 @@ def scripts(site: Site, study: Study, points: Sequence[Point], image: str | None
 def plan_document(site: Site, study: Study, points: Sequence[Point], image: str | None, version: str) -> dict:
     """What plan.json holds: enough for `report` to know every point without the site file."""
     return {
-        "hpcbundle": version, "site": site.name, "image": image, "benchmark": BENCHMARK,
-        "study": {"nodes": list(study.nodes), "modes": list(study.modes), "tasks_per_node": study.tasks_per_node,
-                  "global_batch": study.global_batch, "batch_per_rank": study.batch_per_rank, "model": study.model,
-                  "image_size": study.image_size, "warmup": study.warmup, "batches_per_iter": study.batches_per_iter,
-                  "iters": study.iters, "extra": list(study.extra), "serial": study.serial, "time": study.time,
-                  "python": study.python, "repeat": study.repeat},
-        "points": [{"name": p.name, "mode": p.mode, "nodes": p.nodes, "ranks": p.ranks, "batch_per_rank": p.batch_per_rank,
-                    "global_batch": p.global_batch, "round": p.round, "script": f"{p.name}.sh", "output": f"{p.name}.out"} for p in points],
+        "hpcbundle": version,
+        "site": site.name,
+        "image": image,
+        "benchmark": BENCHMARK,
+        "study": {
+            "nodes": list(study.nodes),
+            "modes": list(study.modes),
+            "tasks_per_node": study.tasks_per_node,
+            "global_batch": study.global_batch,
+            "batch_per_rank": study.batch_per_rank,
+            "model": study.model,
+            "image_size": study.image_size,
+            "warmup": study.warmup,
+            "batches_per_iter": study.batches_per_iter,
+            "iters": study.iters,
+            "extra": list(study.extra),
+            "serial": study.serial,
+            "time": study.time,
+            "python": study.python,
+            "repeat": study.repeat,
+        },
+        "points": [
+            {
+                "name": p.name,
+                "mode": p.mode,
+                "nodes": p.nodes,
+                "ranks": p.ranks,
+                "batch_per_rank": p.batch_per_rank,
+                "global_batch": p.global_batch,
+                "round": p.round,
+                "script": f"{p.name}.sh",
+                "output": f"{p.name}.out",
+            }
+            for p in points
+        ],
     }
 
 
@@ -202,14 +274,27 @@ def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:
     """The points a plan.json describes; a damaged file is a UserError naming the key."""
     try:
         rows = document["points"]
-        return [Point(str(r["mode"]), int(r["nodes"]), int(r["ranks"]), int(r["batch_per_rank"]),
-                      None if r.get("round") is None else int(r["round"])) for r in rows]
+        return [
+            Point(
+                str(r["mode"]),
+                int(r["nodes"]),
+                int(r["ranks"]),
+                int(r["batch_per_rank"]),
+                None if r.get("round") is None else int(r["round"]),
+            )
+            for r in rows
+        ]
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError.at(where, "points", f"is not a plan's list of points ({type(exc).__name__}: {exc})",
-                           "write the plan again with `hpcbundle scaling plan`") from None
+        raise UserError.at(
+            where,
+            "points",
+            f"is not a plan's list of points ({type(exc).__name__}: {exc})",
+            "write the plan again with `hpcbundle scaling plan`",
+        ) from None
 
 
 # --- results ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -251,7 +336,9 @@ def failure_reason(text: str | None) -> str:
     if text is None:
         return "no output (not run yet, still queued, or the job never started)"
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return f"failed: {lines[-1][:200]}" if lines else "no benchmark line (the output is empty: still running, or killed)"
+    return (
+        f"failed: {lines[-1][:200]}" if lines else "no benchmark line (the output is empty: still running, or killed)"
+    )
 
 
 @dataclass(frozen=True)
@@ -267,7 +354,11 @@ class Row:
     @property
     def step_seconds(self) -> float | None:
         """T: the global batch over the total throughput."""
-        return self.point.global_batch / self.measured.img_per_sec if self.measured and self.measured.img_per_sec > 0 else None
+        return (
+            self.point.global_batch / self.measured.img_per_sec
+            if self.measured and self.measured.img_per_sec > 0
+            else None
+        )
 
 
 def results(points: Sequence[Point], outputs: Mapping[str, str | None]) -> list[Row]:
@@ -327,7 +418,9 @@ def _merge_rounds(rows: Sequence[Row]) -> list[Row]:
             continue
         values = sorted(m.img_per_sec for m in good)
         status = "ok" if len(good) == len(rounds) else f"ok ({len(good)} of {len(rounds)} rounds)"
-        merged.append(Row(point, Measurement(statistics.median(values), (values[-1] - values[0]) / 2, good[0].ranks), status))
+        merged.append(
+            Row(point, Measurement(statistics.median(values), (values[-1] - values[0]) / 2, good[0].ranks), status)
+        )
     return merged
 
 
@@ -444,9 +537,23 @@ def csv_text(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> str:
     for row in rows:
         p, m = row.point, row.measured
         model_t, model_e = _modelled(row, rows, fitted)
-        writer.writerow([p.mode, p.nodes, p.ranks, p.batch_per_rank, p.global_batch, _num(m.img_per_sec if m else None),
-                         _num(m.spread if m else None), _num(row.step_seconds), _num(row.speedup), _num(row.efficiency),
-                         _num(model_t), _num(model_e), row.status])
+        writer.writerow(
+            [
+                p.mode,
+                p.nodes,
+                p.ranks,
+                p.batch_per_rank,
+                p.global_batch,
+                _num(m.img_per_sec if m else None),
+                _num(m.spread if m else None),
+                _num(row.step_seconds),
+                _num(row.speedup),
+                _num(row.efficiency),
+                _num(model_t),
+                _num(model_e),
+                row.status,
+            ]
+        )
     return buffer.getvalue()
 
 
@@ -464,19 +571,29 @@ def _num(value: float | None) -> str:
 
 def table(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> list[str]:
     """The report's lines: one per point, then the fitted model of each mode."""
-    lines = [f"{'mode':<7}{'nodes':>6}{'ranks':>6}{'batch/rank':>11}{'img/s':>10}{'+-':>8}{'T (s)':>9}{'speedup':>9}{'eff':>7}{'model eff':>10}  status"]
+    lines = [
+        f"{'mode':<7}{'nodes':>6}{'ranks':>6}{'batch/rank':>11}{'img/s':>10}{'+-':>8}{'T (s)':>9}{'speedup':>9}{'eff':>7}{'model eff':>10}  status"
+    ]
     for row in rows:
         p, m = row.point, row.measured
         _, model_e = _modelled(row, rows, fitted)
-        lines.append(f"{p.mode:<7}{p.nodes:>6}{p.ranks:>6}{p.batch_per_rank:>11}{_cell(m and m.img_per_sec, '.1f'):>10}"
-                     f"{_cell(m and m.spread, '.1f'):>8}{_cell(row.step_seconds, '.4f'):>9}{_cell(row.speedup, '.2f'):>9}"
-                     f"{_cell(row.efficiency, '.2f'):>7}{_cell(model_e, '.2f'):>10}  {row.status}")
+        lines.append(
+            f"{p.mode:<7}{p.nodes:>6}{p.ranks:>6}{p.batch_per_rank:>11}{_cell(m and m.img_per_sec, '.1f'):>10}"
+            f"{_cell(m and m.spread, '.1f'):>8}{_cell(row.step_seconds, '.4f'):>9}{_cell(row.speedup, '.2f'):>9}"
+            f"{_cell(row.efficiency, '.2f'):>7}{_cell(model_e, '.2f'):>10}  {row.status}"
+        )
     for mode, fit in fitted.items():
         form = "G/W" if mode == "strong" else "G"
         unsure = [k for k, ok in fit.identifiable.items() if not ok]
-        note = f" ({' and '.join(unsure)} not identifiable from these worker counts: 3 or more tell G, a and b apart)" if unsure else ""
-        lines.append(f"model {mode}: T(W) = {form} + a*2(W-1)/W + b*(W-1) with G={fit.G:.5f} s, a={fit.a:.5f} s, "
-                     f"b={fit.b:.5f} s{note}")
+        note = (
+            f" ({' and '.join(unsure)} not identifiable from these worker counts: 3 or more tell G, a and b apart)"
+            if unsure
+            else ""
+        )
+        lines.append(
+            f"model {mode}: T(W) = {form} + a*2(W-1)/W + b*(W-1) with G={fit.G:.5f} s, a={fit.a:.5f} s, "
+            f"b={fit.b:.5f} s{note}"
+        )
     return lines
 
 

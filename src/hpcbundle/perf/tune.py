@@ -65,9 +65,14 @@ def _mca(name: str, value: str | None) -> tuple[str, str | None]:
 def _algorithm(number: int | None, label: str, segment: int | None = None) -> Candidate:
     """Open MPI's coll_tuned allreduce forced to algorithm `number` (None: Open MPI's own choice)."""
     forced = None if number is None else "1"
-    return Candidate(label, (_mca("coll_tuned_use_dynamic_rules", forced),
-                             _mca("coll_tuned_allreduce_algorithm", None if number is None else str(number)),
-                             _mca("coll_tuned_allreduce_algorithm_segmentsize", None if segment is None else str(segment))))
+    return Candidate(
+        label,
+        (
+            _mca("coll_tuned_use_dynamic_rules", forced),
+            _mca("coll_tuned_allreduce_algorithm", None if number is None else str(number)),
+            _mca("coll_tuned_allreduce_algorithm_segmentsize", None if segment is None else str(segment)),
+        ),
+    )
 
 
 OPEN_MPI_RANKS = "sites whose ranks run Open MPI under mpirun or srun"
@@ -81,26 +86,73 @@ def _horovodrun(site: Site) -> bool:
 KNOBS: tuple[Knob, ...] = (
     # Only horovodrun can switch: it starts Gloo's rendezvous. Under mpirun/srun, Horovod 0.28 with
     # HOROVOD_CPU_OPERATIONS=gloo and an MPI controller segfaults (no Gloo context is made).
-    Knob("controller", "Horovod over MPI or Gloo (horovodrun --gloo: launcher.gloo)",
-         (Candidate("mpi", (("launcher.gloo", False),)), Candidate("gloo", (("launcher.gloo", True),))), _horovodrun, HOROVODRUN),
-    Knob("algorithm", "Open MPI's allreduce algorithm (coll_tuned dynamic rules; default: its size-based choice; segmented ring: 1 MiB segments)",
-         (_algorithm(None, "default"), _algorithm(3, "recursive doubling"), _algorithm(4, "ring"),
-          _algorithm(5, "segmented ring", _MIB), _algorithm(6, "rabenseifner")), _openmpi, OPEN_MPI_RANKS),
-    Knob("tcp-links", "TCP connections per peer (btl_tcp_links)",
-         (Candidate("1", (_mca("btl_tcp_links", None),)), Candidate("2", (_mca("btl_tcp_links", "2"),)),
-          Candidate("4", (_mca("btl_tcp_links", "4"),))), _openmpi, OPEN_MPI_RANKS),
-    Knob("tcp-buffers", "TCP socket buffers (btl_tcp_sndbuf/rcvbuf; default: the kernel's autotuning)",
-         (Candidate("kernel", (_mca("btl_tcp_sndbuf", None), _mca("btl_tcp_rcvbuf", None))),
-          Candidate("4 MiB", (_mca("btl_tcp_sndbuf", str(4 * _MIB)), _mca("btl_tcp_rcvbuf", str(4 * _MIB))))), _openmpi, OPEN_MPI_RANKS),
-    Knob("yield", "a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores",
-         (Candidate("0", (_mca("mpi_yield_when_idle", None),)), Candidate("1", (_mca("mpi_yield_when_idle", "1"),))), _openmpi, OPEN_MPI_RANKS),
-    Knob("fusion", "Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD; default 128 MiB)",
-         (Candidate("128 MiB", (("env.HOROVOD_FUSION_THRESHOLD", None),)),
-          Candidate("32 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(32 * _MIB)),)),
-          Candidate("8 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(8 * _MIB)),))), needs_tensors=2),
-    Knob("cycle", "how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1)",
-         (Candidate("1 ms", (("env.HOROVOD_CYCLE_TIME", None),)), Candidate("0.5 ms", (("env.HOROVOD_CYCLE_TIME", "0.5"),)),
-          Candidate("5 ms", (("env.HOROVOD_CYCLE_TIME", "5"),)))),
+    Knob(
+        "controller",
+        "Horovod over MPI or Gloo (horovodrun --gloo: launcher.gloo)",
+        (Candidate("mpi", (("launcher.gloo", False),)), Candidate("gloo", (("launcher.gloo", True),))),
+        _horovodrun,
+        HOROVODRUN,
+    ),
+    Knob(
+        "algorithm",
+        "Open MPI's allreduce algorithm (coll_tuned dynamic rules; default: its size-based choice; segmented ring: 1 MiB segments)",
+        (
+            _algorithm(None, "default"),
+            _algorithm(3, "recursive doubling"),
+            _algorithm(4, "ring"),
+            _algorithm(5, "segmented ring", _MIB),
+            _algorithm(6, "rabenseifner"),
+        ),
+        _openmpi,
+        OPEN_MPI_RANKS,
+    ),
+    Knob(
+        "tcp-links",
+        "TCP connections per peer (btl_tcp_links)",
+        (
+            Candidate("1", (_mca("btl_tcp_links", None),)),
+            Candidate("2", (_mca("btl_tcp_links", "2"),)),
+            Candidate("4", (_mca("btl_tcp_links", "4"),)),
+        ),
+        _openmpi,
+        OPEN_MPI_RANKS,
+    ),
+    Knob(
+        "tcp-buffers",
+        "TCP socket buffers (btl_tcp_sndbuf/rcvbuf; default: the kernel's autotuning)",
+        (
+            Candidate("kernel", (_mca("btl_tcp_sndbuf", None), _mca("btl_tcp_rcvbuf", None))),
+            Candidate("4 MiB", (_mca("btl_tcp_sndbuf", str(4 * _MIB)), _mca("btl_tcp_rcvbuf", str(4 * _MIB)))),
+        ),
+        _openmpi,
+        OPEN_MPI_RANKS,
+    ),
+    Knob(
+        "yield",
+        "a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores",
+        (Candidate("0", (_mca("mpi_yield_when_idle", None),)), Candidate("1", (_mca("mpi_yield_when_idle", "1"),))),
+        _openmpi,
+        OPEN_MPI_RANKS,
+    ),
+    Knob(
+        "fusion",
+        "Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD; default 128 MiB)",
+        (
+            Candidate("128 MiB", (("env.HOROVOD_FUSION_THRESHOLD", None),)),
+            Candidate("32 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(32 * _MIB)),)),
+            Candidate("8 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(8 * _MIB)),)),
+        ),
+        needs_tensors=2,
+    ),
+    Knob(
+        "cycle",
+        "how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1)",
+        (
+            Candidate("1 ms", (("env.HOROVOD_CYCLE_TIME", None),)),
+            Candidate("0.5 ms", (("env.HOROVOD_CYCLE_TIME", "0.5"),)),
+            Candidate("5 ms", (("env.HOROVOD_CYCLE_TIME", "5"),)),
+        ),
+    ),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
 
@@ -191,9 +243,15 @@ def choose(kept: Trial, challengers: Sequence[Trial], min_gain: float = MIN_GAIN
     return best if best_ratio > 1 + min_gain else kept
 
 
-def sweep(knobs: Sequence[Knob], measure: Callable[[Settings], float | None], *, repeat: int = 3,
-          start: Settings | None = None, min_gain: float = MIN_GAIN,
-          progress: Callable[[str, str, float | None], None] = lambda knob, label, busbw: None) -> TuneResult:
+def sweep(
+    knobs: Sequence[Knob],
+    measure: Callable[[Settings], float | None],
+    *,
+    repeat: int = 3,
+    start: Settings | None = None,
+    min_gain: float = MIN_GAIN,
+    progress: Callable[[str, str, float | None], None] = lambda knob, label, busbw: None,
+) -> TuneResult:
     """Tune one knob at a time, in order, keeping each winner for the knobs after it.
 
     Each knob's candidates run `repeat` rounds, interleaved (a b c a b c ...), so slow spells of
@@ -231,7 +289,9 @@ def _with_current_first(knob: Knob, current: Mapping[str, Value]) -> list[Candid
     return [Candidate(label, now), *knob.candidates]
 
 
-def apply_settings(data: Mapping[str, Any], settings: Mapping[str, Value], why: Mapping[str, str] = {}) -> dict[str, Any]:
+def apply_settings(
+    data: Mapping[str, Any], settings: Mapping[str, Value], why: Mapping[str, str] = {}
+) -> dict[str, Any]:
     """A copy of site data (as loaded from YAML) with `settings` set (None: removed) and `why` lines.
 
     >>> apply_settings({"mca": {"btl": "self,tcp"}}, {"mca.btl_tcp_links": "2", "env.X": None})
@@ -281,20 +341,27 @@ def report_lines(result: TuneResult) -> list[str]:
     return lines
 
 
-def tuned_site_text(data: Mapping[str, Any], name: str, source: str, result: TuneResult, workload: Workload, when: str) -> str:
+def tuned_site_text(
+    data: Mapping[str, Any], name: str, source: str, result: TuneResult, workload: Workload, when: str
+) -> str:
     """The tuned copy of a site as YAML: the winners set, a `why` line for each changed key, and the
     measured figures as comments at the top (the CLI validates the text before writing it)."""
     before, after = result.baseline(), result.final()
     gain = f" ({after / before:.2f}x)" if before and after else ""
-    why = {key: f"hpcbundle tune {when}: busbw {_gib(before)} -> {_gib(after)} GiB/s{gain} at "
-                f"{workload.bytes // _MIB} MiB on {workload.ranks} ranks" for key, v in result.changed().items() if v is not None}
+    why = {
+        key: f"hpcbundle tune {when}: busbw {_gib(before)} -> {_gib(after)} GiB/s{gain} at "
+        f"{workload.bytes // _MIB} MiB on {workload.ranks} ranks"
+        for key, v in result.changed().items()
+        if v is not None
+    }
     tuned = apply_settings({**data, "name": name}, result.changed(), why)
     header = [
         f"Tuned by `hpcbundle tune` on {when} from {source}.",
         f"Workload: allreduce of {workload.bytes // _MIB} MiB in {workload.tensors} float32 tensor(s), Horovod, "
         f"{workload.ranks} ranks on {workload.hosts}; each candidate run {workload.repeat} times, interleaved; busbw (nccl-tests).",
         f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
-        "Changed: " + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
+        "Changed: "
+        + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
         "",
         *report_lines(result),
         "",

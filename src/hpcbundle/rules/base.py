@@ -15,5 +15,9 @@ def python_os(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if distro is None:
         return Verdict("FAIL", f"no python known for {recipe.base.os}", "add it to compat.yaml os_python")
     if major_minor(recipe.python) != distro:
-        return Verdict("FAIL", f"{recipe.base.os} ships python {distro}, not {recipe.python}", f"set python: \"{distro}\" or change base.os")
+        return Verdict(
+            "FAIL",
+            f"{recipe.base.os} ships python {distro}, not {recipe.python}",
+            f'set python: "{distro}" or change base.os',
+        )
     return Verdict("PASS", f"{recipe.base.os} ships python {distro}")

@@ -18,11 +18,17 @@ def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
     nodes = facts.ok_nodes()
     missing = [h for h, n in nodes.items() if name not in n.get("runtimes", {})]
     if missing:
-        return Verdict("WARN" if facts.scope == "login" else "FAIL", f"`{command} --version` fails or is not on PATH on {', '.join(missing)}",
-                       f"install {name} there or set container.runtime/command in the site")
+        return Verdict(
+            "WARN" if facts.scope == "login" else "FAIL",
+            f"`{command} --version` fails or is not on PATH on {', '.join(missing)}",
+            f"install {name} there or set container.runtime/command in the site",
+        )
     versions = sorted({n["runtimes"][name] for n in nodes.values()})
-    return Verdict("PASS" if len(versions) == 1 else "WARN", f"{name}: {' | '.join(versions)}",
-                   "" if len(versions) == 1 else "install the same version on every node")
+    return Verdict(
+        "PASS" if len(versions) == 1 else "WARN",
+        f"{name}: {' | '.join(versions)}",
+        "" if len(versions) == 1 else "install the same version on every node",
+    )
 
 
 @rule("image", needs=("site", "nodes", "observed"))
@@ -33,12 +39,20 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "no --image: the program runs on the host", subject="present")
     seen = {h: n.get("image") or {} for h, n in facts.ok_nodes().items()}
     engine = facts.site.container.runtime in ("docker", "podman")
-    if seen and (engine and not any(i.get("exists") for i in seen.values()) or all(i.get("kind") == "name" for i in seen.values())):
+    if seen and (
+        engine
+        and not any(i.get("exists") for i in seen.values())
+        or all(i.get("kind") == "name" for i in seen.values())
+    ):
         return Verdict("SKIP", f"{path} is not a path (a registry/Docker name): not checked", subject="present")
     missing = [h for h, i in seen.items() if not i.get("exists")]
     if missing:
-        return Verdict("WARN" if facts.scope == "login" else "FAIL", f"{path} does not exist on {', '.join(missing)}",
-                       "copy the image to the same path on every node (or put it on a shared file system)", "present")
+        return Verdict(
+            "WARN" if facts.scope == "login" else "FAIL",
+            f"{path} does not exist on {', '.join(missing)}",
+            "copy the image to the same path on every node (or put it on a shared file system)",
+            "present",
+        )
     if not facts.checksum:
         return Verdict("PASS", f"{path} exists on {', '.join(seen)} (checksum not compared)", subject="present")
     sums: dict[str, list[str]] = {}
@@ -46,8 +60,12 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
         sums.setdefault(info.get("sha256", "?"), []).append(host)
     if len(sums) > 1:
         detail = "; ".join(f"sha256 {s[:12]}… on {', '.join(h)}" for s, h in sums.items())
-        return Verdict("FAIL", f"{path} differs between nodes: {detail}",
-                       "copy the same image to every node (rsync/cp from one source) and compare with sha256sum", "checksum")
+        return Verdict(
+            "FAIL",
+            f"{path} differs between nodes: {detail}",
+            "copy the same image to every node (rsync/cp from one source) and compare with sha256sum",
+            "checksum",
+        )
     return Verdict("PASS", f"{path}: sha256 {next(iter(sums))[:12]}… on {', '.join(seen)}", subject="checksum")
 
 
@@ -62,9 +80,14 @@ def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     kinds = {i.get("kind") for i in infos if i.get("exists")}
     errors = [i["manifest_error"] for i in infos if i.get("manifest_error")]
     if "file" in kinds:
-        return [Verdict("WARN", f"{facts.image_path} is a file image (.sif/SquashFS) that doctor cannot open here: "
-                                "MPI and CUDA of the image unchecked",
-                        "run `singularity inspect --labels IMAGE` (org.hpcbundle.* labels) or give the image as a directory")]
+        return [
+            Verdict(
+                "WARN",
+                f"{facts.image_path} is a file image (.sif/SquashFS) that doctor cannot open here: "
+                "MPI and CUDA of the image unchecked",
+                "run `singularity inspect --labels IMAGE` (org.hpcbundle.* labels) or give the image as a directory",
+            )
+        ]
     if errors:
         return [Verdict("WARN", errors[0], "the image was not built by hpcbundle, or its manifest is damaged")]
     return []
@@ -78,9 +101,20 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     image = facts.image or {}
     flavour = image.get("mpi.flavour") or site.mpi.flavour
     version = image.get("mpi.version") or site.mpi.version
-    if runtime is None or not runtime.in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
+    if (
+        runtime is None
+        or not runtime.in_user_namespace(site)
+        or flavour != "openmpi"
+        or parse_version(version).major >= 5
+    ):
         return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
     if site.mca.get("btl_vader_single_copy_mechanism") == "none":
-        return Verdict("PASS", f"{runtime.name} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none")
-    return Verdict("WARN", f"{runtime.name} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
-                           "single-copy hangs large messages", "add `btl_vader_single_copy_mechanism: none` to the site's mca")
+        return Verdict(
+            "PASS", f"{runtime.name} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none"
+        )
+    return Verdict(
+        "WARN",
+        f"{runtime.name} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
+        "single-copy hangs large messages",
+        "add `btl_vader_single_copy_mechanism: none` to the site's mca",
+    )

@@ -88,8 +88,14 @@ class Facts:
 
     def available(self) -> set[str]:
         """The kinds of facts present (what a rule's `needs` is matched against)."""
-        present = {"recipe": self.recipe, "image": self.image, "site": self.site, "nodes": self.nodes,
-                   "hosts": self.hosts, "observed": self.observed or None}
+        present = {
+            "recipe": self.recipe,
+            "image": self.image,
+            "site": self.site,
+            "nodes": self.nodes,
+            "hosts": self.hosts,
+            "observed": self.observed or None,
+        }
         return {name for name, value in present.items() if value is not None}
 
     def ok_nodes(self) -> dict[str, Mapping[str, Any]]:

@@ -8,6 +8,7 @@ from ..config.sites import Site, interface_settings
 from .engine import Facts, Verdict, rule
 from .knowledge import KnowledgeBase
 
+
 def named_interfaces(site: Site) -> dict[str, list[str]]:
     """Interface name -> the site keys it comes from (see interface_settings: set, or derived from
     network.interfaces). Exclusion lists (^lo,docker0) and subnets are not names."""
@@ -30,10 +31,15 @@ def openib_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "the site does not select the openib btl")
     version = image.get("mpi.version", "")
     if parse_version(version).major >= 5:
-        return Verdict("FAIL", f"the site selects the openib btl, which Open MPI {version} no longer has", "use pml ucx")
+        return Verdict(
+            "FAIL", f"the site selects the openib btl, which Open MPI {version} no longer has", "use pml ucx"
+        )
     if image.get("ucx"):
-        return Verdict("WARN", "the site selects the openib btl but the image's Open MPI is built for UCX (no verbs btl)",
-                       "set the site's mca to pml: ucx and drop btl: openib")
+        return Verdict(
+            "WARN",
+            "the site selects the openib btl but the image's Open MPI is built for UCX (no verbs btl)",
+            "set the site's mca to pml: ucx and drop btl: openib",
+        )
     return Verdict("PASS", "the image's Open MPI 4 keeps the openib btl")
 
 
@@ -42,11 +48,23 @@ def interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every interface the site names exists and is up on every node, and carries TCP between the nodes."""
     named = named_interfaces(facts.site)
     if not named:
-        return [Verdict("SKIP", "the site names no interface (network.interfaces, btl/oob_tcp_if_include, "
-                                "NCCL_SOCKET_IFNAME, HOROVOD_GLOO_IFACE)", subject="names")]
+        return [
+            Verdict(
+                "SKIP",
+                "the site names no interface (network.interfaces, btl/oob_tcp_if_include, "
+                "NCCL_SOCKET_IFNAME, HOROVOD_GLOO_IFACE)",
+                subject="names",
+            )
+        ]
     if facts.scope == "login":
-        return [Verdict("SKIP", f"{', '.join(named)}: checked on the compute nodes only "
-                                "(run `hpcbundle doctor --hosts ...` in the job)", subject="names")]
+        return [
+            Verdict(
+                "SKIP",
+                f"{', '.join(named)}: checked on the compute nodes only "
+                "(run `hpcbundle doctor --hosts ...` in the job)",
+                subject="names",
+            )
+        ]
     verdicts = []
     nodes = facts.ok_nodes()
     for name, keys in named.items():
@@ -63,14 +81,22 @@ def interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
                 addrs.append(f"{host} {link['ipv4'][0]}")
         if missing:
             have = sorted({i["name"] for n in nodes.values() for i in n.get("interfaces", []) if i["name"] != "lo"})
-            verdicts.append(Verdict("FAIL", f"no interface {name} on {', '.join(missing)} (named by {', '.join(keys)}; "
-                                            f"the nodes have {', '.join(have)})",
-                                    f"name an interface the nodes have in {keys[0]} (`ip -br addr` on a node; "
-                                    "`hpcbundle site detect` proposes one)", name))
+            verdicts.append(
+                Verdict(
+                    "FAIL",
+                    f"no interface {name} on {', '.join(missing)} (named by {', '.join(keys)}; "
+                    f"the nodes have {', '.join(have)})",
+                    f"name an interface the nodes have in {keys[0]} (`ip -br addr` on a node; "
+                    "`hpcbundle site detect` proposes one)",
+                    name,
+                )
+            )
             continue
         if down or noaddr:
             what = f"down on {', '.join(down)}" if down else f"no IPv4 address on {', '.join(noaddr)}"
-            verdicts.append(Verdict("FAIL", f"{name} is {what}", f"bring it up or name another interface in {keys[0]}", name))
+            verdicts.append(
+                Verdict("FAIL", f"{name} is {what}", f"bring it up or name another interface in {keys[0]}", name)
+            )
             continue
         verdicts.append(Verdict("PASS", f"up on {'; '.join(addrs)}", subject=name))
         verdicts += _reach(facts, name, keys, len(nodes))
@@ -85,21 +111,39 @@ def _reach(facts: Facts, name: str, keys: list[str], nodes: int) -> list[Verdict
         return [Verdict("SKIP", "TCP probe not run", subject=subject)] if nodes > 1 else []
     failed = [(a, b, addr, why) for a, b, addr, why in probes if why != "ok"]
     if not failed:
-        return [Verdict("PASS", f"{len(probes)} of {len(probes)} TCP connections between {nodes} nodes over {name}", subject=subject)]
+        return [
+            Verdict(
+                "PASS",
+                f"{len(probes)} of {len(probes)} TCP connections between {nodes} nodes over {name}",
+                subject=subject,
+            )
+        ]
     shown = "; ".join(f"{a} -> {b} {addr}: {why}" for a, b, addr, why in failed[:4])
     more = f" (+{len(failed) - 4} more)" if len(failed) > 4 else ""
-    return [Verdict("FAIL", f"{len(failed)} of {len(probes)} TCP connections over {name} failed: {shown}{more}; MPI would hang here",
-                    f"{name} does not carry traffic between the nodes: name the data interface in {', '.join(keys)}", subject)]
+    return [
+        Verdict(
+            "FAIL",
+            f"{len(failed)} of {len(probes)} TCP connections over {name} failed: {shown}{more}; MPI would hang here",
+            f"{name} does not carry traffic between the nodes: name the data interface in {', '.join(keys)}",
+            subject,
+        )
+    ]
 
 
 @rule("infiniband", needs=("site", "nodes", "observed"))
 def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """InfiniBand devices are present where the site asks for verbs (openib btl, UCX, NCCL_IB_HCA, fabric infiniband)."""
     site = facts.site
-    asks = [k for k, on in (("mca.btl=openib", "openib" in site.mca.get("btl", "").split(",")),
-                            ("mca.pml=ucx", site.mca.get("pml") == "ucx"),
-                            ("env.NCCL_IB_HCA", "NCCL_IB_HCA" in site.env),
-                            ("network.fabric=infiniband", site.network.fabric == "infiniband")) if on]
+    asks = [
+        k
+        for k, on in (
+            ("mca.btl=openib", "openib" in site.mca.get("btl", "").split(",")),
+            ("mca.pml=ucx", site.mca.get("pml") == "ucx"),
+            ("env.NCCL_IB_HCA", "NCCL_IB_HCA" in site.env),
+            ("network.fabric=infiniband", site.network.fabric == "infiniband"),
+        )
+        if on
+    ]
     if not asks:
         return Verdict("SKIP", "the site does not ask for verbs (openib, UCX, NCCL_IB_HCA, fabric infiniband)")
     if facts.scope == "login":
@@ -107,7 +151,10 @@ def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
     nodes = facts.ok_nodes()
     without = [h for h, n in nodes.items() if not n.get("infiniband")]
     if without:
-        return Verdict("FAIL", f"{', '.join(asks)} but /sys/class/infiniband is empty on {', '.join(without)}",
-                       "run on nodes with HCAs (partition/constraint) or switch the site to TCP (btl self,tcp)")
+        return Verdict(
+            "FAIL",
+            f"{', '.join(asks)} but /sys/class/infiniband is empty on {', '.join(without)}",
+            "run on nodes with HCAs (partition/constraint) or switch the site to TCP (btl self,tcp)",
+        )
     devices = sorted({d for n in nodes.values() for d in n["infiniband"]})
     return Verdict("PASS", f"{', '.join(devices)} on every node ({', '.join(asks)})")

@@ -81,16 +81,25 @@ def declared_node(site: Site, kb: KnowledgeBase) -> dict[str, Any]:
     return {
         "host": f"site {site.name}",
         "cpus": node.cores,
-        "gpu": {"present": bool(node.gpus), "driver": node.driver,
-                "gpus": [{"name": node.gpu_model, "capability": capability}] * node.gpus, "note": "declared by the site"},
+        "gpu": {
+            "present": bool(node.gpus),
+            "driver": node.driver,
+            "gpus": [{"name": node.gpu_model, "capability": capability}] * node.gpus,
+            "note": "declared by the site",
+        },
         "mpi": {"flavour": site.mpi.flavour, "version": site.mpi.version, "evidence": f"site {site.name}: mpi"},
     }
 
 
 def declared_facts(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> Facts:
     """What `check` judges: the recipe, its image's labels, and, with a site, the node the site declares."""
-    return Facts(site=site, recipe=recipe, image=image_facts(image_labels(recipe)), image_source=f"recipe {recipe.name}",
-                 nodes={f"site {site.name}": declared_node(site, kb)} if site is not None else None)
+    return Facts(
+        site=site,
+        recipe=recipe,
+        image=image_facts(image_labels(recipe)),
+        image_source=f"recipe {recipe.name}",
+        nodes={f"site {site.name}": declared_node(site, kb)} if site is not None else None,
+    )
 
 
 def check_declared(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> list[Result]:

@@ -26,9 +26,13 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "no TensorFlow")
     build = kb.tensorflow_build(tf.version)
     if build is None:
-        return Verdict("FAIL", f"TensorFlow {tf.version} is not in the knowledge base", "add it to compat.yaml tensorflow")
+        return Verdict(
+            "FAIL", f"TensorFlow {tf.version} is not in the knowledge base", "add it to compat.yaml tensorflow"
+        )
     if not _in_range(recipe.python, build.python):
-        return Verdict("FAIL", f"TensorFlow {tf.version} supports Python {build.python[0]}-{build.python[1]}, not {recipe.python}")
+        return Verdict(
+            "FAIL", f"TensorFlow {tf.version} supports Python {build.python[0]}-{build.python[1]}, not {recipe.python}"
+        )
     if recipe.gpu is None:
         if tf.package != "tensorflow-cpu":
             return Verdict("WARN", f"CPU-only recipe installs the GPU package {tf.package}; tensorflow-cpu is smaller")
@@ -37,10 +41,18 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("FAIL", "GPU recipe installs tensorflow-cpu, which cannot use the GPU; set package: tensorflow")
     cuda, cudnn = recipe.gpu.cuda, recipe.gpu.cudnn
     if not _runs_build(cuda, build.cuda):
-        return Verdict("FAIL", f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} (needs {build.cuda.split('.')[0]}.x >= {build.cuda})")
+        return Verdict(
+            "FAIL",
+            f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} (needs {build.cuda.split('.')[0]}.x >= {build.cuda})",
+        )
     if not _runs_build(cudnn, build.cudnn):
-        return Verdict("FAIL", f"TensorFlow {tf.version} is built for cuDNN {build.cudnn}; the recipe has cuDNN {cudnn}")
-    return Verdict("PASS", f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, Python {build.python[0]}-{build.python[1]}")
+        return Verdict(
+            "FAIL", f"TensorFlow {tf.version} is built for cuDNN {build.cudnn}; the recipe has cuDNN {cudnn}"
+        )
+    return Verdict(
+        "PASS",
+        f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, Python {build.python[0]}-{build.python[1]}",
+    )
 
 
 @rule("pytorch-wheel", needs=("recipe",))
@@ -54,9 +66,14 @@ def pytorch_wheel(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if release is None:
         return Verdict("FAIL", f"PyTorch {pt.version} is not in the knowledge base", "add it to compat.yaml pytorch")
     if not _in_range(recipe.python, release.python):
-        return Verdict("FAIL", f"PyTorch {pt.version} supports Python {release.python[0]}-{release.python[1]}, not {recipe.python}")
+        return Verdict(
+            "FAIL", f"PyTorch {pt.version} supports Python {release.python[0]}-{release.python[1]}, not {recipe.python}"
+        )
     if pt.variant not in release.variants:
-        return Verdict("FAIL", f"PyTorch {major_minor(pt.version)} has no {pt.variant} wheel (known: {', '.join(release.variants)})")
+        return Verdict(
+            "FAIL",
+            f"PyTorch {major_minor(pt.version)} has no {pt.variant} wheel (known: {', '.join(release.variants)})",
+        )
     if recipe.gpu is None:
         if pt.variant != "cpu":
             return Verdict("FAIL", f"CPU-only recipe installs the {pt.variant} wheel", "use variant: cpu")
@@ -65,7 +82,10 @@ def pytorch_wheel(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("FAIL", "GPU recipe installs the CPU wheel; pick a cuXYZ variant for the recipe's CUDA")
     wheel_cuda_major = pt.variant[2:-1]
     if wheel_cuda_major != recipe.gpu.cuda.split(".")[0]:
-        return Verdict("FAIL", f"PyTorch wheel {pt.variant} carries CUDA {wheel_cuda_major}.x; the recipe has CUDA {recipe.gpu.cuda}")
+        return Verdict(
+            "FAIL",
+            f"PyTorch wheel {pt.variant} carries CUDA {wheel_cuda_major}.x; the recipe has CUDA {recipe.gpu.cuda}",
+        )
     return Verdict("PASS", f"PyTorch {pt.version} {pt.variant} for Python {recipe.python}")
 
 
@@ -82,7 +102,11 @@ def pytorch_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "wheel unknown (see pytorch-wheel)")
     missing = [a for a in recipe.gpu.archs if a not in archs]
     if missing:
-        return Verdict("FAIL", f"the PyTorch {pt.version} {pt.variant} wheel has no kernels for compute capability {', '.join(missing)}", "pick a variant that covers them")
+        return Verdict(
+            "FAIL",
+            f"the PyTorch {pt.version} {pt.variant} wheel has no kernels for compute capability {', '.join(missing)}",
+            "pick a variant that covers them",
+        )
     return Verdict("PASS", f"PyTorch {pt.variant} wheel covers {', '.join(recipe.gpu.archs)}")
 
 
@@ -92,14 +116,19 @@ def horovod_tensorflow(facts: Facts, kb: KnowledgeBase) -> Verdict:
     recipe = facts.recipe
     tf, hvd = recipe.frameworks.tensorflow, kb.horovod.get(recipe.horovod.version)
     if hvd is None:
-        return Verdict("FAIL", f"Horovod {recipe.horovod.version} is not in the knowledge base", "add it to compat.yaml horovod")
+        return Verdict(
+            "FAIL", f"Horovod {recipe.horovod.version} is not in the knowledge base", "add it to compat.yaml horovod"
+        )
     if tf is None:
         return Verdict("SKIP", "no TensorFlow")
     if parse_version(major_minor(tf.version)) > parse_version(hvd.tensorflow_max):
-        return Verdict("FAIL", (
-            f"Horovod {recipe.horovod.version} supports TensorFlow <= {hvd.tensorflow_max}; "
-            f"TensorFlow {tf.version} ships Keras 3, which horovod.keras does not support (horovod#4040)"
-        ))
+        return Verdict(
+            "FAIL",
+            (
+                f"Horovod {recipe.horovod.version} supports TensorFlow <= {hvd.tensorflow_max}; "
+                f"TensorFlow {tf.version} ships Keras 3, which horovod.keras does not support (horovod#4040)"
+            ),
+        )
     return Verdict("PASS", f"Horovod {recipe.horovod.version} supports TensorFlow {tf.version} (Keras 2)")
 
 
@@ -112,14 +141,22 @@ def horovod_pytorch(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "no PyTorch" if pt is None else "Horovod unknown (see horovod-tensorflow)")
     if parse_version(pt.version) < parse_version(hvd.pytorch_min):
         return Verdict("FAIL", f"Horovod {recipe.horovod.version} needs PyTorch >= {hvd.pytorch_min}")
-    if parse_version(major_minor(pt.version)) >= parse_version(hvd.pytorch_cxx17_from) and "cxx17" not in recipe.horovod.patches:
-        return Verdict("FAIL", (
-            f"PyTorch {pt.version} needs C++17 but Horovod {recipe.horovod.version} builds as C++14; "
-            "add cxx17 to horovod.patches"
-        ))
-    return Verdict("PASS", f"Horovod {recipe.horovod.version} builds with PyTorch {pt.version}" + (
-        " (C++17 patch)" if "cxx17" in recipe.horovod.patches else ""
-    ))
+    if (
+        parse_version(major_minor(pt.version)) >= parse_version(hvd.pytorch_cxx17_from)
+        and "cxx17" not in recipe.horovod.patches
+    ):
+        return Verdict(
+            "FAIL",
+            (
+                f"PyTorch {pt.version} needs C++17 but Horovod {recipe.horovod.version} builds as C++14; "
+                "add cxx17 to horovod.patches"
+            ),
+        )
+    return Verdict(
+        "PASS",
+        f"Horovod {recipe.horovod.version} builds with PyTorch {pt.version}"
+        + (" (C++17 patch)" if "cxx17" in recipe.horovod.patches else ""),
+    )
 
 
 @rule("horovod-ops", needs=("recipe",))
@@ -128,7 +165,11 @@ def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
     recipe = facts.recipe
     ops = recipe.horovod.tensor_operations
     if recipe.gpu is None and "nccl" in ops:
-        return Verdict("FAIL", "CPU-only recipe asks for NCCL tensor operations; drop nccl from horovod.tensor_operations")
+        return Verdict(
+            "FAIL", "CPU-only recipe asks for NCCL tensor operations; drop nccl from horovod.tensor_operations"
+        )
     if recipe.gpu is not None and "nccl" not in ops:
-        return Verdict("FAIL", "GPU recipe without NCCL tensor operations would allreduce through host memory; add nccl")
+        return Verdict(
+            "FAIL", "GPU recipe without NCCL tensor operations would allreduce through host memory; add nccl"
+        )
     return Verdict("PASS", "tensor operations: " + ", ".join(ops))

@@ -19,7 +19,11 @@ def cuda_known(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return CPU_ONLY
     cuda = major_minor(recipe.gpu.cuda)
     if cuda not in kb.cuda_driver or cuda not in kb.cuda_archs:
-        return Verdict("FAIL", f"CUDA {cuda} is not in the knowledge base (known: {', '.join(kb.cuda_archs)})", "add it to compat.yaml with its source")
+        return Verdict(
+            "FAIL",
+            f"CUDA {cuda} is not in the knowledge base (known: {', '.join(kb.cuda_archs)})",
+            "add it to compat.yaml with its source",
+        )
     return Verdict("PASS", f"CUDA {cuda} needs Linux driver >= {kb.cuda_driver[cuda].toolkit}")
 
 
@@ -35,9 +39,12 @@ def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
     missing = [a for a in recipe.gpu.archs if a not in supported]
     if missing:
-        return Verdict("FAIL", f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
-                               f"(it builds {supported[0]}..{supported[-1]})",
-                       f"use another CUDA or drop {', '.join(missing)} from gpu.archs")
+        return Verdict(
+            "FAIL",
+            f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
+            f"(it builds {supported[0]}..{supported[-1]})",
+            f"use another CUDA or drop {', '.join(missing)} from gpu.archs",
+        )
     return Verdict("PASS", f"CUDA {cuda} builds sm_{', sm_'.join(a.replace('.', '') for a in recipe.gpu.archs)}")
 
 
@@ -63,7 +70,11 @@ def nccl_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if recipe.gpu is None:
         return CPU_ONLY
     if recipe.gpu.nccl_cuda != major_minor(recipe.gpu.cuda):
-        return Verdict("FAIL", f"NCCL {recipe.gpu.nccl} is built for CUDA {recipe.gpu.nccl_cuda}, the recipe has {recipe.gpu.cuda}", f"pick the +cuda{major_minor(recipe.gpu.cuda)} package")
+        return Verdict(
+            "FAIL",
+            f"NCCL {recipe.gpu.nccl} is built for CUDA {recipe.gpu.nccl_cuda}, the recipe has {recipe.gpu.cuda}",
+            f"pick the +cuda{major_minor(recipe.gpu.cuda)} package",
+        )
     return Verdict("PASS", f"NCCL {recipe.gpu.nccl_version} built for CUDA {recipe.gpu.nccl_cuda}")
 
 
@@ -95,12 +106,19 @@ def gpu_presence(facts: Facts, kb: KnowledgeBase) -> Verdict:
     cuda, with_gpu = image.get("cuda"), _gpu_nodes(facts)
     without = [h for h in facts.ok_nodes() if h not in with_gpu]
     if cuda and without:
-        return Verdict("FAIL", f"recipe {image.get('recipe')} is a CUDA stack but {', '.join(without)} has no GPUs", "use a CPU recipe")
+        return Verdict(
+            "FAIL",
+            f"recipe {image.get('recipe')} is a CUDA stack but {', '.join(without)} has no GPUs",
+            "use a CPU recipe",
+        )
     if not cuda and with_gpu:
         gpus = next(iter(with_gpu.values()))["gpus"]
         where = ", ".join(with_gpu) if facts.observed else site.name
-        return Verdict("WARN", f"recipe {image.get('recipe')} is CPU-only: the {len(gpus)} {gpus[0]['name']} GPUs per node of "
-                               f"{where} stay idle")
+        return Verdict(
+            "WARN",
+            f"recipe {image.get('recipe')} is CPU-only: the {len(gpus)} {gpus[0]['name']} GPUs per node of "
+            f"{where} stay idle",
+        )
     if cuda and not site.container.gpu and site.container.runtime != "none":
         return Verdict("WARN", f"site {site.name} does not pass GPUs into the container (container.gpu: false)")
     return Verdict("PASS", "GPU stack on a GPU site" if cuda else "CPU stack on a CPU site")
@@ -118,17 +136,26 @@ def driver_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
     unsaid = [h for h, g in with_gpu.items() if not g.get("driver")]
     if unsaid:
-        return Verdict("WARN", f"{', '.join(unsaid)} does not say its driver (node.driver); CUDA {cuda} needs >= {floor.toolkit}")
+        return Verdict(
+            "WARN", f"{', '.join(unsaid)} does not say its driver (node.driver); CUDA {cuda} needs >= {floor.toolkit}"
+        )
     drivers = {h: g["driver"] for h, g in with_gpu.items()}
     old = {h: d for h, d in drivers.items() if parse_version(d) < parse_version(floor.minor_compat)}
     if old:
-        return Verdict("FAIL", f"driver {', '.join(sorted(set(old.values())))}{facts.on(old)} is older than CUDA {cuda} allows "
-                               f"({floor.minor_compat})", "pick a recipe with an older CUDA or update the driver")
+        return Verdict(
+            "FAIL",
+            f"driver {', '.join(sorted(set(old.values())))}{facts.on(old)} is older than CUDA {cuda} allows "
+            f"({floor.minor_compat})",
+            "pick a recipe with an older CUDA or update the driver",
+        )
     compat = {h: d for h, d in drivers.items() if parse_version(d) < parse_version(floor.toolkit)}
     if compat:
-        return Verdict("WARN", f"driver {', '.join(sorted(set(compat.values())))}{facts.on(compat)} runs CUDA {cuda} only through "
-                               f"minor version compatibility (>= {floor.minor_compat}; full support from {floor.toolkit}): "
-                               "no PTX JIT for newer GPUs")
+        return Verdict(
+            "WARN",
+            f"driver {', '.join(sorted(set(compat.values())))}{facts.on(compat)} runs CUDA {cuda} only through "
+            f"minor version compatibility (>= {floor.minor_compat}; full support from {floor.toolkit}): "
+            "no PTX JIT for newer GPUs",
+        )
     return Verdict("PASS", f"driver {', '.join(sorted(set(drivers.values())))} >= {floor.toolkit} (CUDA {cuda})")
 
 
@@ -144,13 +171,20 @@ def gpu_arch(facts: Facts, kb: KnowledgeBase) -> Verdict:
             models.setdefault((card["name"], card.get("capability")), []).append(host)
     unknown = sorted(name for name, capability in models if capability is None)
     if unknown:
-        return Verdict("WARN", f"GPU model {', '.join(unknown)} is not in the knowledge base (known: {', '.join(kb.gpu_capability)})")
+        return Verdict(
+            "WARN",
+            f"GPU model {', '.join(unknown)} is not in the knowledge base (known: {', '.join(kb.gpu_capability)})",
+        )
     running = []
     for (name, capability), hosts in models.items():
         runs = runs_on(archs, capability)
         if not runs:
-            return Verdict("FAIL", f"{', '.join(dict.fromkeys(hosts))} has {name} (compute capability {capability}); the recipe builds "
-                                   f"{', '.join(archs)}", f"add {capability} to gpu.archs")
+            return Verdict(
+                "FAIL",
+                f"{', '.join(dict.fromkeys(hosts))} has {name} (compute capability {capability}); the recipe builds "
+                f"{', '.join(archs)}",
+                f"add {capability} to gpu.archs",
+            )
         running.append(f"{name} ({capability}) runs the sm_{runs[-1].replace('.', '')} code")
     return Verdict("PASS", "; ".join(running))
 
@@ -164,20 +198,39 @@ def declared_gpus(facts: Facts, kb: KnowledgeBase) -> Verdict:
     seen = {h: n.get("gpu") or {} for h, n in facts.ok_nodes().items()}
     if not node.gpus and not any(g.get("present") for g in seen.values()):
         notes = sorted({g.get("note", "") for g in seen.values()} - {""})
-        return Verdict("SKIP", f"no GPU on {', '.join(seen) or 'this node'} ({'; '.join(notes) or 'nvidia-smi reports none'}), "
-                               "and the site declares none")
+        return Verdict(
+            "SKIP",
+            f"no GPU on {', '.join(seen) or 'this node'} ({'; '.join(notes) or 'nvidia-smi reports none'}), "
+            "and the site declares none",
+        )
     wrong = []
     for host, gpu in seen.items():
         count, names = len(gpu.get("gpus", [])), sorted({c["name"] for c in gpu.get("gpus", [])})
         if count != node.gpus:
-            wrong.append((f"{host} has {count} GPUs ({', '.join(names) or gpu.get('note') or 'none'}); the site says node.gpus: {node.gpus}",
-                          f"set node.gpus: {count} in {facts.site.where} or run on the nodes it describes"))
+            wrong.append(
+                (
+                    f"{host} has {count} GPUs ({', '.join(names) or gpu.get('note') or 'none'}); the site says node.gpus: {node.gpus}",
+                    f"set node.gpus: {count} in {facts.site.where} or run on the nodes it describes",
+                )
+            )
         elif node.gpu_model and not any(node.gpu_model in n.split() for n in names):
-            wrong.append((f"{host} has {', '.join(names)}; the site says gpu_model: {node.gpu_model}",
-                          f"set node.gpu_model in {facts.site.where}"))
+            wrong.append(
+                (
+                    f"{host} has {', '.join(names)}; the site says gpu_model: {node.gpu_model}",
+                    f"set node.gpu_model in {facts.site.where}",
+                )
+            )
         elif node.driver and gpu.get("driver") != node.driver:
-            wrong.append((f"{host} runs driver {gpu.get('driver')}; the site says node.driver: {node.driver}",
-                          f"set node.driver: \"{gpu.get('driver')}\" in {facts.site.where}"))
+            wrong.append(
+                (
+                    f"{host} runs driver {gpu.get('driver')}; the site says node.driver: {node.driver}",
+                    f'set node.driver: "{gpu.get("driver")}" in {facts.site.where}',
+                )
+            )
     if wrong:
-        return Verdict("FAIL" if any("node.gpus" in e for e, _ in wrong) else "WARN", "; ".join(e for e, _ in wrong), wrong[0][1])
-    return Verdict("PASS", f"{node.gpus} x {node.gpu_model or 'GPU'} per node, driver {node.driver or 'as found'}, as declared")
+        return Verdict(
+            "FAIL" if any("node.gpus" in e for e, _ in wrong) else "WARN", "; ".join(e for e, _ in wrong), wrong[0][1]
+        )
+    return Verdict(
+        "PASS", f"{node.gpus} x {node.gpu_model or 'GPU'} per node, driver {node.driver or 'as found'}, as declared"
+    )

@@ -22,7 +22,9 @@ def mpi_abi(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("PASS", f"ABI family openmpi-{series}: the host needs Open MPI {series}.x")
     if abi.min is not None and parse_version(mpi.version) < parse_version(abi.min):
         return Verdict("FAIL", f"{mpi.flavour} {mpi.version} predates the MPICH ABI ({mpi.flavour} >= {abi.min})")
-    return Verdict("PASS", f"ABI family {abi.family}: any MPICH-ABI host MPI (MPICH >= 3.1, Intel MPI >= 5) can launch it")
+    return Verdict(
+        "PASS", f"ABI family {abi.family}: any MPICH-ABI host MPI (MPICH >= 3.1, Intel MPI >= 5) can launch it"
+    )
 
 
 @rule("mpi-abi-host", needs=("image", "site", "nodes"))
@@ -33,19 +35,34 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("SKIP", "image MPI unknown (see image-metadata)")
     seen = [n["mpi"] for n in facts.ok_nodes().values() if n.get("mpi")]
     host = seen[0] if seen else {"flavour": facts.site.mpi.flavour, "version": facts.site.mpi.version}
-    hflavour, hversion, iflavour, iversion = host["flavour"], host["version"], image["mpi.flavour"], image.get("mpi.version", "")
+    hflavour, hversion, iflavour, iversion = (
+        host["flavour"],
+        host["version"],
+        image["mpi.flavour"],
+        image.get("mpi.version", ""),
+    )
     host_abi, image_abi = kb.mpi_abi.get(hflavour), kb.mpi_abi.get(iflavour)
     if host_abi is None or image_abi is None:
-        return Verdict("FAIL", f"no ABI family known for {hflavour if host_abi is None else iflavour}", "add it to compat.yaml mpi_abi")
+        return Verdict(
+            "FAIL",
+            f"no ABI family known for {hflavour if host_abi is None else iflavour}",
+            "add it to compat.yaml mpi_abi",
+        )
     if host_abi.family != image_abi.family:
-        return Verdict("FAIL", f"{next(iter(facts.ok_nodes()), 'the host')} launches with {hflavour} {hversion}; "
-                               f"the image has {iflavour} {iversion}, another ABI family",
-                       "use an image built with the host's MPI family, or a site whose host MPI matches the image")
+        return Verdict(
+            "FAIL",
+            f"{next(iter(facts.ok_nodes()), 'the host')} launches with {hflavour} {hversion}; "
+            f"the image has {iflavour} {iversion}, another ABI family",
+            "use an image built with the host's MPI family, or a site whose host MPI matches the image",
+        )
     if host_abi.family == "by_major_minor" and major_minor(hversion) != major_minor(iversion):
-        return Verdict("FAIL", f"host Open MPI {hversion} and image Open MPI {iversion} are different series; "
-                               f"the hybrid model needs the same major.minor ({major_minor(hversion)}.x in the image)",
-                       f"rebuild the image with Open MPI {major_minor(hversion)}.x (recipe mpi.version) "
-                       f"or load Open MPI {major_minor(iversion)} on the host")
+        return Verdict(
+            "FAIL",
+            f"host Open MPI {hversion} and image Open MPI {iversion} are different series; "
+            f"the hybrid model needs the same major.minor ({major_minor(hversion)}.x in the image)",
+            f"rebuild the image with Open MPI {major_minor(hversion)}.x (recipe mpi.version) "
+            f"or load Open MPI {major_minor(iversion)} on the host",
+        )
     return Verdict("PASS", f"host {hflavour} {hversion} and image {iflavour} {iversion} share an ABI")
 
 
@@ -58,14 +75,24 @@ def host_mpi(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if absent and facts.scope == "login":
         return Verdict("SKIP", "no mpirun/mpiexec on this login node: checked in the job (after its modules load)")
     if absent:
-        return Verdict("FAIL", f"no mpirun/mpiexec on PATH on {', '.join(absent)}", f"load the MPI module or install {site.flavour} {site.version}")
+        return Verdict(
+            "FAIL",
+            f"no mpirun/mpiexec on PATH on {', '.join(absent)}",
+            f"load the MPI module or install {site.flavour} {site.version}",
+        )
     wrong = {h: m for h, m in found.items() if m["flavour"] != site.flavour}
     if wrong:
         h, m = next(iter(wrong.items()))
-        return Verdict("FAIL", f"{h}: {m['evidence']}; the site says {site.flavour} {site.version}",
-                       "fix mpi.flavour/version in the site or put the right MPI first on PATH")
+        return Verdict(
+            "FAIL",
+            f"{h}: {m['evidence']}; the site says {site.flavour} {site.version}",
+            "fix mpi.flavour/version in the site or put the right MPI first on PATH",
+        )
     versions = sorted({m["version"] for m in found.values()})
     if versions != [site.version]:
-        return Verdict("WARN", f"{', '.join(versions)} found; the site says {site.flavour} {site.version}",
-                       f"set mpi.version: \"{versions[0]}\" in the site (or load that version)")
+        return Verdict(
+            "WARN",
+            f"{', '.join(versions)} found; the site says {site.flavour} {site.version}",
+            f'set mpi.version: "{versions[0]}" in the site (or load that version)',
+        )
     return Verdict("PASS", f"{site.flavour} {site.version} on {', '.join(found)}")

@@ -11,8 +11,11 @@ def node_probe(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """Every node answered the probe (through the site's rsh agent or ssh)."""
     bad = {host: node["error"] for host, node in (facts.nodes or {}).items() if "error" in node}
     if bad:
-        return Verdict("FAIL", "; ".join(f"{h}: {e}" for h, e in bad.items()),
-                       "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it")
+        return Verdict(
+            "FAIL",
+            "; ".join(f"{h}: {e}" for h, e in bad.items()),
+            "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it",
+        )
     return Verdict("PASS", f"answered: {', '.join(facts.nodes or {})}")
 
 
@@ -26,14 +29,26 @@ def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     gpus = site.node.gpus
     over = {h: r for h, r in hosts.items() if gpus and r > gpus}
     if over:
-        verdicts.append(Verdict("FAIL", f"{', '.join(f'{r} ranks on {h}' for h, r in over.items())} but {gpus} GPUs per node",
-                                f"at most {gpus} ranks per node (one per GPU)"))
+        verdicts.append(
+            Verdict(
+                "FAIL",
+                f"{', '.join(f'{r} ranks on {h}' for h, r in over.items())} but {gpus} GPUs per node",
+                f"at most {gpus} ranks per node (one per GPU)",
+            )
+        )
     cores = {h: r for h, r in hosts.items() if "cpus" in nodes.get(h, {}) and r > nodes[h]["cpus"]}
     if cores:
         evidence = ", ".join(f"{r} ranks on {h} ({nodes[h]['cpus']} CPUs)" for h, r in cores.items())
         if site.launcher.oversubscribe:
-            verdicts.append(Verdict("WARN", evidence + "; launcher.oversubscribe is on", "fewer ranks per node run faster"))
+            verdicts.append(
+                Verdict("WARN", evidence + "; launcher.oversubscribe is on", "fewer ranks per node run faster")
+            )
         else:
-            verdicts.append(Verdict("FAIL", evidence + "; mpirun refuses more ranks than slots",
-                                    "lower the slots in --hosts or set launcher.oversubscribe"))
+            verdicts.append(
+                Verdict(
+                    "FAIL",
+                    evidence + "; mpirun refuses more ranks than slots",
+                    "lower the slots in --hosts or set launcher.oversubscribe",
+                )
+            )
     return verdicts or [Verdict("PASS", ", ".join(f"{r} on {h}" for h, r in hosts.items()) + " ranks fit")]

@@ -31,17 +31,34 @@ class HorovodRun(Launcher):
     def problems(self, site: Site) -> list[Problem]:
         found = super().problems(site)
         if (openmpi_major(site) or 0) >= 5 and not site.launcher.gloo:
-            found.append(Problem("launcher.name", "horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects", "set launcher.gloo: true or use name: mpirun5"))
+            found.append(
+                Problem(
+                    "launcher.name",
+                    "horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects",
+                    "set launcher.gloo: true or use name: mpirun5",
+                )
+            )
         for param in ("pml", "btl"):
             if param in site.mca:
-                found.append(Problem(f"mca.{param}", "horovodrun passes its own -mca pml ob1 -mca btl ^openib, which win over this", "use name: mpirun to choose them"))
+                found.append(
+                    Problem(
+                        f"mca.{param}",
+                        "horovodrun passes its own -mca pml ob1 -mca btl ^openib, which win over this",
+                        "use name: mpirun to choose them",
+                    )
+                )
         if site.network.interfaces:  # then horovodrun's own settings from --network-interface win
             gloo_or_mpi = "env.HOROVOD_GLOO_IFACE" if site.launcher.gloo else "mca.btl_tcp_if_include"
             for key in ("env.NCCL_SOCKET_IFNAME", gloo_or_mpi):
                 section, name = key.split(".")
                 if name in getattr(site, section):
-                    found.append(Problem(key, "horovodrun sets it from --network-interface (network.interfaces), "
-                                         "which wins over this", f"drop {key}, or network.interfaces, or use name: mpirun"))
+                    found.append(
+                        Problem(
+                            key,
+                            "horovodrun sets it from --network-interface (network.interfaces), which wins over this",
+                            f"drop {key}, or network.interfaces, or use name: mpirun",
+                        )
+                    )
         return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
@@ -52,4 +69,8 @@ class HorovodRun(Launcher):
 
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:
-            out.site("network.interfaces", ["--network-interface", ",".join(site.network.interfaces)], "Horovod and MPI traffic stay on these interfaces")
+            out.site(
+                "network.interfaces",
+                ["--network-interface", ",".join(site.network.interfaces)],
+                "Horovod and MPI traffic stay on these interfaces",
+            )

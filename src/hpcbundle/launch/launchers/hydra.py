@@ -42,4 +42,8 @@ class Hydra(Launcher):
 
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:
-            out.site("network.interfaces", ["-iface", site.network.interfaces[0]], "MPI's traffic stays on this interface (a wrong one hangs the job)")
+            out.site(
+                "network.interfaces",
+                ["-iface", site.network.interfaces[0]],
+                "MPI's traffic stays on this interface (a wrong one hangs the job)",
+            )

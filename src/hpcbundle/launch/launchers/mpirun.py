@@ -33,7 +33,13 @@ class OpenMpi4(Launcher):
         major = openmpi_major(site)
         if major is not None and (major >= 5) != self.ompi5:
             other = "mpirun" if self.ompi5 else "mpirun5"
-            found.append(Problem("launcher.name", f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; this site has Open MPI {site.mpi.version}", f"use name: {other}"))
+            found.append(
+                Problem(
+                    "launcher.name",
+                    f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; this site has Open MPI {site.mpi.version}",
+                    f"use name: {other}",
+                )
+            )
         return found
 
     def dash(self, site: Site) -> str:

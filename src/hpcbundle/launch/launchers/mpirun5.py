@@ -32,7 +32,13 @@ class OpenMpi5(OpenMpi4):
     def problems(self, site: Site) -> list[Problem]:
         found = super().problems(site)
         if site.launcher.single_dash:
-            found.append(Problem("launcher.single_dash", "Open MPI 5's mpirun rejects single-dash long options such as -bind-to", "drop single_dash"))
+            found.append(
+                Problem(
+                    "launcher.single_dash",
+                    "Open MPI 5's mpirun rejects single-dash long options such as -bind-to",
+                    "drop single_dash",
+                )
+            )
         return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
@@ -45,7 +51,11 @@ class OpenMpi5(OpenMpi4):
         self.add_values(site, out, {"bind_to": "--bind-to"})
         map_by, over = site.launcher.map_by, site.launcher.oversubscribe
         if map_by and over:
-            out.site("launcher.map_by", ["--map-by", f"{map_by}:oversubscribe"], "ranks fill each host's slots in order, and may outnumber its cores (launcher.oversubscribe)")
+            out.site(
+                "launcher.map_by",
+                ["--map-by", f"{map_by}:oversubscribe"],
+                "ranks fill each host's slots in order, and may outnumber its cores (launcher.oversubscribe)",
+            )
         else:
             self.add_values(site, out, {"map_by": "--map-by"})
             self.add_flags(site, out, {"oversubscribe": "--oversubscribe"})

@@ -30,7 +30,11 @@ class Srun(Launcher):
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         self.start(site, out)
         if site.launcher.pmi:
-            out.site("launcher.pmi", [f"--mpi={site.launcher.pmi}"], "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)")
+            out.site(
+                "launcher.pmi",
+                [f"--mpi={site.launcher.pmi}"],
+                "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)",
+            )
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
         if site.node.ranks_per_node:
             out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")

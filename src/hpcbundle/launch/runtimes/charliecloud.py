@@ -24,7 +24,13 @@ class Charliecloud(Runtime):
 
     def problems(self, site: Site) -> list[Problem]:
         if site.container.gpu:
-            return [Problem("container.gpu", "ch-run has no GPU flag", "inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu")]
+            return [
+                Problem(
+                    "container.gpu",
+                    "ch-run has no GPU flag",
+                    "inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu",
+                )
+            ]
         return []
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:

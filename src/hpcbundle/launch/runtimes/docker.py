@@ -24,8 +24,16 @@ class Docker(Runtime):
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         self.start(site, out, "run", "--rm")
-        out.add(["--init"], f"default of {self.name}", "an init process reaps zombies and passes signals (the --exec time bound) to the launcher")
-        out.add(["--network=host", "--ipc=host"], f"default of {self.name}", "ranks and NCCL use the host's interfaces and shared memory")
+        out.add(
+            ["--init"],
+            f"default of {self.name}",
+            "an init process reaps zombies and passes signals (the --exec time bound) to the launcher",
+        )
+        out.add(
+            ["--network=host", "--ipc=host"],
+            f"default of {self.name}",
+            "ranks and NCCL use the host's interfaces and shared memory",
+        )
         if site.container.gpu:
             out.site("container.gpu", ["--gpus=all"], "expose the host's GPUs and driver")
         self.add_binds(site, out, "-v", both_sides=True)

@@ -23,7 +23,9 @@ class Singularity(Runtime):
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         self.start(site, out, "exec")
         if site.container.gpu:
-            out.site("container.gpu", ["--nv"], "bind the host's NVIDIA driver libraries and GPU devices into the container")
+            out.site(
+                "container.gpu", ["--nv"], "bind the host's NVIDIA driver libraries and GPU devices into the container"
+            )
         self.add_binds(site, out, "--bind")
         self.add_args(site, out)
         out.add([image or ""], "flag --image", "the image every rank runs")
