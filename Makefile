@@ -74,8 +74,9 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
 	fi
 
-lint: venv render ## ruff, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
+lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
 	$(BIN)/ruff check src tests examples bench
+	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
 	$(BIN)/shellcheck scripts/setup/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def

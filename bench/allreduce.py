@@ -311,7 +311,8 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
             t0 = time.monotonic()
             records, error = run_backend(cluster, site, backend, args.sizes, args.timeout + 60)
             print(
-                f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s{'; FAILED ' + error if error else ''}",
+                f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s"
+                f"{'; FAILED ' + error if error else ''}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -321,7 +322,8 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
         print("   iperf3 again ...", file=sys.stderr, flush=True)
         link = combine_links(link, measure_link(cluster, args.iperf_seconds, directory))
         print(
-            f"   link after {link['after']['gib']:.3f} GiB/s; used: the mean of before and after, {link['gib']:.3f} GiB/s",
+            f"   link after {link['after']['gib']:.3f} GiB/s; used: the mean of before and after, "
+            f"{link['gib']:.3f} GiB/s",
             file=sys.stderr,
             flush=True,
         )
@@ -360,16 +362,18 @@ def targets(results: list[dict], link: dict[str, Any]) -> dict[str, Any]:
 def report(cluster: dict[str, Any]) -> list[str]:
     link = cluster["link"]
     lines = [
-        f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction (before {link['before']['gib']:.3f}, after "
-        f"{link['after']['gib']:.3f}; {link['mode']}, concurrent: "
+        f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction "
+        f"(before {link['before']['gib']:.3f}, after {link['after']['gib']:.3f}; {link['mode']}, concurrent: "
         + ", ".join(f"{k} {v:.3f}" for k, v in link["streams"].items())
         + f"; unidirectional node1->node2 {link['unidirectional_gib']:.3f} GiB/s)",
-        f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} {'busbw/link':>10} ok",
+        f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} "
+        f"{'busbw/link':>10} ok",
     ]
     for r in sorted(cluster["results"], key=lambda r: (r["bytes"], r["variant"])):
         lines.append(
             f"{_fmt_size(r['bytes']):>9}  {r['variant']:<14} {r['ops']:<5} {r['iters']:>5} {r['seconds']:>10.6f} "
-            f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} {'yes' if r['correct'] else 'NO'}"
+            f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} "
+            f"{'yes' if r['correct'] else 'NO'}"
         )
     for name, error in cluster["errors"].items():
         lines.append(f"  {name} FAILED: {error}")

@@ -91,8 +91,9 @@ def hints() -> tuple[tuple[str, str], ...]:
     return (
         (
             "object has no attribute '_recursion_count'",
-            "the venv's python binary is not the one whose standard library it loads (pyvenv.cfg), so multiprocessing's "
-            "spawn fails, and horovodrun needs it; make the venv again (scripts/setup/python-env.sh does when it sees this)",
+            "the venv's python binary is not the one whose standard library it loads (pyvenv.cfg), so "
+            "multiprocessing's spawn fails, and horovodrun needs it; make the venv again "
+            "(scripts/setup/python-env.sh does when it sees this)",
         ),
         (
             "could not connect to some hosts via ssh",
@@ -283,8 +284,9 @@ def report(chosen: list[Variant], args: argparse.Namespace, nodes: list[str]) ->
     base = next((v for v in chosen if v.name == BASELINE), None)
     rows = {v.name: summary(v, base) for v in chosen}
     print(
-        f"\nlaunch overhead: {args.np} rank(s) on {', '.join(nodes)}, launched from node1; {args.repeat} round(s) after "
-        f"{args.warmup} warm-up; seconds from launcher start, median / min; diff and ratio of medians vs {BASELINE}"
+        f"\nlaunch overhead: {args.np} rank(s) on {', '.join(nodes)}, launched from node1; "
+        f"{args.repeat} round(s) after {args.warmup} warm-up; seconds from launcher start, median / min; "
+        f"diff and ratio of medians vs {BASELINE}"
     )
     print(
         f"{'variant':<12}{'ok':>5}  {'first rank':>15}{'diff':>9}{'ratio':>8}  {'job end':>15}{'diff':>9}{'ratio':>8}"
@@ -315,7 +317,8 @@ def report(chosen: list[Variant], args: argparse.Namespace, nodes: list[str]) ->
         met = max(target["job_end_diff_s"], target["first_rank_diff_s"]) <= TARGET_S
         print(
             f"verdict: the generated command is {target['first_rank_diff_s']:+.3f} s to the first rank and "
-            f"{target['job_end_diff_s']:+.3f} s to job end vs plain mpirun (target: within {TARGET_S} s): {'MET' if met else 'MISSED'}"
+            f"{target['job_end_diff_s']:+.3f} s to job end vs plain mpirun (target: within {TARGET_S} s): "
+            f"{'MET' if met else 'MISSED'}"
         )
     else:
         print(f"verdict: none (needs good runs of both {BASELINE} and {TARGET})")

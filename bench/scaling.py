@@ -146,14 +146,16 @@ def decomposition(
         f"Thalf = {th * 1e3:.1f} ms ({batch_per_rank} images, 1 rank, alone)"
         + (f"; Tpair = {control * 1e3:.1f} ms (the same on 2 nodes at once, no communication)" if control else "")
         + f"; T2 = {t2 * 1e3:.1f} ms (2 ranks)",
-        f"  half-batch compute efficiency T1/(2*Thalf) = {t1 / (2 * th):.3f} (a smaller batch per rank computes less efficiently)",
+        f"  half-batch compute efficiency T1/(2*Thalf) = {t1 / (2 * th):.3f} "
+        "(a smaller batch per rank computes less efficiently)",
     ]
     if control:
         lines += [
             f"  sharing the machine Thalf/Tpair = {th / control:.3f} (two nodes computing at once on one host: caches, "
             f"memory bandwidth, the other work running here)",
-            f"  communication and synchronisation Tpair/T2 = {control / t2:.3f} (T2 - Tpair = {(t2 - control) * 1e3:.1f} ms "
-            f"per step: the allreduce over data0 and waiting for the slower rank)",
+            f"  communication and synchronisation Tpair/T2 = {control / t2:.3f} "
+            f"(T2 - Tpair = {(t2 - control) * 1e3:.1f} ms per step: the allreduce over data0 and waiting for "
+            "the slower rank)",
         ]
     else:
         lines.append(f"  everything else Thalf/T2 = {th / t2:.3f} (T2 - Thalf = {(t2 - th) * 1e3:.1f} ms per step)")
@@ -293,7 +295,8 @@ def main() -> int:
         )
         print(f"2-node strong-scaling efficiency: {verdict}")
         print(
-            f"# load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (other work on the machine moves the figures)"
+            f"# load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} "
+            "(other work on the machine moves the figures)"
         )
         print(
             json.dumps(

@@ -151,7 +151,8 @@ def _check_section(section: Section, earlier: set[str]) -> list[str]:
             return [f"{where} {section.args}: expected `%files from STAGE`"]
         if source[1] not in earlier:
             return [
-                f"{where} from {source[1]}: no earlier stage is named {source[1]!r} (earlier: {', '.join(sorted(earlier)) or 'none'})"
+                f"{where} from {source[1]}: no earlier stage is named {source[1]!r} "
+                f"(earlier: {', '.join(sorted(earlier)) or 'none'})"
             ]
     if section.name == "labels":
         return [

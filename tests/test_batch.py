@@ -116,9 +116,9 @@ def test_submit_without_sbatch_is_a_one_line_error(tmp_path):
         "sbatch", "--nodes", "1", "--submit", "--", "python3", "t.py", env={"PATH": str(tmp_path / "empty")}
     )
     assert result.returncode == 2
-    assert (
-        result.stderr
-        == "hpcbundle: error: sbatch: not found on PATH (run --submit on a SLURM login node, or drop it and copy the script there)\n"
+    assert result.stderr == (
+        "hpcbundle: error: sbatch: not found on PATH "
+        "(run --submit on a SLURM login node, or drop it and copy the script there)\n"
     )
 
 

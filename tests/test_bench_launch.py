@@ -42,7 +42,11 @@ def test_every_variant_runs_every_rank_on_its_node_and_the_json_line_names_them_
 
 
 def test_a_failed_launch_counts_for_nothing_and_shows_its_stderr_tail_and_cause():
-    err = "Traceback (most recent call last):\nAttributeError: '_thread.RLock' object has no attribute '_recursion_count'\nRuntimeError: gave up\n"
+    err = (
+        "Traceback (most recent call last):\n"
+        "AttributeError: '_thread.RLock' object has no attribute '_recursion_count'\n"
+        "RuntimeError: gave up\n"
+    )
     run = bench.judge(1, "bench-t0 100.0\nbench-t1 101.0 1\n", err, ["node1", "node2"])
     assert run.error.startswith("exit status 1\n")
     assert "cause: the venv's python binary" in run.error and "| RuntimeError: gave up" in run.error

@@ -14,8 +14,9 @@ hangs until the launch bound kills it, while 1 MiB (under the single-copy thresh
 on them that help message is lost to a PMIx show_help error, so it is not asserted.)
 
 The image is the session fixture `cpu_local` (hpcbundle_testbed.docker_plugin) that
-test_docker_image.py uses too: built once per session (warm, from the layer cache). Every run is bounded; the image directory, namespaces and processes are
-removed also when a test fails. Nothing skips.
+test_docker_image.py uses too: built once per session (warm, from the layer cache). Every run is
+bounded; the image directory, namespaces and processes are removed also when a test fails.
+Nothing skips.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""doctor's judging, pure: observed facts in, exact PASS/WARN/FAIL results out from the shared rules (no machine needed)."""
+"""doctor's judging, pure: observed facts in, exact PASS/WARN/FAIL results out from the shared rules.
+
+No machine is needed.
+"""
 
 from __future__ import annotations
 

@@ -21,12 +21,14 @@ from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
 SITES = ROOT / "site_configs"
 SEED_4 = (
-    "mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
-    "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
+    "mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 "
+    "-x NCCL_SOCKET_IFNAME=^virbr0,lo -mca btl openib,self -mca pml ob1 "
+    "singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
 )
 SEED_8 = (
-    "mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=^virbr0,lo "
-    "-mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
+    "mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 "
+    "-x NCCL_SOCKET_IFNAME=^virbr0,lo -mca btl openib,self -mca pml ob1 "
+    "singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
 )
 KNL_PROGRAM = (
     "python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod "
@@ -176,7 +178,8 @@ def test_explain_names_the_site_key_and_why_of_each_token():
     assert lines[0].startswith("mpirun -np 4")
     assert any(
         line.startswith(
-            "-x 'NCCL_SOCKET_IFNAME=^virbr0,lo'  <- site ib-v100 env.NCCL_SOCKET_IFNAME: keep NCCL off the libvirt bridge and loopback"
+            "-x 'NCCL_SOCKET_IFNAME=^virbr0,lo'  <- site ib-v100 env.NCCL_SOCKET_IFNAME: "
+            "keep NCCL off the libvirt bridge and loopback"
         )
         for line in lines
     )
@@ -405,7 +408,10 @@ def _need_mpirun() -> None:
 
 def test_local_exec_runs_two_real_ranks_that_each_print_their_rank():
     _need_mpirun()
-    program = "import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', os.environ['OMPI_COMM_WORLD_SIZE'], flush=True)"
+    program = (
+        "import os; "
+        "print('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', os.environ['OMPI_COMM_WORLD_SIZE'], flush=True)"
+    )
     result = hpcbundle("launch", "--site", "local", "--np", "2", "--exec", "--", "python3", "-c", program)
     assert result.returncode == 0, result.stderr
     # mpirun forwards each rank's output in chunks: two ranks' lines may reach stdout interleaved.

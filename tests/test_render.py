@@ -230,8 +230,8 @@ def test_ucx_recipe_builds_ucx_first_from_its_real_checksum() -> None:
 def test_intel_mpi_comes_from_wheels_into_the_venv() -> None:
     text = rendered("knl-intelmpi-tf2.15", "docker")
     assert (
-        "\nRUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse impi-devel==2021.13.1 impi-rt==2021.13.1\n"
-        in text
+        "\nRUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse "
+        "impi-devel==2021.13.1 impi-rt==2021.13.1\n" in text
     )
     assert 'I_MPI_ROOT="/opt/venv"' in text and "/opt/openmpi" not in text
 
@@ -343,8 +343,10 @@ def test_renderer_refuses_a_multi_line_compound_in_a_snippet(tmp_path: Path) -> 
         with pytest.raises(UserError) as refused:
             render_image(recipe("cpu-local"), fmt, template_environment(containers), knowledge_base())
         assert refused.value.lines == (
-            "containers/common/venv.sh.j2: 'if [ ! -x /opt/venv/bin/pip ]; then': opens a compound command that does not "
-            "close on this line (no 'fi') (each snippet line must be one complete command: it becomes one link of a RUN `&&` chain)",
+            "containers/common/venv.sh.j2: 'if [ ! -x /opt/venv/bin/pip ]; then': "
+            "opens a compound command that does not close on this line (no 'fi') "
+            "(each snippet line must be one complete command: "
+            "it becomes one link of a RUN `&&` chain)",
         )
 
 

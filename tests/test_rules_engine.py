@@ -1,4 +1,5 @@
-"""One rule engine: `check --site` (declared facts) and `doctor` (observed facts) are two front ends over the same rules."""
+"""One rule engine: `check --site` (declared facts) and `doctor` (observed facts) are two front ends
+over the same rules."""
 
 from __future__ import annotations
 

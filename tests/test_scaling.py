@@ -295,7 +295,8 @@ def test_a_repeated_study_runs_round_after_round_and_reports_each_points_median(
         (["--nodes", "4-1"], "--nodes: '4-1' is not a list of node counts (e.g. 1-4, 1,2,4,8 or 1-2,4)"),
         (
             ["--nodes", "1-3", "--tasks-per-node", "1", "--global-batch", "64"],
-            "--global-batch: 64 images cannot be split evenly over 3 ranks (3 node(s) x 1) (use a multiple of 6, e.g. 66)",
+            "--global-batch: 64 images cannot be split evenly over 3 ranks (3 node(s) x 1) "
+            "(use a multiple of 6, e.g. 66)",
         ),
         (["--nodes", "1", "--site", "no-such-site"], "no-such-site"),
         (["--nodes", "1", "--time", "soon"], "--time: 'soon' is not a SLURM time"),

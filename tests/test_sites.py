@@ -58,7 +58,8 @@ BAD_SITES = [
     (
         "ib-v100",
         {"launcher.name": "mpiexec.hydra", "launcher.single_dash": None},
-        "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) (use one of: horovodrun, mpirun, mpirun5, srun)",
+        "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) "
+        "(use one of: horovodrun, mpirun, mpirun5, srun)",
     ),
     (
         "ib-v100",
@@ -68,12 +69,14 @@ BAD_SITES = [
     (
         "roce-h100-ompi5",
         {"launcher.single_dash": True},
-        "launcher.single_dash: Open MPI 5's mpirun rejects single-dash long options such as -bind-to (drop single_dash)",
+        "launcher.single_dash: Open MPI 5's mpirun rejects single-dash long options such as -bind-to "
+        "(drop single_dash)",
     ),
     (
         "roce-h100-ompi5",
         {"launcher": {"name": "horovodrun"}, "mca": {}, "why": {}},
-        "launcher.name: horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects (set launcher.gloo: true or use name: mpirun5)",
+        "launcher.name: horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects "
+        "(set launcher.gloo: true or use name: mpirun5)",
     ),
     (
         "eth-a100-slurm",
@@ -88,7 +91,8 @@ BAD_SITES = [
     (
         "local-charliecloud",
         {"container.gpu": True, "node.gpus": 1, "node.gpu_model": "T4"},
-        "container.gpu: ch-run has no GPU flag (inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu)",
+        "container.gpu: ch-run has no GPU flag "
+        "(inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu)",
     ),
     ("local", {"container.gpu": True}, "container.gpu: the site has no GPUs (node.gpus: 0) (set node.gpus or drop it)"),
     (

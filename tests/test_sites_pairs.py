@@ -112,8 +112,8 @@ def test_check_with_site_refuses_a_bad_pair_with_every_reason():
     assert result.returncode == 2
     assert "FAIL  gpu-arch" in result.stdout and "WARN  openib-ucx" in result.stdout
     assert result.stderr.strip().splitlines() == [
-        "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: site ib-v100 has V100 (compute capability 7.0); "
-        "the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"
+        "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: "
+        "site ib-v100 has V100 (compute capability 7.0); the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"
     ]
 
 

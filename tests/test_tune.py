@@ -186,9 +186,12 @@ def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_pa
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [
-        "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores: 0 | 1",
-        "cycle: how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1): 1 ms | 0.5 ms | 5 ms",
-        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot py b.py --backend horovod --sizes 67108864 --tensors 8",
+        "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), "
+        "for nodes with more busy threads than cores: 0 | 1",
+        "cycle: how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1): "
+        "1 ms | 0.5 ms | 5 ms",
+        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot "
+        "py b.py --backend horovod --sizes 67108864 --tensors 8",
     ]
     assert not (tmp_path / "x.yaml").exists()
 

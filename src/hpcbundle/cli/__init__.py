@@ -56,7 +56,10 @@ class _Group(click.Group):
     "--bundle",
     type=click.Path(file_okay=False, path_type=Path),
     envvar="HPCBUNDLE_ROOT",
-    help="The bundle's top level (holds recipes/, site_configs/, containers/). Default: found from the current directory.",
+    help=(
+        "The bundle's top level (holds recipes/, site_configs/, containers/). "
+        "Default: found from the current directory."
+    ),
 )
 @click.pass_context
 def main(ctx: click.Context, bundle: Path | None) -> None:

@@ -102,7 +102,8 @@ def launch_command(
     \b
     Examples:
       hpcbundle launch --np 2 --exec -- python3 train.py
-      hpcbundle launch --site ib-v100 --image horovod.sif --np 4 --hosts f1:2,f2:2 -- python /examples/keras_mnist_advanced.py
+      hpcbundle launch --site ib-v100 --image horovod.sif --np 4 --hosts f1:2,f2:2 \\
+          -- python /examples/keras_mnist_advanced.py
       hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
     """
     model = site_for(bundle, site)
@@ -124,8 +125,9 @@ def launch_command(
     status = run_bounded(command.argv, limit)
     if status is None:
         click.echo(
-            f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. MPI hangs like this "
-            f"when ranks cannot reach each other, most often over a wrong network interface: check network.interfaces, "
+            f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. "
+            f"MPI hangs like this when ranks cannot reach each other, most often over a wrong network interface: "
+            f"check network.interfaces, "
             f"mca btl_tcp_if_include/oob_tcp_if_include and NCCL_SOCKET_IFNAME in {model.where} against `ip -br addr` "
             f"on the nodes (or raise the limit for a long job)",
             err=True,
@@ -231,7 +233,8 @@ def submit_script(text: str, path: Path | None) -> str:
         raise UserError.at(
             "",
             "sbatch",
-            f"refused the job: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}",
+            "refused the job: "
+            f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}",
             "fix the site's slurm settings or the flags",
         )
     return parse_job_id(result.stdout)

@@ -267,8 +267,9 @@ def report_command(directory: Path) -> None:
     write_atomic(directory / CSV, csv_text(rows, fitted))
     study = document.get("study", {})
     title = (
-        f"{document.get('site', '?')}: {study.get('model', '?')} synthetic benchmark, global batch {study.get('global_batch')} "
-        f"(strong), {study.get('batch_per_rank')}/rank (weak), {study.get('tasks_per_node')} rank(s)/node"
+        f"{document.get('site', '?')}: {study.get('model', '?')} synthetic benchmark, "
+        f"global batch {study.get('global_batch')} (strong), {study.get('batch_per_rank')}/rank (weak), "
+        f"{study.get('tasks_per_node')} rank(s)/node"
     )
     write_atomic(directory / PNG, render_png(rows, fitted, title))
     for line in table(rows, fitted):

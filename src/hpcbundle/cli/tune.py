@@ -102,7 +102,10 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 )
 @click.option(
     "--knobs",
-    help=f"Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): {', '.join(KNOB_NAMES)}.",
+    help=(
+        "Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): "
+        f"{', '.join(KNOB_NAMES)}."
+    ),
 )
 @click.option(
     "--repeat",

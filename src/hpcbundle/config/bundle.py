@@ -60,5 +60,6 @@ def find_bundle(explicit: Path | None, cwd: Path) -> Bundle:
     if _is_bundle(source_checkout):
         return Bundle(source_checkout)
     raise UserError(
-        "no hpcbundle bundle found here or above (recipes/ and containers/); run from the repository or pass --bundle DIR"
+        "no hpcbundle bundle found here or above (recipes/ and containers/); "
+        "run from the repository or pass --bundle DIR"
     )

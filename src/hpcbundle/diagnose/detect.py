@@ -45,7 +45,8 @@ def choose_interface(observed: dict[str, Any]) -> tuple[str | None, str]:
     if own in names:
         return (
             own,
-            f"this node's name {observed.get('host')} resolves to {observed.get('hostname_address')}, on {own}: its peers dial that address",
+            f"this node's name {observed.get('host')} resolves to {observed.get('hostname_address')}, on {own}: "
+            "its peers dial that address",
         )
     default = observed.get("default_route")
     if default in names:

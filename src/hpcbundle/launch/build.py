@@ -21,7 +21,10 @@ _WRAPPER_WHY = {
         "per-rank wrapper on the host, before the container starts: CPU affinity and memory policy "
         "are inherited through exec into the container, and the host has the tool where a slim image may not"
     ),
-    "inside": "per-rank wrapper inside the container: its processes descend from the daemon, so host-side settings would not reach them",
+    "inside": (
+        "per-rank wrapper inside the container: its processes descend from the daemon, "
+        "so host-side settings would not reach them"
+    ),
 }
 
 

@@ -127,8 +127,10 @@ def plan(study: Study) -> list[Point]:
 
     Strong mode splits the global batch evenly, so it must be a multiple of every rank count:
 
-    >>> [(p.name, p.ranks, p.batch_per_rank) for p in plan(Study(nodes=(1, 2, 4), global_batch=64, batch_per_rank=16))]
-    [('strong-n01', 1, 64), ('strong-n02', 2, 32), ('strong-n04', 4, 16), ('weak-n01', 1, 16), ('weak-n02', 2, 16), ('weak-n04', 4, 16)]
+    >>> study = Study(nodes=(1, 2, 4), global_batch=64, batch_per_rank=16)
+    >>> [(p.name, p.ranks, p.batch_per_rank) for p in plan(study)]  # doctest: +NORMALIZE_WHITESPACE
+    [('strong-n01', 1, 64), ('strong-n02', 2, 32), ('strong-n04', 4, 16),
+     ('weak-n01', 1, 16), ('weak-n02', 2, 16), ('weak-n04', 4, 16)]
     >>> [p.name for p in plan(Study(nodes=(1, 2), modes=("strong",), repeat=2))]
     ['strong-n01-r1', 'strong-n02-r1', 'strong-n01-r2', 'strong-n02-r2']
     """
@@ -172,8 +174,8 @@ def program(study: Study, point: Point, examples: str) -> list[str]:
     """The benchmark's argv for one point; `examples` is the directory holding the example programs.
 
     >>> program(Study(nodes=(2,), iters=3), Point("strong", 2, 2, 32), "/examples")  # doctest: +NORMALIZE_WHITESPACE
-    ['python', '/examples/pytorch_synthetic_benchmark.py', '--model', 'resnet', '--batch-size', '32', '--image-size', '32',
-     '--num-warmup-batches', '5', '--num-batches-per-iter', '5', '--num-iters', '3']
+    ['python', '/examples/pytorch_synthetic_benchmark.py', '--model', 'resnet', '--batch-size', '32',
+     '--image-size', '32', '--num-warmup-batches', '5', '--num-batches-per-iter', '5', '--num-iters', '3']
     """
     return [
         study.python,
@@ -572,7 +574,8 @@ def _num(value: float | None) -> str:
 def table(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> list[str]:
     """The report's lines: one per point, then the fitted model of each mode."""
     lines = [
-        f"{'mode':<7}{'nodes':>6}{'ranks':>6}{'batch/rank':>11}{'img/s':>10}{'+-':>8}{'T (s)':>9}{'speedup':>9}{'eff':>7}{'model eff':>10}  status"
+        f"{'mode':<7}{'nodes':>6}{'ranks':>6}{'batch/rank':>11}{'img/s':>10}{'+-':>8}{'T (s)':>9}"
+        f"{'speedup':>9}{'eff':>7}{'model eff':>10}  status"
     ]
     for row in rows:
         p, m = row.point, row.measured

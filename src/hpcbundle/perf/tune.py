@@ -95,7 +95,10 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob(
         "algorithm",
-        "Open MPI's allreduce algorithm (coll_tuned dynamic rules; default: its size-based choice; segmented ring: 1 MiB segments)",
+        (
+            "Open MPI's allreduce algorithm (coll_tuned dynamic rules; default: its size-based choice; "
+            "segmented ring: 1 MiB segments)"
+        ),
         (
             _algorithm(None, "default"),
             _algorithm(3, "recursive doubling"),
@@ -358,7 +361,8 @@ def tuned_site_text(
     header = [
         f"Tuned by `hpcbundle tune` on {when} from {source}.",
         f"Workload: allreduce of {workload.bytes // _MIB} MiB in {workload.tensors} float32 tensor(s), Horovod, "
-        f"{workload.ranks} ranks on {workload.hosts}; each candidate run {workload.repeat} times, interleaved; busbw (nccl-tests).",
+        f"{workload.ranks} ranks on {workload.hosts}; each candidate run {workload.repeat} times, interleaved; "
+        "busbw (nccl-tests).",
         f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
         "Changed: "
         + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),

@@ -132,7 +132,10 @@ def _reach(facts: Facts, name: str, keys: list[str], nodes: int) -> list[Verdict
 
 @rule("infiniband", needs=("site", "nodes", "observed"))
 def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """InfiniBand devices are present where the site asks for verbs (openib btl, UCX, NCCL_IB_HCA, fabric infiniband)."""
+    """InfiniBand devices are present where the site asks for verbs.
+
+    Verbs are asked for by the openib btl, UCX, NCCL_IB_HCA or fabric: infiniband.
+    """
     site = facts.site
     asks = [
         k

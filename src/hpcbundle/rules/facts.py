@@ -6,8 +6,9 @@ diagnose/probes.py's `facts()` (a site declares one such node for all of its nod
 
     >>> from hpcbundle.config.sites import Site
     >>> from hpcbundle.rules.knowledge import knowledge_base
-    >>> site = Site.model_validate({"name": "v", "description": "d", "mpi": {"flavour": "openmpi", "version": "4.1.6"},
-    ...     "launcher": {"name": "mpirun"}, "node": {"cores": 40, "gpus": 2, "gpu_model": "V100", "driver": "535.104.05"},
+    >>> site = Site.model_validate({"name": "v", "description": "d",
+    ...     "mpi": {"flavour": "openmpi", "version": "4.1.6"}, "launcher": {"name": "mpirun"},
+    ...     "node": {"cores": 40, "gpus": 2, "gpu_model": "V100", "driver": "535.104.05"},
     ...     "network": {"fabric": "infiniband"}})
     >>> node = declared_node(site, knowledge_base())
     >>> node["gpu"]["driver"], node["gpu"]["gpus"][0], node["mpi"]["version"]

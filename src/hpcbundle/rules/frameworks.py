@@ -43,7 +43,8 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if not _runs_build(cuda, build.cuda):
         return Verdict(
             "FAIL",
-            f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} (needs {build.cuda.split('.')[0]}.x >= {build.cuda})",
+            f"TensorFlow {tf.version} is built for CUDA {build.cuda}; the recipe has CUDA {cuda} "
+            f"(needs {build.cuda.split('.')[0]}.x >= {build.cuda})",
         )
     if not _runs_build(cudnn, build.cudnn):
         return Verdict(
@@ -51,7 +52,8 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
         )
     return Verdict(
         "PASS",
-        f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, Python {build.python[0]}-{build.python[1]}",
+        f"TensorFlow {tf.version} tested with CUDA {build.cuda}, cuDNN {build.cudnn}, "
+        f"Python {build.python[0]}-{build.python[1]}",
     )
 
 

@@ -209,7 +209,8 @@ def declared_gpus(facts: Facts, kb: KnowledgeBase) -> Verdict:
         if count != node.gpus:
             wrong.append(
                 (
-                    f"{host} has {count} GPUs ({', '.join(names) or gpu.get('note') or 'none'}); the site says node.gpus: {node.gpus}",
+                    f"{host} has {count} GPUs ({', '.join(names) or gpu.get('note') or 'none'}); "
+                    f"the site says node.gpus: {node.gpus}",
                     f"set node.gpus: {count} in {facts.site.where} or run on the nodes it describes",
                 )
             )

@@ -29,7 +29,10 @@ def mpi_abi(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("mpi-abi-host", needs=("image", "site", "nodes"))
 def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """The host MPI launches ranks that load the image's MPI: both must be one ABI family (Open MPI: one major.minor)."""
+    """The host MPI launches ranks that load the image's MPI: both must be one ABI family.
+
+    For Open MPI that is one major.minor.
+    """
     image = facts.image
     if not image.get("mpi.flavour"):
         return Verdict("SKIP", "image MPI unknown (see image-metadata)")

@@ -36,7 +36,8 @@ class OpenMpi4(Launcher):
             found.append(
                 Problem(
                     "launcher.name",
-                    f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; this site has Open MPI {site.mpi.version}",
+                    f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; "
+                    f"this site has Open MPI {site.mpi.version}",
                     f"use name: {other}",
                 )
             )
