@@ -69,10 +69,22 @@ def directives(site: Site, job: BatchJob) -> list[str]:
 
 
 def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str | None, env: jinja2.Environment) -> str:
-    """The whole batch script text (strict mode, modules, site prologue, launch line).
+    r"""The whole batch script text (strict mode, modules, site prologue, launch line).
 
-    >>> sbatch_script(site, BatchJob(nodes=2), ["python", "train.py"], "horovod.sif", env)  # doctest: +SKIP
-    '#!/bin/bash\\n...#SBATCH --nodes=2\\n...set -euo pipefail\\n...srun --mpi=pmix -n 8 \\\\\\n    apptainer exec ...'
+    >>> from pathlib import Path
+    >>> from hpcbundle.config.bundle import find_bundle
+    >>> from hpcbundle.launch import load_site
+    >>> bundle = find_bundle(None, Path.cwd())  # this checkout: site_configs/, scripts/, ...
+    >>> site = load_site("eth-a100-slurm", bundle.sites_dir)
+    >>> env = script_environment(bundle.scripts_dir)
+    >>> lines = sbatch_script(site, BatchJob(nodes=2), ["python", "train.py"], "horovod.sif", env).splitlines()
+    >>> for line in lines[4:6] + lines[-3:]:
+    ...     print(line)
+    #SBATCH --nodes=2
+    #SBATCH --ntasks-per-node=4
+        srun --mpi=pmix -n 8 \
+        apptainer exec --nv --bind /scratch horovod.sif \
+        python train.py
     """
     per_node = job.tasks_per_node or site.node.slots
     layout = Layout(

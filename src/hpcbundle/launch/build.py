@@ -147,10 +147,15 @@ def check_layout(
 def build_command(site: Site, layout: Layout, program: Sequence[str], image: str | None = None) -> Command:
     """The launch command for `program` on `site`, every token explained.
 
+    >>> from pathlib import Path
+    >>> from hpcbundle.config.bundle import find_bundle
     >>> from hpcbundle.launch import Layout, build_command, load_site
-    >>> site = load_site("ib-v100", Path("site_configs"))                        # doctest: +SKIP
-    >>> build_command(site, Layout(4, (("f1", 2), ("f2", 2))), ["python", "t.py"], "h.sif").argv[:5]  # doctest: +SKIP
+    >>> site = load_site("ib-v100", find_bundle(None, Path.cwd()).sites_dir)
+    >>> command = build_command(site, Layout(4, (("f1", 2), ("f2", 2))), ["python", "t.py"], "h.sif")
+    >>> command.argv[:5]
     ['mpirun', '-np', '4', '-H', 'f1:2,f2:2']
+    >>> command.argv[-6:]
+    ['singularity', 'exec', '--nv', 'h.sif', 'python', 't.py']
     """
     launcher, runtime = _parts_for(site)
     check_layout(site, launcher, runtime, layout, image, program)
