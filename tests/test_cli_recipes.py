@@ -82,6 +82,13 @@ def test_bundle_found_from_a_subdirectory():
     assert result.returncode == 0 and "cpu-local" in result.stdout
 
 
+def test_outside_any_bundle_the_checkout_the_package_runs_from_is_the_bundle(tmp_path, monkeypatch):
+    monkeypatch.delenv("HPCBUNDLE_ROOT", raising=False)
+    result = hpcbundle("recipes", "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "cpu-local" in result.stdout
+
+
 def test_readme_recipes_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
     start = readme.index("<!-- recipes-table:start")

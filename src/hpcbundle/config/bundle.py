@@ -56,7 +56,7 @@ def find_bundle(explicit: Path | None, cwd: Path) -> Bundle:
     for candidate in (cwd, *cwd.parents):
         if _is_bundle(candidate):
             return Bundle(candidate)
-    source_checkout = Path(__file__).resolve().parents[2]
+    source_checkout = Path(__file__).resolve().parents[3]  # src/hpcbundle/config/bundle.py
     if _is_bundle(source_checkout):
         return Bundle(source_checkout)
     raise UserError(
