@@ -14,44 +14,34 @@ hangs until the launch bound kills it, while 1 MiB (under the single-copy thresh
 on them that help message is lost to a PMIx show_help error, so it is not asserted.)
 
 The image is the session fixture `cpu_local` (hpcbundle_testbed.docker_plugin) that
-test_docker_image.py uses too: built once per session (warm, from the layer cache). Every run is
-bounded; the image directory, namespaces and processes are removed also when a test fails.
-Nothing skips.
+test_docker_image.py uses too: built once per session (warm, from the layer cache). The fixture
+`ch_image` there exports it to a directory image (hpcbundle_testbed.charliecloud), once per module;
+the cluster is the testbed's `netns_cluster`. Every run is bounded; the image directory,
+namespaces and processes are removed also when a test fails. Nothing skips.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-import hpcbundle_testbed
-from hpcbundle.build import images
-from hpcbundle_testbed.docker_engine import DockerEngine
-from hpcbundle_testbed.docker_plugin import RUNTIME_TAG
-from hpcbundle_testbed.netns_cluster import NetnsCluster, unique_prefix
+from hpcbundle_testbed.charliecloud import IN_IMAGE_TESTS, RUN_ENV
+from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sites import charliecloud_site
 
 from .helpers import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
-BIG_ALLREDUCE = Path(hpcbundle_testbed.__file__).resolve().parent / "big_allreduce.py"
-IN_IMAGE_TESTS = "/opt/hpcbundle-tests"  # where the image directory gets the testbed's big_allreduce.py
 BIG_MIB = 48  # well over vader's single-copy threshold; 32 MiB already hangs (testbed notes)
 SMALL_MIB = 1  # under it: goes through the copy-in/copy-out path, no CMA
 HANG_BOUND = 30  # launcher.timeout of the trap variant: the OK run takes ~5 s, the allreduce itself < 1 s
-# ch-run refuses to start without $USER; mpirun passes its environment to the local ch-runs and,
-# through the rsh agent, to the remote orted and their ch-runs.
-RUN_ENV = {"USER": "root"}
 BOUND_RE = re.compile(r"^hpcbundle: error: killed after (\d+) s \(launcher\.timeout of site ", re.M)
 
 
@@ -81,49 +71,6 @@ def generated(out: str) -> str:
     lines = [line[2:] for line in out.splitlines() if line.startswith("+ ")]
     assert len(lines) == 1, out[-3000:]
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def ch_image(cpu_local, docker_engine: DockerEngine, docker_report: list[str]) -> Iterator[Path]:
-    """The runtime image as a Charliecloud directory image: its flattened file system (exported
-    through hpcbundle.build.images, the Docker SDK) untarred into a directory, plus what ch-convert
-    would add, `ch/environment` from the image's ENV. Removed at the end of the module."""
-    client = docker_engine.client()
-    work = Path(tempfile.mkdtemp(prefix=f"{unique_prefix()}-"))  # reap_stale() removes it after a SIGKILL
-    image = work / "cpu-local"
-    try:
-        image.mkdir()
-        t0 = time.monotonic()
-        tar = subprocess.Popen(["tar", "-x", "-C", str(image)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            written = images.export_rootfs(client, RUNTIME_TAG, tar.stdin)
-        finally:
-            tar.stdin.close()
-            try:
-                tar.wait(120)
-            except subprocess.TimeoutExpired:
-                tar.kill()
-                tar.wait()
-        assert tar.returncode == 0, tar.stderr.read().decode()[-2000:]
-        env = client.images.get(RUNTIME_TAG).attrs["Config"]["Env"]
-        (image / "ch").mkdir(exist_ok=True)
-        (image / "ch" / "environment").write_text("".join(f"{kv}\n" for kv in env))
-        tests_dir = image / IN_IMAGE_TESTS.lstrip("/")
-        tests_dir.mkdir(parents=True)
-        shutil.copy(BIG_ALLREDUCE, tests_dir)
-        docker_report.append(
-            f"charliecloud: exported {RUNTIME_TAG} ({images.format_size(written)} tar) "
-            f"to a directory image in {time.monotonic() - t0:.0f} s"
-        )
-        yield image
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-@pytest.fixture
-def cluster(cluster_tools: None) -> Iterator[NetnsCluster]:
-    with NetnsCluster(3) as c:
-        yield c
 
 
 def run_on_node1(cluster: NetnsCluster, argv: list[str], timeout: float) -> tuple[int, str]:
@@ -165,12 +112,12 @@ def test_image_is_a_charliecloud_directory_image_with_the_same_open_mpi_inside(c
 
 
 def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(
-    ch_image: Path, cluster: NetnsCluster, tmp_path: Path
+    ch_image: Path, netns_cluster: NetnsCluster, tmp_path: Path
 ):
-    site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
-    before = {n: cluster.iface_bytes(n, "data0") for n in cluster.nodes}
+    site = charliecloud_site(tmp_path, netns_cluster, "netns-charliecloud")
+    before = {n: netns_cluster.iface_bytes(n, "data0") for n in netns_cluster.nodes}
     status, out = run_on_node1(
-        cluster,
+        netns_cluster,
         launch(site, ch_image, 3, "node1:1,node2:1,node3:1", "python", "/examples/allreduce_check.py"),
         timeout=240,
     )
@@ -180,14 +127,16 @@ def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(
     assert "--mca btl_vader_single_copy_mechanism none" in command and "-H node1:1,node2:1,node3:1" in command
     assert re.search(r"^allreduce_check: OK size=3 expected=3 frameworks=torch,tensorflow", out, re.M), out[-3000:]
     assert not Path("/examples").exists(), "the program ran from the image: the host has no /examples"
-    for node in cluster.nodes[1:]:  # remote ranks really ran on their nodes, over data0
-        assert (cluster.iface_bytes(node, "data0") - before[node]).rx > 0
+    for node in netns_cluster.nodes[1:]:  # remote ranks really ran on their nodes, over data0
+        assert (netns_cluster.iface_bytes(node, "data0") - before[node]).rx > 0
 
 
-def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(ch_image: Path, cluster: NetnsCluster, tmp_path: Path):
-    site = charliecloud_site(tmp_path, cluster, "netns-charliecloud")
+def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(
+    ch_image: Path, netns_cluster: NetnsCluster, tmp_path: Path
+):
+    site = charliecloud_site(tmp_path, netns_cluster, "netns-charliecloud")
     status, out = run_on_node1(
-        cluster,
+        netns_cluster,
         launch(
             site,
             ch_image,
@@ -213,9 +162,9 @@ def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(ch_image: Path, 
 # ------------------------------------------------------------- the user-namespace vader trap
 
 
-def test_site_check_warns_about_the_variant_without_the_vader_setting(cluster: NetnsCluster, tmp_path: Path):
-    good = charliecloud_site(tmp_path, cluster, "ch-shm", shared_memory=True)
-    bad = charliecloud_site(tmp_path, cluster, "ch-shm-cma", shared_memory=True, vader_none=False)
+def test_site_check_warns_about_the_variant_without_the_vader_setting(netns_cluster: NetnsCluster, tmp_path: Path):
+    good = charliecloud_site(tmp_path, netns_cluster, "ch-shm", shared_memory=True)
+    bad = charliecloud_site(tmp_path, netns_cluster, "ch-shm-cma", shared_memory=True, vader_none=False)
     outs = {}
     for site in (good, bad):
         res = subprocess.run(
@@ -238,15 +187,19 @@ def test_site_check_warns_about_the_variant_without_the_vader_setting(cluster: N
 
 
 def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_hangs_without(
-    ch_image: Path, cluster: NetnsCluster, tmp_path: Path
+    ch_image: Path, netns_cluster: NetnsCluster, tmp_path: Path
 ):
     """Two ranks on node1, one ch-run (user namespace) each, vader between them."""
-    good = charliecloud_site(tmp_path, cluster, "ch-shm", shared_memory=True, timeout=120)
-    bad = charliecloud_site(tmp_path, cluster, "ch-shm-cma", shared_memory=True, vader_none=False, timeout=HANG_BOUND)
+    good = charliecloud_site(tmp_path, netns_cluster, "ch-shm", shared_memory=True, timeout=120)
+    bad = charliecloud_site(
+        tmp_path, netns_cluster, "ch-shm-cma", shared_memory=True, vader_none=False, timeout=HANG_BOUND
+    )
     big = f"{IN_IMAGE_TESTS}/big_allreduce.py"
 
     t0 = time.monotonic()
-    status, out = run_on_node1(cluster, launch(good, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=180)
+    status, out = run_on_node1(
+        netns_cluster, launch(good, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=180
+    )
     good_seconds = time.monotonic() - t0
     command = generated(out)
     assert "--mca btl self,vader,tcp" in command and "--mca btl_vader_single_copy_mechanism none" in command
@@ -255,7 +208,7 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
 
     # Without the setting a small message still passes: the variant itself works ...
     status, out = run_on_node1(
-        cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(SMALL_MIB)), timeout=HANG_BOUND + 60
+        netns_cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(SMALL_MIB)), timeout=HANG_BOUND + 60
     )
     assert "btl_vader_single_copy_mechanism" not in generated(out)
     assert status == 0, out[-4000:]
@@ -264,7 +217,7 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
     # ... and the large one hangs until the launch bound kills it.
     t0 = time.monotonic()
     status, out = run_on_node1(
-        cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=HANG_BOUND + 60
+        netns_cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=HANG_BOUND + 60
     )
     bad_seconds = time.monotonic() - t0
     assert status == 124, f"expected the bound to kill the hung job, got exit {status}:\n{out[-4000:]}"
@@ -273,6 +226,6 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
     assert "big_allreduce: OK" not in out
     assert bad_seconds >= HANG_BOUND and good_seconds < HANG_BOUND, (good_seconds, bad_seconds)
     deadline = time.monotonic() + 20
-    while cluster.pids("node1") and time.monotonic() < deadline:
+    while netns_cluster.pids("node1") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert cluster.pids("node1") == [], "the killed job left processes on node1"
+    assert netns_cluster.pids("node1") == [], "the killed job left processes on node1"
