@@ -39,7 +39,7 @@ from .helpers import ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
-BIG_MIB = 48  # well over vader's single-copy threshold; 32 MiB already hangs (testbed notes)
+BIG_MIB = 48  # well over vader's single-copy threshold; 32 MiB already hangs (Charliecloud 0.31, Open MPI 4.1.4)
 SMALL_MIB = 1  # under it: goes through the copy-in/copy-out path, no CMA
 HANG_BOUND = 30  # launcher.timeout of the trap variant: the OK run takes ~5 s, the allreduce itself < 1 s
 BOUND_RE = re.compile(r"^hpcbundle: error: killed after (\d+) s \(launcher\.timeout of site ", re.M)
