@@ -5,6 +5,7 @@ from __future__ import annotations
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site, site_problems
 from hpcbundle.diagnose.detect import choose_interface, draft_site
+from hpcbundle.diagnose.probes import parse_gpus
 from hpcbundle.launch.build import check_site
 
 
@@ -93,3 +94,11 @@ def test_gpus_and_infiniband_are_drafted_from_what_was_seen():
         "infiniband",
     )
     assert site_problems(site) == []
+
+
+def test_an_h100_hosts_real_nvidia_smi_line_drafts_its_gpus_model_and_driver():
+    gpu = parse_gpus("NVIDIA H100 80GB HBM3, 580.159.04, 9.0, 81559 MiB\n")
+    text = draft_site(observed(gpu=gpu, default_route="data0"), "h100", ["H100", "H200", "A100"])
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert (site.node.gpus, site.node.gpu_model, site.node.driver) == (1, "H100", "580.159.04")
+    assert "# nvidia-smi: NVIDIA H100 80GB HBM3" in text

@@ -11,6 +11,7 @@ import pytest
 
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
+from hpcbundle.diagnose.probes import parse_gpus
 from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
 from hpcbundle.rules.knowledge import knowledge_base
@@ -215,3 +216,48 @@ def test_an_engine_image_name_is_not_taken_for_a_missing_file():
         image="local/horovod:cpu",
     )
     assert by_rule(results)["image present"].status == "SKIP"
+
+
+# Captured on a real H100 host (driver 580.159.04, CUDA 13.0):
+# nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader
+H100_NVIDIA_SMI = "NVIDIA H100 80GB HBM3, 580.159.04, 9.0, 81559 MiB\n"
+
+
+def h100_site() -> Site:
+    return site(node={"gpus": 1, "gpu_model": "H100", "driver": "580.159.04"}, container={"runtime": "charliecloud"})
+
+
+@pytest.mark.parametrize(
+    "cuda, archs, rule, status, evidence",
+    [
+        ("13.0", "7.5,8.0,9.0", "gpu-arch", "PASS", "NVIDIA H100 80GB HBM3 (9.0) runs the sm_90 code"),
+        ("13.0", "7.5,8.0,9.0", "driver-cuda", "PASS", "driver 580.159.04 >= 580.65.06 (CUDA 13.0)"),
+        (
+            "11.8",
+            "7.0,8.0",
+            "gpu-arch",
+            "FAIL",
+            "n1 has NVIDIA H100 80GB HBM3 (compute capability 9.0); the recipe builds 7.0, 8.0",
+        ),
+        ("11.8", "7.0,8.0", "driver-cuda", "PASS", "driver 580.159.04 >= 520.61.05 (CUDA 11.8)"),
+    ],
+)
+def test_h100_hosts_real_nvidia_smi_line_is_judged_against_the_images_cuda_and_archs(
+    cuda, archs, rule, status, evidence
+):
+    gpu = parse_gpus(H100_NVIDIA_SMI)
+    image = manifest_image("4.1.4", cuda=cuda, archs=archs)
+    results = by_rule(diagnose(h100_site(), {"n1": node("n1", gpu=gpu, image=image)}, image="/img"))
+    assert (results[rule].status, results[rule].evidence) == (status, evidence)
+    assert results["declared-gpus"].status == "PASS"
+
+
+def test_two_ranks_on_the_one_gpu_of_an_h100_host_fail_before_launch():
+    gpu = parse_gpus(H100_NVIDIA_SMI)
+    results = by_rule(diagnose(h100_site(), {"n1": node("n1", gpu=gpu)}, hosts={"n1": 2}))
+    assert results["oversubscription"] == Result(
+        "oversubscription",
+        "FAIL",
+        "2 ranks on n1 but 1 GPUs there (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
+        "at most 1 ranks per node (one per GPU)",
+    )

@@ -445,3 +445,15 @@ def test_exec_of_a_missing_launcher_is_a_one_line_error(tmp_path):
     result = hpcbundle("launch", "--site", str(tmp_path / "nompi.yaml"), "--np", "2", "--exec", "--", "python3", "-V")
     assert result.returncode == 2
     assert "no-such-mpirun-here: not found on PATH" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_path):
+    """Two ranks on a one-GPU node: NCCL would fail in ncclCommInitRank; doctor stops it first, exit 2."""
+    site = write_site(
+        tmp_path, "local", {"node": {"cores": 2, "gpus": 1, "gpu_model": "H100", "driver": "580.159.04"}}, name="gpu1"
+    )
+    marker = tmp_path / "started"
+    res = hpcbundle("launch", "--site", str(site), "--np", "2", "--exec", "--", "touch", str(marker))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "FAIL  oversubscription" in res.stderr and "2 ranks on " in res.stderr and "but 1 GPUs there" in res.stderr
+    assert "nothing was started" in res.stderr and not marker.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def launch_command(
     for line in command.explain() if explain else ():
         click.echo(line, err=True)
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.hosts, "nodes")
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")
     limit, source = (
         (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
     )

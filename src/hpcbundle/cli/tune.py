@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import shlex
+import socket
 from pathlib import Path
 
 import click
@@ -208,7 +209,7 @@ def tune_command(
         click.echo(shlex.join(command(start)))
         return
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.hosts, "nodes")
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")
 
     def measure(settings: Settings) -> float | None:
         ran = run_captured(command(settings), timeout)

@@ -100,19 +100,42 @@ def infiniband() -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
+GPU_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"]
+
+
 def gpus() -> dict[str, Any]:
-    """{'present': bool, 'driver': str|None, 'gpus': [{'name', 'capability'}], 'note': str}."""
+    """{'present', 'driver', 'gpus': [{'name', 'capability', 'memory_mib'}], 'note'} from nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         return {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"}
-    text = _out(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"])
+    text = _out(GPU_QUERY)
     if text is None:
         return {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi failed (no GPU or no driver)"}
+    return parse_gpus(text)
+
+
+def parse_gpus(text: str) -> dict[str, Any]:
+    """The GPU facts from GPU_QUERY's output, one line per GPU (pure). Seen on an H100 host::
+
+    >>> facts = parse_gpus("NVIDIA H100 80GB HBM3, 580.159.04, 9.0, 81559 MiB")
+    >>> facts["driver"], facts["gpus"]
+    ('580.159.04', [{'name': 'NVIDIA H100 80GB HBM3', 'capability': '9.0', 'memory_mib': 81559}])
+    """
     rows = [[c.strip() for c in line.split(",")] for line in text.strip().splitlines() if line.strip()]
+    cards = []
+    for row in rows:
+        memory = re.match(r"^(\d+)\s*MiB$", row[3]) if len(row) > 3 else None
+        cards.append(
+            {
+                "name": row[0],
+                "capability": row[2] if len(row) > 2 and row[2] else None,
+                "memory_mib": int(memory.group(1)) if memory else None,
+            }
+        )
     return {
-        "present": bool(rows),
-        "driver": rows[0][1] if rows else None,
-        "gpus": [{"name": r[0], "capability": r[2] if len(r) > 2 else None} for r in rows],
-        "note": "",
+        "present": bool(cards),
+        "driver": rows[0][1] if rows and len(rows[0]) > 1 else None,
+        "gpus": cards,
+        "note": "" if cards else "nvidia-smi lists no GPU",
     }
 
 

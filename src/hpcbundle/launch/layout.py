@@ -33,6 +33,17 @@ class Layout:
             return sum(slots for _, slots in self.hosts)
         return self.hostfile_slots
 
+    def placement(self, here: str) -> tuple[tuple[str, int], ...]:
+        """Ranks per host as far as the command line tells: the hosts given, else every rank on `here`
+        (no hosts, no hostfile, no SLURM allocation: mpirun starts them all on this node); () when unknown.
+
+        >>> Layout(np=2).placement("gpu1"), Layout(np=4, hosts=(("f1", 2), ("f2", 2))).placement("gpu1")
+        ((('gpu1', 2),), (('f1', 2), ('f2', 2)))
+        """
+        if self.hosts or self.hostfile or self.in_allocation:
+            return self.hosts
+        return ((here, self.np),)
+
     def host_list(self) -> str:
         """'f1:2,f2:2', the form mpirun -H, hydra -hosts and horovodrun -H all read."""
         return ",".join(f"{host}:{slots}" for host, slots in self.hosts)

@@ -146,7 +146,8 @@ def applicable(facts: Facts) -> list[Rule]:
 
 def _order(r: Rule) -> int:
     """Build-spec rules first, then what only observation shows, then the image judged on the nodes."""
-    return 0 if "recipe" in r.needs else 1 if "observed" in r.needs else 2
+    family = FAMILIES.index(r.function.__module__.rsplit(".", 1)[-1])
+    return (0 if "recipe" in r.needs else 1 if "observed" in r.needs else 2) * len(FAMILIES) + family
 
 
 def evaluate(facts: Facts, kb: KnowledgeBase) -> list[Result]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from .engine import Facts, Verdict, rule
 from .knowledge import KnowledgeBase
 
@@ -26,14 +28,15 @@ def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if not hosts:
         return [Verdict("SKIP", "no --hosts: ranks per node unknown")]
     verdicts = []
-    gpus = site.node.gpus
-    over = {h: r for h, r in hosts.items() if gpus and r > gpus}
+    gpus = {h: _gpus(nodes.get(h, {}), site.node.gpus) for h in hosts}
+    over = {h: r for h, r in hosts.items() if gpus[h] and r > gpus[h]}
     if over:
         verdicts.append(
             Verdict(
                 "FAIL",
-                f"{', '.join(f'{r} ranks on {h}' for h, r in over.items())} but {gpus} GPUs per node",
-                f"at most {gpus} ranks per node (one per GPU)",
+                ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in over.items())
+                + " (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
+                f"at most {min(gpus[h] for h in over)} ranks per node (one per GPU)",
             )
         )
     cores = {h: r for h, r in hosts.items() if "cpus" in nodes.get(h, {}) and r > nodes[h]["cpus"]}
@@ -51,4 +54,10 @@ def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
                     "lower the slots in --hosts or set launcher.oversubscribe",
                 )
             )
-    return verdicts or [Verdict("PASS", ", ".join(f"{r} on {h}" for h, r in hosts.items()) + " ranks fit")]
+    return verdicts or [Verdict("PASS", ", ".join(f"{r} ranks on {h}" for h, r in hosts.items()) + ": they fit")]
+
+
+def _gpus(node: Mapping[str, Any], declared: int) -> int:
+    """GPUs on a node: the ones observed there, else the ones the site declares."""
+    gpu = node.get("gpu") or {}
+    return len(gpu.get("gpus", [])) if gpu.get("present") else declared
