@@ -35,11 +35,41 @@ def test_check_passes_each_shipped_recipe(name):
 
 def test_check_refuses_cuda13_with_volta(tmp_path):
     data = recipe_data("cuda12.6-torch2.9")
-    data["gpu"].update(cuda="13.0", nccl="2.27.7-1+cuda13.0")
+    data["gpu"].update(cuda="13.0")
     result = hpcbundle("check", str(write_recipe(tmp_path, data)))
     assert result.returncode == 2
-    assert "cuda-archs: CUDA 13.0 cannot build compute capability 7.0" in result.stderr
+    assert "cuda-archs: gpu.archs: CUDA 13.0 cannot target compute capability 7.0: its floor is 7.5" in result.stderr
+    assert "drop 7.0 from gpu.archs, or use a CUDA 12.x recipe" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_check_refuses_a_recipe_that_mixes_the_two_cuda_routes(tmp_path):
+    data = recipe_data("cuda13.0-torch2.11")
+    data["base"]["build_image"] = "nvidia/cuda:13.0.0-devel-ubuntu24.04"
+    recipe = write_recipe(tmp_path, data)
+    result = hpcbundle("check", str(recipe))
+    assert result.returncode == 2
+    assert (
+        f"{recipe}: base.build_image: is an nvidia/cuda image but gpu.source is wheels (CUDA from PyPI's NVIDIA "
+        "wheels) (use the plain OS image debian:bookworm, or set gpu.source: image)" in result.stderr
+    )
+    data = recipe_data("cuda12.6-torch2.9")
+    data["base"]["runtime_image"] = "ubuntu:22.04"
+    result = hpcbundle("check", str(write_recipe(tmp_path, data)))
+    assert result.returncode == 2 and "base.runtime_image: is ubuntu:22.04, not an nvidia/cuda image" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_check_refuses_an_nccl_that_torch_does_not_load(tmp_path):
+    data = recipe_data("cuda13.0-torch2.11")
+    data["gpu"]["nccl"] = "2.27.5"
+    result = hpcbundle("check", str(write_recipe(tmp_path, data)))
+    assert result.returncode == 2
+    assert "nccl-torch: gpu.nccl is 2.27.5 but torch 2.11.0 cu130 loads NCCL 2.28.9" in result.stderr
+    assert 'set gpu.nccl: "2.28.9"' in result.stderr
+    data["gpu"]["nccl"] = "2.28.9-1+cuda13.0"
+    result = hpcbundle("check", str(write_recipe(tmp_path, data)))
+    assert result.returncode == 2 and "gpu.nccl: '2.28.9-1+cuda13.0' is an apt libnccl2 version" in result.stderr
 
 
 def test_check_refuses_tensorflow_216_with_horovod_0281(tmp_path):

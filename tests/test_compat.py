@@ -41,14 +41,22 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
     "cuda-known": ("cuda12.6-torch2.9", _set("gpu.cuda", "12.7"), "CUDA 12.7 is not in the knowledge base"),
     "cuda-archs": (
         "cuda12.6-torch2.9",
-        lambda d: (_set("gpu.cuda", "13.0")(d), _set("gpu.nccl", "2.27.7-1+cuda13.0")(d)),
-        "CUDA 13.0 cannot build compute capability 7.0",
+        _set("gpu.cuda", "13.0"),
+        "gpu.archs: CUDA 13.0 cannot target compute capability 7.0: its floor is 7.5",
     ),
-    "cudnn-cuda": ("cuda11.8-tf2.14-torch2.1", _set("gpu.cudnn", "9.5"), "cuDNN 9.5 has no build for CUDA 11.x"),
-    "nccl-cuda": (
-        "cuda11.8-tf2.14-torch2.1",
-        _set("gpu.nccl", "2.18.5-1+cuda12.2"),
-        "is built for CUDA 12.2, the recipe has 11.8",
+    "cuda-source": ("cuda12.6-torch2.9", _set("gpu.source", "wheels"), "PyPI has no CUDA 12.6 toolkit wheels"),
+    "cudnn-cuda": ("cuda11.8-tf2.14-torch2.1", _set("gpu.cudnn", "9.19"), "cuDNN 9.19 has no build for CUDA 11.x"),
+    "nccl-torch": (
+        "cuda13.0-torch2.11",
+        _set("gpu.nccl", "2.27.5"),
+        "gpu.nccl is 2.27.5 but torch 2.11.0 cu130 loads NCCL 2.28.9",
+    ),
+    "cudnn-torch": ("cuda13.0-torch2.11", _set("gpu.cudnn", "9.10"), "torch 2.11.0 cu130 pins cuDNN 9.19.0.56"),
+    "nvcc-gcc": ("cuda11.8-tf2.14-torch2.1", _set("base.os", "ubuntu24.04"), "nvcc 11.8 accepts GCC <= 11"),
+    "horovod-gcc13": (
+        "cuda13.0-torch2.11",
+        lambda d: (_set("base.os", "ubuntu24.04")(d), _set("horovod.patches", ["cxx17"])(d)),
+        "add gcc13 to horovod.patches",
     ),
     "tensorflow-build": (
         "cuda11.8-tf2.14-torch2.1",
@@ -61,9 +69,9 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         "PyTorch wheel cu118 carries CUDA 11.x; the recipe has CUDA 12.2",
     ),
     "pytorch-archs": (
-        "cuda12.6-torch2.9",
-        _set("frameworks.pytorch.variant", "cu128"),
-        "no kernels for compute capability 7.0",
+        "cuda13.0-torch2.11",
+        _set("gpu.archs", ["9.0", "11.0"]),
+        "the PyTorch 2.11.0 cu130 wheel has no kernels for compute capability 11.0",
     ),
     "horovod-tensorflow": (
         "cpu-local",
@@ -99,6 +107,25 @@ def test_tensorflow_cpu_on_gpu_recipe_is_refused():
     recipe = _recipe("cuda12.2-tf2.15-torch2.1-ucx", _set("frameworks.tensorflow.package", "tensorflow-cpu"))
     finding = {f.rule: f for f in check_declared(recipe, None, KB)}["tensorflow-build"]
     assert finding.status == "FAIL" and "cannot use the GPU" in finding.message()
+
+
+def test_review_facts_cu128_carries_volta_and_cudnn9_builds_for_cuda_11():
+    recipe = _recipe("cuda12.6-torch2.9", _set("frameworks.pytorch.variant", "cu128"))
+    assert {f.rule: f.status for f in check_declared(recipe, None, KB)}["pytorch-archs"] == "PASS"
+    recipe = _recipe("cuda11.8-tf2.14-torch2.1", _set("gpu.cudnn", "9.5"))
+    assert {f.rule: f.status for f in check_declared(recipe, None, KB)}["cudnn-cuda"] == "PASS"
+
+
+def test_nccl_of_a_bundled_torch_is_a_warning_and_of_an_unknown_one_too():
+    findings = {f.rule: f for f in check_declared(_recipe("cuda11.8-tf2.14-torch2.1", lambda d: None), None, KB)}
+    assert findings["nccl-torch"].status == "WARN" and "carries its own NCCL" in findings["nccl-torch"].message()
+    recipe = _recipe("cuda13.0-torch2.11", _set("frameworks.pytorch.version", "2.9.1"))
+    findings = {f.rule: f for f in check_declared(_recipe("cuda13.0-torch2.11", lambda d: None), None, KB)}
+    assert findings["nccl-torch"].status == "PASS"
+    findings = {f.rule: f for f in check_declared(recipe, None, KB)}
+    assert (
+        findings["nccl-torch"].status == "WARN" and "is not in the knowledge base" in findings["nccl-torch"].message()
+    )
 
 
 def test_torch_requirement_uses_pypi_only_for_its_default_variant():

@@ -59,7 +59,7 @@ def test_rendered_image_matches_its_golden_file(name: str, fmt: str) -> None:
 
 def test_every_golden_file_belongs_to_a_shipped_recipe() -> None:
     expected = {f"{name}{SUFFIXES[fmt]}" for name in RECIPES for fmt in FORMATS}
-    assert {path.name for path in GOLDEN.iterdir() if path.suffix in (".Dockerfile", ".def")} == expected
+    assert {path.name for path in GOLDEN.iterdir() if path.suffix in (".Dockerfile", ".def", ".sh")} == expected
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -112,7 +112,7 @@ def test_def_has_a_build_stage_and_a_runtime_stage_fed_from_it(name: str) -> Non
 @pytest.mark.parametrize("name", RECIPES)
 def test_image_carries_the_whole_recipe_as_labels_and_a_manifest(name: str) -> None:
     r = recipe(name)
-    for fmt in FORMATS:
+    for fmt in ("docker", "singularity"):
         quoted = re.search(r"printf '%s\\n' '(.*)' > /etc/hpcbundle/manifest.json", rendered(name, fmt))
         assert quoted, fmt
         manifest = json.loads(quoted[1])
@@ -139,7 +139,7 @@ def test_images_ship_the_examples_and_check_themselves(name: str) -> None:
     assert "\n%test\n    set -e\n    " + verify.replace("\n", "\n    ") + "\n" in singularity
     horovod_step = steps(name).build[-1].lines
     assert (
-        horovod_step[-1] == "rm -rf /tmp/build"
+        horovod_step[-1] == 'rm -rf "/tmp/build"'
         and horovod_step[-1 - len(steps(name).verify.lines) : -1] == steps(name).verify.lines
     )
 
@@ -166,7 +166,9 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
     assert (
         "\nARG PIP_NO_INDEX=0\nARG PIP_EXTRA_INDEX_URL=\n" in docker and "\nCOPY wheelhouse/ /wheelhouse/\n" in docker
     )
-    pip_lines = [line for step in steps(name).all() for line in step.lines if " -m pip " in line]
+    pip_lines = [
+        line for step in steps(name).all() for line in step.lines if " -m pip " in line and " uninstall " not in line
+    ]
     assert pip_lines and all("--find-links /wheelhouse" in line for line in pip_lines)
     for fmt in FORMATS:
         # pip index URLs come only from build arguments, never from the rendered file
@@ -186,24 +188,67 @@ def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
     assert "cuda" not in rendered("cpu-local", "docker").lower()
 
 
-@pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).gpu])
-def test_gpu_images_pin_nccl_build_nccl_ops_for_the_recipe_archs_and_use_the_cuda_stub(name: str) -> None:
-    gpu = recipe(name).gpu
-    text = rendered(name, "docker")
-    assert f" libnccl2={gpu.nccl} libnccl-dev={gpu.nccl} && \\" in text  # build stage
-    assert f" libnccl2={gpu.nccl} && \\" in text  # runtime stage
+@pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).gpu and recipe(n).gpu.source == "image"])
+def test_cuda_image_recipes_build_nccl_ops_against_one_nccl_with_the_cuda_stub(name: str) -> None:
+    r = recipe(name)
+    gpu, text = r.gpu, rendered(name, "docker")
+    torch_nccl = image_spec(r, knowledge_base()).nccl_home
+    if torch_nccl:  # torch's wheel brings NCCL: Horovod builds against it, the base image's is purged
+        assert "libnccl2=" not in text and f'export HOROVOD_NCCL_HOME="{torch_nccl}"' in text
+        assert "apt-get purge -y --allow-change-held-packages libnccl-dev libnccl2 && \\" in text
+        assert "-cudnn" not in r.base.build_image + r.base.runtime_image  # cuDNN: torch's wheel, one copy
+    else:  # a bundled torch (no NCCL wheel): NVIDIA's apt NCCL, pinned
+        apt = f"{gpu.nccl}-1+cuda{gpu.cuda}"
+        assert f" libnccl2={apt} libnccl-dev={apt} && \\" in text and f" libnccl2={apt} && \\" in text
+        assert "HOROVOD_NCCL_HOME" not in text
     assert 'export HOROVOD_GPU_OPERATIONS="NCCL"' in text
     assert f'export HOROVOD_BUILD_CUDA_CC_LIST="{",".join(a.replace(".", "") for a in gpu.archs)}"' in text
     assert f'export TORCH_CUDA_ARCH_LIST="{";".join(gpu.archs)}"' in text
-    stub = "ln -s /usr/local/cuda/lib64/stubs/libcuda.so /tmp/build/cuda-stubs/libcuda.so.1"
+    stub = 'ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "/tmp/build/cuda-stubs/libcuda.so.1"'
     horovod = steps(name).build[-1].lines
     assert stub in horovod and horovod.index(stub) < horovod.index(
-        next(line for line in horovod if "--no-build-isolation /tmp/build/horovod-" in line)
+        next(line for line in horovod if "--wheel-dir" in line)
     )
     assert (
         'LD_LIBRARY_PATH="/tmp/build/cuda-stubs:' in text
         and "/tmp/build/cuda-stubs" not in text[text.index("AS runtime") :]
     )
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).gpu and recipe(n).gpu.source == "wheels"])
+def test_cuda_wheels_recipes_build_against_the_toolkit_wheels_and_torchs_nccl(name: str) -> None:
+    r = recipe(name)
+    text = rendered(name, "docker")
+    site = f"/opt/venv/lib/python{r.python}/site-packages"
+    assert "nvidia/cuda" not in text and "libnccl" not in text.replace("libnccl.so", "")  # no apt NCCL
+    assert "torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88" in text
+    for line in (
+        f'export HOROVOD_CUDA_HOME="{site}/nvidia/cu13"',
+        f'export HOROVOD_NCCL_HOME="{site}/nvidia/nccl"',
+        f"ln -sf libnccl.so.2 {site}/nvidia/nccl/lib/libnccl.so",
+        f'ln -s lib "{site}/nvidia/cu13/lib64"',
+        f'ln -s libcudart.so.13 "{site}/nvidia/cu13/lib/libcudart.so"',
+        f'export PATH="/opt/venv/bin:{site}/nvidia/cu13/bin:',  # nvcc for Horovod's CMake
+    ):
+        assert line in text, line
+    assert "cuda-stubs" not in text  # no stub: nothing in the wheels route links libcuda at build time
+    slim = text[text.index("AS slim") : text.index("AS runtime")]
+    assert "pip uninstall -y nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl" in slim
+    assert f'LD_LIBRARY_PATH="{site}/nvidia/nccl/lib:' in text[text.index("AS runtime") :]
+
+
+def test_gcc13_patch_adds_the_includes_and_fails_loudly_when_a_file_is_missing(tmp_path: Path) -> None:
+    (line,) = [line for line in steps("cuda13.0-torch2.11").build[-1].lines if "gcc13 patch" in line]
+    line = "hvd_wheel=''\n" + line.replace("/tmp/build/horovod-0.28.1", str(tmp_path))
+    files = ("horovod/common/common.h", "horovod/common/group_table.h", "horovod/torch/handle_manager.cc")
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("#pragma once\n")
+    assert _run_line(line, tmp_path).returncode == 0
+    assert all((tmp_path / n).read_text() == "#include <stdexcept>\n#include <string>\n#pragma once\n" for n in files)
+    (tmp_path / files[1]).unlink()
+    failed = _run_line(line, tmp_path)
+    assert failed.returncode == 1 and "gcc13 patch: horovod/common/group_table.h is missing" in failed.stderr
 
 
 @pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).mpi.install == "source"])
@@ -213,7 +258,10 @@ def test_source_mpi_is_checksummed_and_configured_for_prefix_launch(name: str) -
     tarball = r.mpi.source.url.rsplit("/", 1)[1]
     assert f"echo '{r.mpi.source.sha256}  /tmp/build/{tarball}' | sha256sum -c -" in text
     configure = next(line for line in text.splitlines() if "./configure --prefix=/opt/openmpi" in line)
-    assert "--enable-orterun-prefix-by-default" in configure and all(option in configure for option in r.mpi.configure)
+    prefix = "prte" if r.mpi.version.startswith("5.") else "orterun"  # Open MPI 5 launches through PRRTE
+    assert f"--enable-{prefix}-prefix-by-default" in configure and all(
+        option in configure for option in r.mpi.configure
+    )
     assert ("--with-ucx=/opt/ucx" in configure) == (r.ucx is not None)
     assert "COPY --from=slim /opt/openmpi /opt/openmpi" in text
 
@@ -242,7 +290,7 @@ def _run_line(line: str, cwd: Path, shell: str = "bash") -> subprocess.Completed
 
 def test_cxx17_patch_edits_both_cmake_files_and_fails_when_one_is_already_different(tmp_path: Path) -> None:
     (line,) = [line for line in steps("cpu-local").build[-1].lines if "CMAKE_CXX_STANDARD" in line]
-    line = line.replace("/tmp/build/horovod-0.28.1", str(tmp_path))
+    line = "hvd_wheel=''\n" + line.replace("/tmp/build/horovod-0.28.1", str(tmp_path))
     (tmp_path / "horovod/torch").mkdir(parents=True)
     for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt"):
         (tmp_path / name).write_text("    set(CMAKE_CXX_STANDARD 14)\n")

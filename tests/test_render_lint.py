@@ -133,3 +133,10 @@ def test_defcheck_command_names_each_problem_and_fails(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stdout == f"{bad}: line 1: stage at line 1: no Bootstrap: (each stage starts with one)\n"
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_shellcheck_finds_nothing_in_the_rendered_install_script(name: str) -> None:
+    script = rendered(name, "shell")
+    assert script.startswith("#!/usr/bin/env bash\n") and "\nset -euo pipefail\n" in script
+    assert shellcheck(script, "bash") == []

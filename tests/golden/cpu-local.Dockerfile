@@ -30,11 +30,14 @@ RUN python3 -m venv /opt/venv && \
 # frameworks
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1 torch==2.13.0+cpu
 
-# Horovod 0.28.1 from its sdist, then horovodrun --check-build
-RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
-    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
-    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
-    for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done && \
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
     export PATH="/opt/venv/bin:${PATH}" && \
     export HOROVOD_WITH_TENSORFLOW="1" && \
     export HOROVOD_WITH_PYTORCH="1" && \
@@ -42,15 +45,19 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     export HOROVOD_WITH_MPI="1" && \
     export HOROVOD_WITH_GLOO="1" && \
     export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
-    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/.partial" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.11/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \
     built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
     rm -f "$report" && \
     for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
     python -c 'import horovod.tensorflow, horovod.torch' && \
-    rm -rf /tmp/build
+    rm -rf "/tmp/build"
 
 # ---- slim: the build's results without what only building needs (the runtime copies from here) ----
 FROM build AS slim

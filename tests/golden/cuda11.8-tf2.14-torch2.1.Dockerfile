@@ -40,13 +40,16 @@ RUN mkdir -p /tmp/build/openmpi && \
 # frameworks
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow==2.14.1 torch==2.1.2+cu118
 
-# Horovod 0.28.1 from its sdist, then horovodrun --check-build
-RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
-    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
-    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
-    for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done && \
-    mkdir -p /tmp/build/cuda-stubs && \
-    ln -s /usr/local/cuda/lib64/stubs/libcuda.so /tmp/build/cuda-stubs/libcuda.so.1 && \
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
+    mkdir -p "/tmp/build/cuda-stubs" && \
+    ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "/tmp/build/cuda-stubs/libcuda.so.1" && \
     export PATH="/opt/venv/bin:/opt/openmpi/bin:${PATH}" && \
     export LD_LIBRARY_PATH="/tmp/build/cuda-stubs:/opt/openmpi/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
     export HOROVOD_WITH_TENSORFLOW="1" && \
@@ -60,15 +63,19 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     export HOROVOD_BUILD_CUDA_CC_LIST="70,80" && \
     export TORCH_CUDA_ARCH_LIST="7.0;8.0" && \
     export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
-    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177/.partial" "/wheelhouse/horovod/horovod-0.28.1-6ccf400c3177/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.10/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \
     built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
     rm -f "$report" && \
     for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: NCCL' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
     python -c 'import horovod.tensorflow, horovod.torch' && \
-    rm -rf /tmp/build
+    rm -rf "/tmp/build"
 
 # ---- slim: the build's results without what only building needs (the runtime copies from here) ----
 FROM build AS slim
@@ -92,7 +99,7 @@ RUN apt-get update && \
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda11.8-tf2.14-torch2.1", "description": "CUDA 11.8, cuDNN 8.9, NCCL 2.16.5, Open MPI 4.1.6, TensorFlow 2.14.1 + PyTorch 2.1.2, Horovod 0.28.1, V100/A100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"cuda": "11.8", "cudnn": "8.9", "nccl": "2.16.5-1+cuda11.8", "archs": ["7.0", "8.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda"]}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.14.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu118"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda11.8-tf2.14-torch2.1", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "11.8", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.16.5", "org.hpcbundle.gpu-archs": "7.0,8.0", "org.hpcbundle.tensorflow": "2.14.1", "org.hpcbundle.pytorch": "2.1.2+cu118"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda11.8-tf2.14-torch2.1", "description": "CUDA 11.8, cuDNN 8.9, NCCL 2.16.5, Open MPI 4.1.6, TensorFlow 2.14.1 + PyTorch 2.1.2, Horovod 0.28.1, V100/A100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"source": "image", "cuda": "11.8", "cudnn": "8.9", "nccl": "2.16.5", "archs": ["7.0", "8.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda"]}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.14.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu118"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda11.8-tf2.14-torch2.1", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "11.8", "org.hpcbundle.cuda.source": "image", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.16.5", "org.hpcbundle.gpu-archs": "7.0,8.0", "org.hpcbundle.tensorflow": "2.14.1", "org.hpcbundle.pytorch": "2.1.2+cu118"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY --from=slim /opt/openmpi /opt/openmpi
 COPY examples/ /examples/
@@ -111,6 +118,7 @@ LABEL org.hpcbundle.recipe="cuda11.8-tf2.14-torch2.1" \
     org.hpcbundle.frameworks="tensorflow,pytorch" \
     org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
     org.hpcbundle.cuda="11.8" \
+    org.hpcbundle.cuda.source="image" \
     org.hpcbundle.cudnn="8.9" \
     org.hpcbundle.nccl="2.16.5" \
     org.hpcbundle.gpu-archs="7.0,8.0" \

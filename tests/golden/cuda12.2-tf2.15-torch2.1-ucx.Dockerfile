@@ -1,14 +1,14 @@
 # Rendered by hpcbundle 0.1.0 from recipe cuda12.2-tf2.15-torch2.1-ucx; do not edit, re-render:
 #   hpcbundle render cuda12.2-tf2.15-torch2.1-ucx --format docker
-# CUDA 12.2, cuDNN 8.9, NCCL 2.18.5, UCX 1.15 + Open MPI 4.1.6, TensorFlow 2.15.1 + PyTorch 2.1.2, Horovod 0.28.1, A100/H100
+# CUDA 12.2, cuDNN 8.9, NCCL 2.18.1, UCX 1.15 + Open MPI 4.1.6, TensorFlow 2.15.1 + PyTorch 2.1.2, Horovod 0.28.1, A100/H100
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
 # and source tarballs found there are used before the network). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
-ARG BUILD_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
-ARG RUNTIME_IMAGE=nvidia/cuda:12.2.2-cudnn8-runtime-ubuntu22.04
+ARG BUILD_IMAGE=nvidia/cuda:12.2.2-devel-ubuntu22.04
+ARG RUNTIME_IMAGE=nvidia/cuda:12.2.2-runtime-ubuntu22.04
 
 # ---- build: compilers, ucx and openmpi from source, frameworks, Horovod ----
 FROM ${BUILD_IMAGE} AS build
@@ -20,7 +20,7 @@ COPY wheelhouse/ /wheelhouse/
 # OS packages for building
 RUN apt-get update && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-change-held-packages --allow-downgrades libnccl2=2.18.5-1+cuda12.2 libnccl-dev=2.18.5-1+cuda12.2 && \
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y --allow-change-held-packages libnccl-dev libnccl2 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
@@ -49,15 +49,21 @@ RUN mkdir -p /tmp/build/openmpi && \
 # frameworks
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow==2.15.1 torch==2.1.2
 
-# Horovod 0.28.1 from its sdist, then horovodrun --check-build
-RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
-    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
-    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
-    for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done && \
-    mkdir -p /tmp/build/cuda-stubs && \
-    ln -s /usr/local/cuda/lib64/stubs/libcuda.so /tmp/build/cuda-stubs/libcuda.so.1 && \
+# an NCCL home from the NVIDIA wheels for Horovod's build
+RUN ln -sf libnccl.so.2 /opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib/libnccl.so
+
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
+    mkdir -p "/tmp/build/cuda-stubs" && \
+    ln -sf /usr/local/cuda/lib64/stubs/libcuda.so "/tmp/build/cuda-stubs/libcuda.so.1" && \
     export PATH="/opt/venv/bin:/opt/openmpi/bin:/opt/ucx/bin:${PATH}" && \
-    export LD_LIBRARY_PATH="/tmp/build/cuda-stubs:/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
+    export LD_LIBRARY_PATH="/tmp/build/cuda-stubs:/opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.10/site-packages/nvidia/cudnn/lib:/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
     export HOROVOD_WITH_TENSORFLOW="1" && \
     export HOROVOD_WITH_PYTORCH="1" && \
     export HOROVOD_WITHOUT_MXNET="1" && \
@@ -66,18 +72,23 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     export HOROVOD_GPU_OPERATIONS="NCCL" && \
     export HOROVOD_NCCL_LINK="SHARED" && \
     export HOROVOD_CUDA_HOME="/usr/local/cuda" && \
+    export HOROVOD_NCCL_HOME="/opt/venv/lib/python3.10/site-packages/nvidia/nccl" && \
     export HOROVOD_BUILD_CUDA_CC_LIST="80,90" && \
     export TORCH_CUDA_ARCH_LIST="8.0;9.0" && \
     export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
-    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12/.partial" "/wheelhouse/horovod/horovod-0.28.1-5137c57dbf12/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.10/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \
     built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
     rm -f "$report" && \
     for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: NCCL' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
     python -c 'import horovod.tensorflow, horovod.torch' && \
-    rm -rf /tmp/build
+    rm -rf "/tmp/build"
 
 # ---- slim: the build's results without what only building needs (the runtime copies from here) ----
 FROM build AS slim
@@ -95,19 +106,19 @@ SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 # OS packages to run
 RUN apt-get update && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ibverbs-providers libgomp1 libibverbs1 libnuma1 librdmacm1 openssh-client python3 && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-change-held-packages --allow-downgrades libnccl2=2.18.5-1+cuda12.2 && \
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y --allow-change-held-packages libnccl2 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda12.2-tf2.15-torch2.1-ucx", "description": "CUDA 12.2, cuDNN 8.9, NCCL 2.18.5, UCX 1.15 + Open MPI 4.1.6, TensorFlow 2.15.1 + PyTorch 2.1.2, Horovod 0.28.1, A100/H100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:12.2.2-cudnn8-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"cuda": "12.2", "cudnn": "8.9", "nccl": "2.18.5-1+cuda12.2", "archs": ["8.0", "9.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda", "--without-verbs"]}, "ucx": {"version": "1.15.0", "source": {"url": "https://github.com/openucx/ucx/releases/download/v1.15.0/ucx-1.15.0.tar.gz", "sha256": "4b202087076bc1c98f9249144f0c277a8ea88ad4ca6f404f94baa9cb3aebda6d"}, "configure": ["--with-cuda=/usr/local/cuda", "--with-verbs", "--with-rdmacm", "--enable-mt"]}, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu121"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": "/opt/ucx", "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda12.2-tf2.15-torch2.1-ucx", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "12.2", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.18.5", "org.hpcbundle.gpu-archs": "8.0,9.0", "org.hpcbundle.ucx": "1.15.0", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.1.2+cu121"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda12.2-tf2.15-torch2.1-ucx", "description": "CUDA 12.2, cuDNN 8.9, NCCL 2.18.1, UCX 1.15 + Open MPI 4.1.6, TensorFlow 2.15.1 + PyTorch 2.1.2, Horovod 0.28.1, A100/H100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:12.2.2-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:12.2.2-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"source": "image", "cuda": "12.2", "cudnn": "8.9", "nccl": "2.18.1", "archs": ["8.0", "9.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda", "--without-verbs"]}, "ucx": {"version": "1.15.0", "source": {"url": "https://github.com/openucx/ucx/releases/download/v1.15.0/ucx-1.15.0.tar.gz", "sha256": "4b202087076bc1c98f9249144f0c277a8ea88ad4ca6f404f94baa9cb3aebda6d"}, "configure": ["--with-cuda=/usr/local/cuda", "--with-verbs", "--with-rdmacm", "--enable-mt"]}, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu121"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": "/opt/ucx", "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda12.2-tf2.15-torch2.1-ucx", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "12.2", "org.hpcbundle.cuda.source": "image", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.18.1", "org.hpcbundle.gpu-archs": "8.0,9.0", "org.hpcbundle.ucx": "1.15.0", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.1.2+cu121"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY --from=slim /opt/openmpi /opt/openmpi
 COPY --from=slim /opt/ucx /opt/ucx
 COPY examples/ /examples/
 ENV PATH="/opt/venv/bin:/opt/openmpi/bin:/opt/ucx/bin:${PATH}" \
-    LD_LIBRARY_PATH="/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+    LD_LIBRARY_PATH="/opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.10/site-packages/nvidia/cudnn/lib:/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 LABEL org.hpcbundle.recipe="cuda12.2-tf2.15-torch2.1-ucx" \
     org.hpcbundle.hpcbundle-version="0.1.0" \
     org.hpcbundle.os="ubuntu22.04" \
@@ -121,8 +132,9 @@ LABEL org.hpcbundle.recipe="cuda12.2-tf2.15-torch2.1-ucx" \
     org.hpcbundle.frameworks="tensorflow,pytorch" \
     org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
     org.hpcbundle.cuda="12.2" \
+    org.hpcbundle.cuda.source="image" \
     org.hpcbundle.cudnn="8.9" \
-    org.hpcbundle.nccl="2.18.5" \
+    org.hpcbundle.nccl="2.18.1" \
     org.hpcbundle.gpu-archs="8.0,9.0" \
     org.hpcbundle.ucx="1.15.0" \
     org.hpcbundle.tensorflow="2.15.1" \

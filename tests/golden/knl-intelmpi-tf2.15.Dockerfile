@@ -33,10 +33,13 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse 
 # frameworks
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1
 
-# Horovod 0.28.1 from its sdist, then horovodrun --check-build
-RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest /tmp/build horovod==0.28.1 && \
-    echo '92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz' | sha256sum -c - && \
-    tar -xzf /tmp/build/horovod-0.28.1.tar.gz -C /tmp/build && \
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
     export PATH="/opt/venv/bin:${PATH}" && \
     export LD_LIBRARY_PATH="/opt/venv/lib:/opt/venv/lib/libfabric${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
     export I_MPI_ROOT="/opt/venv" && \
@@ -47,15 +50,19 @@ RUN /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse
     export HOROVOD_WITH_MPI="1" && \
     export HOROVOD_WITH_GLOO="1" && \
     export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation /tmp/build/horovod-0.28.1 && \
-    find /opt/venv/lib/python*/site-packages/horovod -name '*.so' -exec strip --strip-debug {} + && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3/.partial" "/wheelhouse/horovod/horovod-0.28.1-6deb29b006b3/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.10/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \
     built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
     rm -f "$report" && \
     for want in 'Frameworks: TensorFlow' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
     python -c 'import horovod.tensorflow' && \
-    rm -rf /tmp/build
+    rm -rf "/tmp/build"
 
 # ---- slim: the build's results without what only building needs (the runtime copies from here) ----
 FROM build AS slim

@@ -10,15 +10,17 @@ and the source builds use before the network. Build with PIP_NO_INDEX=1 to stay 
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
 
 from .. import __version__
 from ..config.errors import UserError
+from ..config.fields import major_minor
 from ..config.recipes import Recipe
 from ..rules.facts import MANIFEST, image_labels
-from ..rules.knowledge import KnowledgeBase, pytorch_requirement
+from ..rules.knowledge import CudaWheels, KnowledgeBase, pytorch_requirement
 
 VENV = "/opt/venv"
 MPI_PREFIX = "/opt/openmpi"
@@ -26,8 +28,13 @@ UCX_PREFIX = "/opt/ucx"
 WHEELHOUSE = "/wheelhouse"
 EXAMPLES = "/examples"
 CUDA_HOME = "/usr/local/cuda"
-CUDA_STUB_DIR = "/tmp/build/cuda-stubs"
+BUILD_DIR = "/tmp/build"
+CUDA_STUB_DIR = f"{BUILD_DIR}/cuda-stubs"
 """Holds libcuda.so.1 -> the toolkit's stub only while Horovod builds (build hosts have no GPU driver)."""
+HOROVOD_CACHE = f"{WHEELHOUSE}/horovod"
+"""Prebuilt Horovod wheels, one directory per versions key (`horovod_key`): installed instead of building."""
+CMAKE_FOR_WHEELS = "cmake==4.4.4"
+"""The wheels route builds with pip's cmake (the one measured with CUDA 13 wheels; Debian 12's is 3.25)."""
 CONTEXT_DIRS = ("examples", "wheelhouse")
 """What a build context holds (relative to where `docker build` / `apptainer build` runs)."""
 
@@ -85,20 +92,105 @@ class SourceBuild:
 
 
 @dataclass(frozen=True)
-class ImageSpec:
-    """Everything the two templates need besides the recipe itself; build with `image_spec()`."""
+class Layout:
+    """Where things go: fixed paths in an image, shell variables in the host install script.
 
-    venv: ClassVar[str] = VENV
+    Values are used inside double quotes in the snippets, so a host path may hold spaces.
+    """
+
+    host: bool
+    venv: str
+    site_packages: str
+    build_dir: str
+    horovod_cache: str
+    pip: str
+    pip_flags: str
+
+
+def image_layout(recipe: Recipe) -> Layout:
+    """The image's layout: /opt/venv, /tmp/build, /wheelhouse (pip finds wheels there first)."""
+    return Layout(
+        host=False,
+        venv=VENV,
+        site_packages=f"{VENV}/lib/python{recipe.python}/site-packages",
+        build_dir=BUILD_DIR,
+        horovod_cache=f"{HOROVOD_CACHE}/{horovod_key(recipe)}",
+        pip=f"{VENV}/bin/python -m pip",
+        pip_flags=f"--no-cache-dir --find-links {WHEELHOUSE}",
+    )
+
+
+def host_layout(recipe: Recipe) -> Layout:
+    """The install script's layout: shell variables its preamble sets (containers/shell/install.sh.j2)."""
+    return Layout(
+        host=True,
+        venv="${HPCBUNDLE_VENV}",
+        site_packages="${HPCBUNDLE_SITE}",
+        build_dir="${HPCBUNDLE_BUILD}",
+        horovod_cache=f"${{HPCBUNDLE_CACHE}}/horovod/{horovod_key(recipe)}-py${{HPCBUNDLE_PYVER}}",
+        pip='"${HPCBUNDLE_VENV}/bin/python" -m pip',
+        pip_flags="",
+    )
+
+
+def horovod_key(recipe: Recipe) -> str:
+    """The versions a Horovod wheel depends on, as a short name for its cache directory.
+
+    Everything that changes the compiled wheel goes in: Horovod and its patches, frameworks, MPI,
+    CUDA, NCCL, archs, controllers, operations, build variables (the host key adds its Python)::
+
+        horovod-0.28.1-<12 hex digits>
+    """
+    gpu = recipe.gpu
+    parts = {
+        "horovod": recipe.horovod.model_dump(mode="json"),
+        "frameworks": recipe.frameworks.model_dump(mode="json"),
+        "mpi": [recipe.mpi.flavour, recipe.mpi.version, recipe.mpi.install],
+        "gpu": gpu.model_dump(mode="json") if gpu else None,
+        "os": recipe.base.os,
+    }
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+    return f"horovod-{recipe.horovod.version}-{digest}"
+
+
+@dataclass(frozen=True)
+class CudaTree:
+    """CUDA from PyPI's wheels (gpu.source: wheels): where the toolkit lands and what must be linked."""
+
+    dir: str
+    build_wheels: tuple[str, ...]
+    runtime_wheels: tuple[str, ...]
+    cudart: str
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        return (*self.build_wheels, *self.runtime_wheels)
+
+    @property
+    def build_names(self) -> tuple[str, ...]:
+        """The wheels only the compile needs (the slim stage uninstalls them)."""
+        return tuple(req.split("==")[0] for req in self.build_wheels)
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """Everything the templates need besides the recipe itself; build with `image_spec()`."""
+
     wheelhouse: ClassVar[str] = WHEELHOUSE
     examples: ClassVar[str] = EXAMPLES
     manifest_path: ClassVar[str] = MANIFEST
-    cuda_home: ClassVar[str] = CUDA_HOME
     cuda_stub_dir: ClassVar[str] = CUDA_STUB_DIR
     horovod_helpers: ClassVar[tuple[str, ...]] = HOROVOD_HELPERS
-    pip: ClassVar[str] = f"{VENV}/bin/python -m pip"
-    pip_flags: ClassVar[str] = f"--no-cache-dir --find-links {WHEELHOUSE}"
 
     recipe: Recipe
+    layout: Layout
+    cuda_home: str | None
+    cuda_tree: CudaTree | None
+    nccl_home: str | None
+    """What HOROVOD_NCCL_HOME names when torch's wheel brings NCCL (None: the base image's NCCL)."""
+    nccl_dir: str | None
+    """torch's nvidia/nccl itself (in the image the same as nccl_home; the host script links it in its build dir)."""
+    build_requirements: tuple[str, ...]
     packages: Packages
     pinned: Packages
     source_builds: tuple[SourceBuild, ...]
@@ -111,29 +203,73 @@ class ImageSpec:
     runtime_env: dict[str, str]
     labels: dict[str, str]
     manifest: str
+    purged: Packages = field(default=Packages((), ()))
+    """apt packages the base image holds that must go: its NCCL where torch's wheel brings the image's one."""
+
+    @property
+    def venv(self) -> str:
+        return self.layout.venv
+
+    @property
+    def pip(self) -> str:
+        return self.layout.pip
+
+    @property
+    def pip_flags(self) -> str:
+        return self.layout.pip_flags
+
+    @property
+    def site_packages(self) -> str:
+        return self.layout.site_packages
+
+    @property
+    def pip_install(self) -> str:
+        """`<venv python> -m pip install [flags]`: the image reads its wheelhouse first; the host script uses
+        pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS, its download cache)."""
+        return " ".join(part for part in (self.layout.pip, "install", self.layout.pip_flags) if part)
 
 
-def image_spec(recipe: Recipe, kb: KnowledgeBase) -> ImageSpec:
+def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSpec:
     """Derive the image's content from `recipe`; e.g. for recipes/cpu-local.yaml::
 
     spec.framework_requirements == ("tensorflow-cpu==2.15.1", "torch==2.13.0+cpu")
     spec.check_build == ("Frameworks: TensorFlow", "Frameworks: PyTorch", "Controllers: MPI", ...)
+
+    `host=True` lays the same content out for the bare-metal install script (a venv anywhere).
     """
     labels = image_labels(recipe)
+    layout = host_layout(recipe) if host else image_layout(recipe)
+    tree = _cuda_tree(recipe, kb)
+    site = layout.site_packages
+    nccl_dir = nccl_home = None
+    if _nccl_from_torch(recipe, kb):
+        nccl_dir = "${HPCBUNDLE_NCCL_DIR}" if host else f"{site}/nvidia/nccl"
+        nccl_home = f"{layout.build_dir}/nccl" if host else nccl_dir
+    if tree is not None:
+        cuda_home: str | None = "${HPCBUNDLE_CUDA_HOME}" if host else f"{site}/nvidia/{tree.dir}"
+    else:
+        cuda_home = CUDA_HOME if recipe.gpu else None
     return ImageSpec(
         recipe=recipe,
+        layout=layout,
+        cuda_home=cuda_home,
+        cuda_tree=tree,
+        nccl_home=nccl_home,
+        nccl_dir=nccl_dir,
+        build_requirements=(CMAKE_FOR_WHEELS,) if tree else (),
         packages=_packages(recipe),
-        pinned=_pinned(recipe),
+        pinned=Packages((), ()) if nccl_home else _pinned(recipe),
+        purged=_purged(recipe) if nccl_home else Packages((), ()),
         source_builds=_source_builds(recipe),
         mpi_requirements=(f"impi-devel=={recipe.mpi.version}", f"impi-rt=={recipe.mpi.version}")
         if recipe.mpi.install == "pip"
         else (),
         framework_requirements=_framework_requirements(recipe, kb),
-        horovod_env=_horovod_env(recipe),
+        horovod_env=_horovod_env(recipe, layout, cuda_home, nccl_home, nccl_dir),
         check_build=_check_build(recipe),
         imports=tuple(f"horovod.{'torch' if name == 'pytorch' else name}" for name in recipe.frameworks.names),
         copies=(VENV, *([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else [])),
-        runtime_env=_search_env(recipe),
+        runtime_env=_search_env(recipe, layout, _wheel_libs(recipe, cuda_home, nccl_dir)),
         labels=labels,
         manifest=_manifest(recipe, labels),
     )
@@ -150,12 +286,71 @@ def _packages(recipe: Recipe) -> Packages:
     return Packages(*(tuple(sorted({p for part in parts for p in getattr(part, stage)})) for stage in Packages._fields))
 
 
+def _nccl_from_torch(recipe: Recipe, kb: KnowledgeBase) -> bool:
+    """True when torch's wheel brings NCCL as the nvidia-nccl wheel (the image's one NCCL)."""
+    pt = recipe.frameworks.pytorch
+    if recipe.gpu is None or pt is None:
+        return False
+    if recipe.gpu.source == "wheels":
+        return True
+    wheel = kb.torch_wheel(pt.version, pt.variant)
+    return wheel is not None and wheel.nccl is not None
+
+
+def _cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
+    """The toolkit wheels for gpu.source: wheels (None for the image route or an unknown CUDA)."""
+    gpu = recipe.gpu
+    if gpu is None or gpu.source != "wheels":
+        return None
+    wheels: CudaWheels | None = kb.cuda_wheels.get(major_minor(gpu.cuda))
+    if wheels is None:
+        raise UserError.at(
+            f"recipe {recipe.name}",
+            "gpu.cuda",
+            f"CUDA {gpu.cuda} has no toolkit wheels in the knowledge base (known: {', '.join(kb.cuda_wheels)})",
+            "set gpu.source: image or pick a CUDA listed in compat.yaml cuda_wheels",
+        )
+    return CudaTree(
+        dir=wheels.dir,
+        build_wheels=tuple(f"{name}=={version}" for name, version in wheels.build.items()),
+        runtime_wheels=tuple(f"{name}=={version}" for name, version in wheels.runtime.items()),
+        cudart=f"libcudart.so.{gpu.cuda.split('.')[0]}",
+    )
+
+
 def _pinned(recipe: Recipe) -> Packages:
-    """Exact apt versions: NCCL for GPU stacks (the base images hold another version)."""
+    """Exact apt versions of NCCL, only where torch's wheel brings none (no torch, or a bundled torch).
+
+    The version is NVIDIA's apt spelling of gpu.nccl for the recipe's CUDA, e.g. 2.16.5-1+cuda11.8.
+    """
     if recipe.gpu is None:
         return Packages((), ())
-    nccl = recipe.gpu.nccl
+    nccl = f"{recipe.gpu.nccl}-1+cuda{major_minor(recipe.gpu.cuda)}"
     return Packages((f"libnccl2={nccl}", f"libnccl-dev={nccl}"), (f"libnccl2={nccl}",))
+
+
+def _purged(recipe: Recipe) -> Packages:
+    """The nvidia/cuda images' own NCCL, removed where torch's wheel brings the image's one.
+
+    devel images hold libnccl2 + libnccl-dev, runtime images libnccl2, base images none.
+    """
+    if recipe.gpu is None or recipe.gpu.source != "image":
+        return Packages((), ())
+    runtime = ("libnccl2",) if "-runtime-" in recipe.base.runtime_image else ()
+    return Packages(("libnccl-dev", "libnccl2"), runtime)
+
+
+def _wheel_libs(recipe: Recipe, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
+    """Library directories of the NVIDIA wheels that must be found at run time (one NCCL, one cuDNN)."""
+    libs = []
+    if nccl_dir:
+        libs.append(f"{nccl_dir}/lib")
+        if recipe.frameworks.tensorflow:
+            # TensorFlow's pip wheel dlopens libcudnn.so.8: it finds torch's cuDNN wheel here.
+            libs.append(nccl_dir.rsplit("/", 1)[0] + "/cudnn/lib")
+    if recipe.gpu and recipe.gpu.source == "wheels" and cuda_home:
+        libs.append(f"{cuda_home}/lib")
+    return tuple(libs)
 
 
 def _source_builds(recipe: Recipe) -> tuple[SourceBuild, ...]:
@@ -176,8 +371,9 @@ def _source_builds(recipe: Recipe) -> tuple[SourceBuild, ...]:
     if recipe.mpi.install == "source":
         mpi = recipe.mpi
         assert mpi.source is not None  # guaranteed by the recipe model
+        prefix_option = "prte" if mpi.version.split(".")[0] >= "5" else "orterun"
         options = (
-            "--enable-orterun-prefix-by-default",
+            f"--enable-{prefix_option}-prefix-by-default",
             *([f"--with-ucx={UCX_PREFIX}"] if recipe.ucx else []),
             *mpi.configure,
         )
@@ -195,34 +391,43 @@ def _framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...
     return tuple(reqs)
 
 
-def _search_env(recipe: Recipe, first_libs: tuple[str, ...] = ()) -> dict[str, str]:
+def _search_env(
+    recipe: Recipe, layout: Layout, first_libs: tuple[str, ...] = (), first_bins: tuple[str, ...] = ()
+) -> dict[str, str]:
     """PATH / LD_LIBRARY_PATH (and Intel MPI's variables) for the image's own prefixes.
 
     Values keep what the base image or the container runtime set (Apptainer's --nv adds to
     LD_LIBRARY_PATH), so they use shell/Dockerfile `${VAR}` syntax and must be double-quoted.
     """
-    bins, libs = [f"{VENV}/bin"], list(first_libs)
-    if recipe.mpi.install == "source":
+    venv = layout.venv
+    bins, libs = [f"{venv}/bin", *first_bins], list(first_libs)
+    if recipe.mpi.install == "source" and not layout.host:
         bins.append(f"{MPI_PREFIX}/bin")
         libs.append(f"{MPI_PREFIX}/lib")
-    if recipe.ucx:
+    if recipe.ucx and not layout.host:
         bins.append(f"{UCX_PREFIX}/bin")
         libs.append(f"{UCX_PREFIX}/lib")
     if recipe.mpi.install == "pip":
-        libs += [f"{VENV}/lib", f"{VENV}/lib/libfabric"]
+        libs += [f"{venv}/lib", f"{venv}/lib/libfabric"]
     env = {"PATH": ":".join(bins) + ":${PATH}"}
     if libs:
         env["LD_LIBRARY_PATH"] = ":".join(libs) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
     if recipe.mpi.install == "pip":
-        env["I_MPI_ROOT"] = VENV
-        env["FI_PROVIDER_PATH"] = f"{VENV}/lib/libfabric/prov"
+        env["I_MPI_ROOT"] = venv
+        env["FI_PROVIDER_PATH"] = f"{venv}/lib/libfabric/prov"
     return env
 
 
-def _horovod_env(recipe: Recipe) -> dict[str, str]:
+def _horovod_env(
+    recipe: Recipe, layout: Layout, cuda_home: str | None, nccl_home: str | None, nccl_dir: str | None
+) -> dict[str, str]:
     """The environment of the Horovod build: search paths, HOROVOD_WITH_*/WITHOUT_*, GPU options."""
     fw, hvd = recipe.frameworks, recipe.horovod
-    env = _search_env(recipe, (CUDA_STUB_DIR,) if recipe.gpu else ())
+    wheels = recipe.gpu is not None and recipe.gpu.source == "wheels"
+    stub = (f"{layout.build_dir}/cuda-stubs",) if recipe.gpu and not wheels else ()
+    env = _search_env(
+        recipe, layout, stub + _wheel_libs(recipe, cuda_home, nccl_dir), (f"{cuda_home}/bin",) if wheels else ()
+    )
     wanted = {
         "TENSORFLOW": fw.tensorflow is not None,
         "PYTORCH": fw.pytorch is not None,
@@ -232,10 +437,12 @@ def _horovod_env(recipe: Recipe) -> dict[str, str]:
     }
     env |= {f"HOROVOD_{'WITH' if on else 'WITHOUT'}_{name}": "1" for name, on in wanted.items()}
     if recipe.gpu:
+        assert cuda_home is not None  # every GPU recipe has one
         env |= {
             "HOROVOD_GPU_OPERATIONS": "NCCL",
             "HOROVOD_NCCL_LINK": "SHARED",
-            "HOROVOD_CUDA_HOME": CUDA_HOME,
+            "HOROVOD_CUDA_HOME": cuda_home,
+            **({"HOROVOD_NCCL_HOME": nccl_home} if nccl_home else {}),
             "HOROVOD_BUILD_CUDA_CC_LIST": ",".join(arch.replace(".", "") for arch in recipe.gpu.archs),
         }
         if fw.pytorch:

@@ -1,6 +1,8 @@
-"""Render a recipe into a Dockerfile or a Singularity/Apptainer .def (pure: templates come in an Environment).
+"""Render a recipe into a Dockerfile, a Singularity/Apptainer .def or a bare-metal install script (pure:
+templates come in an Environment).
 
-Both formats run the same steps. A step is a shell snippet from containers/common/, rendered once per
+All formats run the same steps (the install script leaves out the OS packages and source builds,
+which it asks the host for). A step is a shell snippet from containers/common/, rendered once per
 recipe: the Dockerfile runs it as one RUN whose lines are joined with ` && \\`, the .def puts its lines
 in %post under `set -euo pipefail`. So that both mean the same, every snippet line must be one
 complete command (a simple command, a pipeline, or a compound that closes on the same line); the
@@ -9,6 +11,7 @@ renderer refuses anything else, naming the snippet.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +25,13 @@ from ..config.recipes import Recipe
 from ..rules.knowledge import KnowledgeBase
 from .imagespec import ImageSpec, image_spec
 
-Format = Literal["docker", "singularity"]
-TEMPLATES: dict[str, str] = {"docker": "docker/Dockerfile.j2", "singularity": "singularity/horovod.def.j2"}
-SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def"}
+Format = Literal["docker", "singularity", "shell"]
+TEMPLATES: dict[str, str] = {
+    "docker": "docker/Dockerfile.j2",
+    "singularity": "singularity/horovod.def.j2",
+    "shell": "shell/install.sh.j2",
+}
+SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def", "shell": ".sh"}
 
 
 @dataclass(frozen=True)
@@ -65,13 +72,14 @@ def template_environment(containers_dir: Path) -> jinja2.Environment:
         continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
         shquote=shlex.quote,
         assignments=assignments,
+        install_time=install_time,
     )
     return env
 
 
 def render_image(recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: KnowledgeBase) -> str:
-    """The Dockerfile or .def text for `recipe`."""
-    spec = image_spec(recipe, kb)
+    """The Dockerfile, .def or install script text for `recipe`."""
+    spec = image_spec(recipe, kb, host=fmt == "shell")
     steps = render_steps(spec, env)
     return env.get_template(TEMPLATES[fmt]).render(recipe=recipe, spec=spec, steps=steps, hpcbundle_version=__version__)
 
@@ -83,19 +91,48 @@ def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
         return Step(title, snippet, render_snippet(env, snippet, recipe=spec.recipe, spec=spec, **extra))
 
     build = [
-        step("OS packages for building", "apt", packages=spec.packages.build, pinned=spec.pinned.build),
+        step(
+            "OS packages for building",
+            "apt",
+            packages=spec.packages.build,
+            pinned=spec.pinned.build,
+            purged=spec.purged.build,
+        ),
         step(f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers", "venv"),
         *(step(f"{b.name} from {b.tarball} into {b.prefix}", "autotools", build=b) for b in spec.source_builds),
     ]
     if spec.mpi_requirements:
         build.append(step("Intel MPI wheels into the venv", "pip", requirements=spec.mpi_requirements))
-    build += [
-        step("frameworks", "pip", requirements=spec.framework_requirements),
-        step(f"Horovod {spec.recipe.horovod.version} from its sdist, then horovodrun --check-build", "horovod"),
-    ]
+    toolkit = spec.cuda_tree.requirements if spec.cuda_tree else ()
+    build.append(
+        step(
+            "frameworks"
+            + (f" and the CUDA {spec.recipe.gpu.cuda} toolkit wheels" if toolkit and spec.recipe.gpu else ""),
+            "pip",
+            requirements=(*spec.framework_requirements, *toolkit),
+        )
+    )
+    if spec.cuda_tree or spec.nccl_dir:
+        homes = " and ".join(
+            what for what, there in (("a CUDA home", spec.cuda_tree), ("an NCCL home", spec.nccl_dir)) if there
+        )
+        build.append(step(f"{homes} from the NVIDIA wheels for Horovod's build", "cudawheels"))
+    build.append(
+        step(
+            f"Horovod {spec.recipe.horovod.version} (the cached wheel for these versions, or built from its sdist), "
+            "then horovodrun --check-build",
+            "horovod",
+        )
+    )
     slim = [step("drop what only building needs from the venv", "prune")]
     runtime = [
-        step("OS packages to run", "apt", packages=spec.packages.runtime, pinned=spec.pinned.runtime),
+        step(
+            "OS packages to run",
+            "apt",
+            packages=spec.packages.runtime,
+            pinned=spec.pinned.runtime,
+            purged=spec.purged.runtime,
+        ),
         step(f"the recipe as JSON at {spec.manifest_path}", "manifest"),
     ]
     return Steps(
@@ -129,6 +166,17 @@ def assignments(env: dict[str, str]) -> list[str]:
         if any(c in value for c in '"\\`') or "$" in value.replace("${", ""):
             raise ValueError(f"{key}: value {value!r} cannot be double-quoted the same way in a Dockerfile and in sh")
     return [f'{key}="{value}"' for key, value in env.items()]
+
+
+def install_time(value: str) -> str:
+    """One shell word for `value` that expands the install script's own ${HPCBUNDLE_*} variables now
+    and keeps every other ${VAR} for later (the env file it writes is sourced in another shell).
+
+    >>> print(install_time("${HPCBUNDLE_VENV}/bin:${PATH}"))
+    "${HPCBUNDLE_VENV}"'/bin:${PATH}'
+    """
+    parts = re.split(r"(\$\{HPCBUNDLE_[A-Z_]+\})", value)
+    return "".join(f'"{part}"' if part.startswith("${HPCBUNDLE_") else shlex.quote(part) for part in parts if part)
 
 
 _OPERATORS = ("&&", "||", ";;", "<<-", "<<", ">>", ">&", "<&", "&>", "|", ";", "&", "(", ")", "<", ">")

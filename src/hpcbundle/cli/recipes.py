@@ -79,7 +79,8 @@ def recipes_command(bundle, fmt: str) -> None:
     "fmt",
     type=click.Choice(sorted(TEMPLATES)),
     required=True,
-    help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def.",
+    help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def; shell: a bare-metal install script "
+    "(a venv, the wheels, the patched Horovod build, check-build) for hosts without a container runtime.",
 )
 @click.option(
     "-o",
@@ -89,12 +90,20 @@ def recipes_command(bundle, fmt: str) -> None:
 )
 @pass_bundle
 def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
-    """Render RECIPE (a name in recipes/ or a path to a YAML file) as a Dockerfile or .def.
+    """Render RECIPE (a name in recipes/ or a path to a YAML file) as a Dockerfile, a .def or an install script.
+
+    All three run the same steps. The install script (--format shell) builds the stack into a venv
+    on a GPU host without a container runtime; it reuses torch and the NVIDIA wheels the host
+    already has (HPCBUNDLE_SYSTEM_SITE_PACKAGES=1), installs offline from a wheelhouse
+    (PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR) and caches the Horovod wheel by versions
+    ($HPCBUNDLE_CACHE/horovod/<key>).
 
     \b
     Examples:
       hpcbundle render cpu-local --format docker -o build/cpu-local.Dockerfile
       hpcbundle render ./my-stack.yaml --format singularity > my-stack.def
+      hpcbundle render cuda13.0-torch2.11 --format shell -o install.sh
+      bash install.sh ~/horovod-venv
     """
     b = bundle.get()
     kb = knowledge_base()

@@ -18,6 +18,12 @@ from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
 OsName = Literal["ubuntu22.04", "ubuntu24.04", "debian12"]
+PLAIN_IMAGES: dict[str, str] = {
+    "ubuntu22.04": "ubuntu:22.04",
+    "ubuntu24.04": "ubuntu:24.04",
+    "debian12": "debian:bookworm",
+}
+"""The plain OS image of each base OS (the wheels route builds FROM these)."""
 
 
 class Base(StrictModel):
@@ -28,25 +34,41 @@ class Base(StrictModel):
     runtime_image: str = Field(min_length=1, description="FROM of the slim runtime stage")
 
 
-class Gpu(StrictModel):
-    """The CUDA side of a GPU stack; absent for CPU-only recipes."""
+CudaSource = Literal["image", "wheels"]
+CUDA_IMAGE = "nvidia/cuda:"
+"""The image route's base images are NVIDIA's CUDA images (maybe through a mirror: `<registry>/nvidia/cuda:`)."""
 
+
+class Gpu(StrictModel):
+    """The CUDA side of a GPU stack; absent for CPU-only recipes.
+
+    `source` says where CUDA comes from: `image` (default) builds FROM an nvidia/cuda image, which
+    holds the toolkit; `wheels` builds FROM a plain OS image and takes the toolkit (nvcc, runtime,
+    headers) from PyPI's NVIDIA wheels, next to the ones the torch wheel pulls. Either way NCCL
+    and cuDNN are the ones torch's wheel brings (`nccl` and `cudnn` name them), one copy each.
+    """
+
+    source: CudaSource = Field("image", description="where CUDA comes from: image (nvidia/cuda base) or wheels (PyPI)")
     cuda: Version
-    cudnn: Version
-    nccl: str = Field(
-        pattern=r"^\d+\.\d+\.\d+-\d+\+cuda\d+\.\d+$", description="apt version of libnccl2, e.g. 2.16.5-1+cuda11.8"
-    )
-    archs: list[Version] = Field(min_length=1, description="compute capabilities to build for, e.g. ['7.0', '8.0']")
+    cudnn: Version = Field(description="the cuDNN torch's wheel pins (nvidia-cudnn-cuXX), major.minor")
+    nccl: Version = Field(description="the NCCL torch's wheel pins (nvidia-nccl-cuXX), e.g. 2.28.9")
+    archs: list[Version] = Field(min_length=1, description="compute capabilities to build for, e.g. ['7.5', '8.0']")
+
+    @field_validator("nccl", mode="before")
+    @classmethod
+    def _not_apt(cls, value: object) -> object:
+        if isinstance(value, str) and "+cuda" in value:
+            plain = value.split("-", 1)[0]
+            raise ValueError(
+                f"{value!r} is an apt libnccl2 version; gpu.nccl is the bare NCCL version (the one torch's wheel "
+                f'loads; the apt spelling is derived where an apt NCCL is needed): write "{plain}"'
+            )
+        return value
 
     @property
     def nccl_version(self) -> str:
-        """'2.16.5-1+cuda11.8' -> '2.16.5'."""
-        return self.nccl.split("-", 1)[0]
-
-    @property
-    def nccl_cuda(self) -> str:
-        """'2.16.5-1+cuda11.8' -> '11.8'."""
-        return self.nccl.rsplit("+cuda", 1)[1]
+        """The NCCL version, e.g. '2.28.9'."""
+        return self.nccl
 
 
 class Tarball(StrictModel):
@@ -117,8 +139,10 @@ class Horovod(StrictModel):
 
     version: Version
     sdist_sha256: Sha256
-    patches: list[Literal["cxx17"]] = Field(
-        default_factory=list, description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt"
+    patches: list[Literal["cxx17", "gcc13"]] = Field(
+        default_factory=list,
+        description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt; "
+        "gcc13: #include <string> and <stdexcept> where GCC >= 13 no longer pulls them in",
     )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
@@ -152,6 +176,36 @@ class Recipe(StrictModel):
             raise ValueError("ucx is built only for an Open MPI built from source (mpi.install: source)")
         return self
 
+    def route_problem(self) -> tuple[str, str, str] | None:
+        """(key, problem, fix) when the base images do not fit where CUDA comes from (the routes do not mix)."""
+        gpu = self.gpu
+        if gpu is None:
+            return None
+        keys = ("build_image", "runtime_image")
+        cuda_images = [key for key in keys if CUDA_IMAGE in getattr(self.base, key)]
+        if gpu.source == "wheels":
+            if cuda_images:
+                return (
+                    f"base.{cuda_images[0]}",
+                    "is an nvidia/cuda image but gpu.source is wheels (CUDA from PyPI's NVIDIA wheels)",
+                    f"use the plain OS image {PLAIN_IMAGES[self.base.os]}, or set gpu.source: image",
+                )
+            if self.frameworks.pytorch is None:
+                return (
+                    "gpu.source",
+                    "wheels takes NCCL and cuDNN from PyTorch's wheel, and the recipe has no frameworks.pytorch",
+                    "add frameworks.pytorch or set gpu.source: image",
+                )
+            return None
+        plain = [key for key in keys if key not in cuda_images]
+        if plain:
+            return (
+                f"base.{plain[0]}",
+                f"is {getattr(self.base, plain[0])}, not an nvidia/cuda image, but gpu.source is image (the default)",
+                "use an nvidia/cuda:<version>-devel-<os> image, or set gpu.source: wheels",
+            )
+        return None
+
     @property
     def is_gpu(self) -> bool:
         return self.gpu is not None
@@ -161,6 +215,9 @@ def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     """Load and validate one recipe by name or path; its `name` must match the file name."""
     path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
+    route = recipe.route_problem()
+    if route is not None:
+        raise UserError.at(str(path), *route)
     if recipe.name != path.stem:
         raise UserError.at(
             str(path),

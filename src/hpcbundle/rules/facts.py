@@ -47,7 +47,13 @@ def image_labels(recipe: Recipe) -> dict[str, str]:
         "manifest": MANIFEST,
     }
     if gpu:
-        labels |= {"cuda": gpu.cuda, "cudnn": gpu.cudnn, "nccl": gpu.nccl_version, "gpu-archs": ",".join(gpu.archs)}
+        labels |= {
+            "cuda": gpu.cuda,
+            "cuda.source": gpu.source,
+            "cudnn": gpu.cudnn,
+            "nccl": gpu.nccl_version,
+            "gpu-archs": ",".join(gpu.archs),
+        }
     if recipe.ucx:
         labels["ucx"] = recipe.ucx.version
     if fw.tensorflow:

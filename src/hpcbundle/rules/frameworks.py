@@ -161,6 +161,24 @@ def horovod_pytorch(facts: Facts, kb: KnowledgeBase) -> Verdict:
     )
 
 
+@rule("horovod-gcc13", needs=("recipe",))
+def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """GCC >= 13 stops including <string>/<stdexcept> transitively: Horovod 0.28.1 needs the gcc13 patch there."""
+    recipe = facts.recipe
+    hvd, gcc = kb.horovod.get(recipe.horovod.version), kb.os_gcc.get(recipe.base.os)
+    if hvd is None or hvd.gcc13_patch_from is None or gcc is None:
+        return Verdict("SKIP", "no GCC 13 rule for this Horovod, or the GCC of the base OS is unknown")
+    patched = "gcc13" in recipe.horovod.patches
+    if parse_version(gcc) >= parse_version(hvd.gcc13_patch_from) and not patched:
+        return Verdict(
+            "FAIL",
+            f"{recipe.base.os} builds with GCC {gcc}; Horovod {recipe.horovod.version} does not compile with "
+            f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)",
+            "add gcc13 to horovod.patches",
+        )
+    return Verdict("PASS", f"GCC {gcc} of {recipe.base.os}" + (" (gcc13 patch)" if patched else ""))
+
+
 @rule("horovod-ops", needs=("recipe",))
 def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """GPU stacks allreduce through NCCL; CPU stacks cannot build NCCL operations."""

@@ -27,6 +27,12 @@ def cuda_known(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"CUDA {cuda} needs Linux driver >= {kb.cuda_driver[cuda].toolkit}")
 
 
+def arch_floor(cuda: str, kb: KnowledgeBase) -> str | None:
+    """The lowest compute capability nvcc of `cuda` can target ('7.5' for 13.0), None if unknown."""
+    archs = kb.cuda_archs.get(major_minor(cuda))
+    return min(archs, key=parse_version) if archs else None
+
+
 @rule("cuda-archs", needs=("recipe",))
 def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """nvcc of this CUDA must be able to build every requested compute capability."""
@@ -38,14 +44,44 @@ def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if supported is None:
         return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
     missing = [a for a in recipe.gpu.archs if a not in supported]
+    floor = arch_floor(cuda, kb) or supported[0]
+    below = [a for a in missing if parse_version(a) < parse_version(floor)]
+    if below:
+        return Verdict(
+            "FAIL",
+            f"gpu.archs: CUDA {cuda} cannot target compute capability {', '.join(below)}: its floor is {floor} "
+            f"(CUDA 13 removed Maxwell, Pascal and Volta)",
+            f"drop {', '.join(below)} from gpu.archs, or use a CUDA 12.x recipe for those GPUs",
+        )
     if missing:
         return Verdict(
             "FAIL",
-            f"CUDA {cuda} cannot build compute capability {', '.join(missing)} "
+            f"gpu.archs: CUDA {cuda} cannot build compute capability {', '.join(missing)} "
             f"(it builds {supported[0]}..{supported[-1]})",
             f"use another CUDA or drop {', '.join(missing)} from gpu.archs",
         )
     return Verdict("PASS", f"CUDA {cuda} builds sm_{', sm_'.join(a.replace('.', '') for a in recipe.gpu.archs)}")
+
+
+@rule("cuda-source", needs=("recipe",))
+def cuda_source(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """gpu.source: wheels needs PyPI's toolkit wheels for the recipe's CUDA (they start at 13.0)."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    gpu = recipe.gpu
+    if gpu.source == "image":
+        return Verdict("PASS", f"CUDA {gpu.cuda} from the base image {recipe.base.build_image}")
+    wheels = kb.cuda_wheels.get(major_minor(gpu.cuda))
+    if wheels is None:
+        return Verdict(
+            "FAIL",
+            f"gpu.source: wheels, but PyPI has no CUDA {gpu.cuda} toolkit wheels with nvcc "
+            f"(known: {', '.join(kb.cuda_wheels)}; the CUDA 12 nvcc wheel ships no nvcc)",
+            "set gpu.source: image with an nvidia/cuda base image, or use CUDA 13.0",
+        )
+    pins = ", ".join(f"{name} {version}" for name, version in {**wheels.build, **wheels.runtime}.items())
+    return Verdict("PASS", f"CUDA {gpu.cuda} from PyPI's wheels into nvidia/{wheels.dir}: {pins}")
 
 
 @rule("cudnn-cuda", needs=("recipe",))
@@ -63,19 +99,79 @@ def cudnn_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"cuDNN {cudnn} has a CUDA {cuda_major}.x build")
 
 
-@rule("nccl-cuda", needs=("recipe",))
-def nccl_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """The NCCL package must be the build for the recipe's CUDA major.minor."""
+@rule("nccl-torch", needs=("recipe",))
+def nccl_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """One NCCL per image: gpu.nccl must be the NCCL that the torch wheel loads (Horovod builds against it)."""
     recipe = facts.recipe
     if recipe.gpu is None:
         return CPU_ONLY
-    if recipe.gpu.nccl_cuda != major_minor(recipe.gpu.cuda):
+    gpu, pt = recipe.gpu, recipe.frameworks.pytorch
+    if pt is None:
+        return Verdict("PASS", f"no PyTorch: NCCL {gpu.nccl} from NVIDIA's apt repository for CUDA {gpu.cuda}")
+    wheel = kb.torch_wheel(pt.version, pt.variant)
+    if wheel is None:
+        return Verdict(
+            "WARN",
+            f"the NCCL of torch {pt.version} {pt.variant} is not in the knowledge base: "
+            f"gpu.nccl {gpu.nccl} is unverified",
+            "add the wheel's nvidia-nccl pin to compat.yaml torch_wheels",
+        )
+    if wheel.bundled:
+        return Verdict(
+            "WARN",
+            f"torch {pt.version}+{pt.variant} carries its own NCCL inside the wheel (PyTorch's index served "
+            f"bundled builds before 2.2): Horovod builds against NVIDIA's apt libnccl2 {gpu.nccl}, "
+            "a second NCCL in the process",
+            "use a torch whose wheel pins nvidia-nccl (PyPI's build, or torch >= 2.2) for one NCCL",
+        )
+    if wheel.nccl != gpu.nccl:
         return Verdict(
             "FAIL",
-            f"NCCL {recipe.gpu.nccl} is built for CUDA {recipe.gpu.nccl_cuda}, the recipe has {recipe.gpu.cuda}",
-            f"pick the +cuda{major_minor(recipe.gpu.cuda)} package",
+            f"gpu.nccl is {gpu.nccl} but torch {pt.version} {pt.variant} loads NCCL {wheel.nccl} "
+            "(its nvidia-nccl wheel; Horovod is built against that one)",
+            f'set gpu.nccl: "{wheel.nccl}"',
         )
-    return Verdict("PASS", f"NCCL {recipe.gpu.nccl_version} built for CUDA {recipe.gpu.nccl_cuda}")
+    return Verdict(
+        "PASS", f"NCCL {gpu.nccl}: the one torch {pt.version} {pt.variant} loads, and Horovod builds against"
+    )
+
+
+@rule("cudnn-torch", needs=("recipe",))
+def cudnn_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """One cuDNN per image: gpu.cudnn must be the cuDNN the torch wheel pins (TensorFlow loads that one too)."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    gpu, pt = recipe.gpu, recipe.frameworks.pytorch
+    wheel = kb.torch_wheel(pt.version, pt.variant) if pt else None
+    if pt is None or wheel is None or wheel.cudnn is None:
+        return Verdict("SKIP", "no PyTorch wheel pin to compare (see nccl-torch)")
+    if major_minor(wheel.cudnn) != major_minor(gpu.cudnn):
+        return Verdict(
+            "FAIL",
+            f"gpu.cudnn is {gpu.cudnn} but torch {pt.version} {pt.variant} pins cuDNN {wheel.cudnn}",
+            f'set gpu.cudnn: "{major_minor(wheel.cudnn)}"',
+        )
+    return Verdict("PASS", f"cuDNN {wheel.cudnn} from torch's wheel, the image's only cuDNN")
+
+
+@rule("nvcc-gcc", needs=("recipe",))
+def nvcc_gcc(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """nvcc refuses a host GCC newer than its crt/host_config.h allows."""
+    recipe = facts.recipe
+    if recipe.gpu is None:
+        return CPU_ONLY
+    cuda, gcc = major_minor(recipe.gpu.cuda), kb.os_gcc.get(recipe.base.os)
+    newest = kb.nvcc_host_gcc.get(cuda)
+    if gcc is None or newest is None:
+        return Verdict("SKIP", f"host GCC range of CUDA {cuda} or the GCC of {recipe.base.os} unknown")
+    if parse_version(gcc) > parse_version(newest):
+        return Verdict(
+            "FAIL",
+            f"{recipe.base.os} builds with GCC {gcc}; nvcc {cuda} accepts GCC <= {newest} (unsupported GNU version)",
+            "use an older base OS or a newer CUDA",
+        )
+    return Verdict("PASS", f"GCC {gcc} of {recipe.base.os} within nvcc {cuda}'s host compilers (<= {newest})")
 
 
 def _gpu_nodes(facts: Facts) -> dict[str, Mapping[str, Any]]:
@@ -176,8 +272,17 @@ def gpu_arch(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"GPU model {', '.join(unknown)} is not in the knowledge base (known: {', '.join(kb.gpu_capability)})",
         )
     running = []
+    cuda = (facts.image or {}).get("cuda", "")
+    floor = arch_floor(cuda, kb) if cuda else None
     for (name, capability), hosts in models.items():
         runs = runs_on(archs, capability)
+        if floor and parse_version(capability) < parse_version(floor):
+            return Verdict(
+                "FAIL",
+                f"{', '.join(dict.fromkeys(hosts))} has {name} (compute capability {capability}); CUDA {cuda} "
+                f"of recipe {facts.image.get('recipe')} cannot target compute capability < {floor}",
+                f"use a CUDA 12.x recipe for {name}",
+            )
         if not runs:
             return Verdict(
                 "FAIL",

@@ -34,6 +34,24 @@ class HorovodRelease(StrictModel):
     tensorflow_max: Version
     pytorch_min: Version
     pytorch_cxx17_from: Version
+    gcc13_patch_from: Version | None = None
+
+
+class CudaWheels(StrictModel):
+    """PyPI's CUDA toolkit wheels for one CUDA version: name -> exact version."""
+
+    dir: str
+    build: dict[str, Version]
+    runtime: dict[str, Version]
+    cuobjdump: dict[str, Version] = Field(default_factory=dict)
+
+
+class TorchWheel(StrictModel):
+    """What one torch release/variant loads: the versions of the nvidia-nccl and nvidia-cudnn wheels it pins."""
+
+    nccl: Version | None = None
+    cudnn: Version | None = None
+    bundled: bool = False
 
 
 class MpiAbi(StrictModel):
@@ -49,9 +67,13 @@ class KnowledgeBase(StrictModel):
     cuda_archs: dict[str, list[Version]]
     gpu_capability: dict[str, Version]
     cudnn_cuda_majors: dict[str, list[str]]
+    cuda_wheels: dict[str, CudaWheels]
+    os_gcc: dict[str, Version]
+    nvcc_host_gcc: dict[str, Version]
     os_python: dict[str, Version]
     tensorflow: dict[str, TensorFlowBuild]
     pytorch: dict[str, PyTorchRelease]
+    torch_wheels: dict[str, dict[str, TorchWheel]]
     horovod: dict[str, HorovodRelease]
     mpi_abi: dict[str, MpiAbi]
 
@@ -60,6 +82,14 @@ class KnowledgeBase(StrictModel):
 
     def pytorch_release(self, version: str) -> PyTorchRelease | None:
         return self.pytorch.get(major_minor(version))
+
+    def torch_wheel(self, version: str, variant: str) -> TorchWheel | None:
+        """The NCCL and cuDNN that torch `version` (variant cuXYZ) pins, if known.
+
+        >>> knowledge_base().torch_wheel("2.11.0", "cu130").nccl
+        '2.28.9'
+        """
+        return self.torch_wheels.get(major_minor(version), {}).get(variant)
 
 
 @lru_cache(maxsize=1)

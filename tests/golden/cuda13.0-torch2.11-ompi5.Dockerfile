@@ -1,0 +1,129 @@
+# Rendered by hpcbundle 0.1.0 from recipe cuda13.0-torch2.11-ompi5; do not edit, re-render:
+#   hpcbundle render cuda13.0-torch2.11-ompi5 --format docker
+# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
+#
+# Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
+# and source tarballs found there are used before the network). Build arguments:
+#   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
+#   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
+#   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
+ARG BUILD_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm
+
+# ---- build: compilers, openmpi from source, frameworks, Horovod ----
+FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX=0
+ARG PIP_EXTRA_INDEX_URL=
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+COPY wheelhouse/ /wheelhouse/
+
+# OS packages for building
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# Python 3.11 venv at /opt/venv with Horovod's build helpers
+RUN python3 -m venv /opt/venv && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0 cmake==4.4.4
+
+# openmpi from openmpi-5.0.10.tar.bz2 into /opt/openmpi
+RUN mkdir -p /tmp/build/openmpi && \
+    if [ -f /wheelhouse/openmpi-5.0.10.tar.bz2 ]; then cp /wheelhouse/openmpi-5.0.10.tar.bz2 /tmp/build/; else curl -fsSL --retry 3 -o /tmp/build/openmpi-5.0.10.tar.bz2 https://download.open-mpi.org/release/open-mpi/v5.0/openmpi-5.0.10.tar.bz2; fi && \
+    echo '0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6  /tmp/build/openmpi-5.0.10.tar.bz2' | sha256sum -c - && \
+    tar -xf /tmp/build/openmpi-5.0.10.tar.bz2 -C /tmp/build/openmpi --strip-components=1 && \
+    env -C /tmp/build/openmpi ./configure --prefix=/opt/openmpi --enable-prte-prefix-by-default && \
+    make -C /tmp/build/openmpi -j"$(nproc)" install && \
+    rm -rf /tmp/build
+
+# frameworks and the CUDA 13.0 toolkit wheels
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
+
+# a CUDA home and an NCCL home from the NVIDIA wheels for Horovod's build
+RUN ln -sf libnccl.so.2 /opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so && \
+    if [ ! -e "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64" ]; then ln -s lib "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64"; fi && \
+    if [ ! -e "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so" ]; then ln -s libcudart.so.13 "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so"; fi
+
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in horovod/common/common.h horovod/common/group_table.h horovod/torch/handle_manager.cc; do test -f "/tmp/build/horovod-0.28.1/$f" || { echo "gcc13 patch: $f is missing" >&2; exit 1; }; sed -i -e '1i #include <stdexcept>' -e '1i #include <string>' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
+    export PATH="/opt/venv/bin:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:/opt/openmpi/bin:${PATH}" && \
+    export LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
+    export HOROVOD_WITHOUT_TENSORFLOW="1" && \
+    export HOROVOD_WITH_PYTORCH="1" && \
+    export HOROVOD_WITHOUT_MXNET="1" && \
+    export HOROVOD_WITH_MPI="1" && \
+    export HOROVOD_WITH_GLOO="1" && \
+    export HOROVOD_GPU_OPERATIONS="NCCL" && \
+    export HOROVOD_NCCL_LINK="SHARED" && \
+    export HOROVOD_CUDA_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/cu13" && \
+    export HOROVOD_NCCL_HOME="/opt/venv/lib/python3.11/site-packages/nvidia/nccl" && \
+    export HOROVOD_BUILD_CUDA_CC_LIST="75,80,86,90,100,120" && \
+    export TORCH_CUDA_ARCH_LIST="7.5;8.0;8.6;9.0;10.0;12.0" && \
+    export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8/.partial" "/wheelhouse/horovod/horovod-0.28.1-91a82ef75be8/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.11/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
+    report="$(mktemp)" && \
+    horovodrun --check-build | tee "$report" && \
+    built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
+    rm -f "$report" && \
+    for want in 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: NCCL' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
+    python -c 'import horovod.torch' && \
+    rm -rf "/tmp/build"
+
+# ---- slim: the build's results without what only building needs (the runtime copies from here) ----
+FROM build AS slim
+
+# drop what only building needs from the venv
+RUN rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test && \
+    rm -f /opt/venv/lib/python3.11/site-packages/torch/bin/test_* && \
+    /opt/venv/bin/python -m pip uninstall -y nvidia-cuda-nvcc nvidia-nvvm nvidia-cuda-crt nvidia-cuda-cccl && \
+    du -sh /opt/venv
+
+# ---- runtime: only what runs ----
+FROM ${RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+# OS packages to run
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# the recipe as JSON at /etc/hpcbundle/manifest.json
+RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda13.0-torch2.11-ompi5", "description": "CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": {"source": "wheels", "cuda": "13.0", "cudnn": "9.19", "nccl": "2.28.9", "archs": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]}, "mpi": {"flavour": "openmpi", "version": "5.0.10", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v5.0/openmpi-5.0.10.tar.bz2", "sha256": "0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6"}, "configure": []}, "ucx": null, "frameworks": {"tensorflow": null, "pytorch": {"version": "2.11.0", "variant": "cu130"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17", "gcc13"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda13.0-torch2.11-ompi5", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "5.0.10", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "13.0", "org.hpcbundle.cuda.source": "wheels", "org.hpcbundle.cudnn": "9.19", "org.hpcbundle.nccl": "2.28.9", "org.hpcbundle.gpu-archs": "7.5,8.0,8.6,9.0,10.0,12.0", "org.hpcbundle.pytorch": "2.11.0+cu130"}}' > /etc/hpcbundle/manifest.json
+COPY --from=slim /opt/venv /opt/venv
+COPY --from=slim /opt/openmpi /opt/openmpi
+COPY examples/ /examples/
+ENV PATH="/opt/venv/bin:/opt/openmpi/bin:${PATH}" \
+    LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+LABEL org.hpcbundle.recipe="cuda13.0-torch2.11-ompi5" \
+    org.hpcbundle.hpcbundle-version="0.1.0" \
+    org.hpcbundle.os="debian12" \
+    org.hpcbundle.python="3.11" \
+    org.hpcbundle.mpi.flavour="openmpi" \
+    org.hpcbundle.mpi.version="5.0.10" \
+    org.hpcbundle.mpi.install="source" \
+    org.hpcbundle.horovod="0.28.1" \
+    org.hpcbundle.horovod.controllers="mpi,gloo" \
+    org.hpcbundle.horovod.tensor-operations="nccl,mpi,gloo" \
+    org.hpcbundle.frameworks="pytorch" \
+    org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.cuda="13.0" \
+    org.hpcbundle.cuda.source="wheels" \
+    org.hpcbundle.cudnn="9.19" \
+    org.hpcbundle.nccl="2.28.9" \
+    org.hpcbundle.gpu-archs="7.5,8.0,8.6,9.0,10.0,12.0" \
+    org.hpcbundle.pytorch="2.11.0+cu130"
+CMD ["horovodrun", "--check-build"]

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Rendered by hpcbundle 0.1.0 from recipe cuda13.0-torch2.11; do not edit, re-render:
+#   hpcbundle render cuda13.0-torch2.11 --format shell
+# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 4.1.4, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
+#
+# The recipe's stack without a container runtime: a venv with its wheels, Horovod built and
+# checked (`horovodrun --check-build`), from the same steps as the Dockerfile and the .def.
+#
+#   bash install.sh [VENV]        the venv (default: $HPCBUNDLE_VENV, else ./horovod-venv); a re-run reuses it
+#
+# Environment:
+#   HPCBUNDLE_SYSTEM_SITE_PACKAGES=1  the venv sees the host's packages (python3 -m venv
+#                                     --system-site-packages): torch and the NVIDIA wheels already
+#                                     there are used, not downloaded again (exact pins that are met
+#                                     install nothing)
+#   HPCBUNDLE_PYTHON=python3          the Python that makes the venv
+#   HPCBUNDLE_CACHE=DIR               Horovod wheels, one per versions key (default ~/.cache/hpcbundle):
+#                                     a wheel there is installed instead of building (minutes -> seconds)
+#   PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR offline, from a wheelhouse (pip reads its own variables)
+#
+# The host provides what the images get from their OS packages: a C++ compiler, make,
+# the Python headers and venv module, the MPI compiler wrappers (mpicc); on Debian/Ubuntu:
+#   apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv
+set -euo pipefail
+
+python="${HPCBUNDLE_PYTHON:-python3}"
+HPCBUNDLE_VENV="${1:-${HPCBUNDLE_VENV:-./horovod-venv}}"
+case "$HPCBUNDLE_VENV" in /*) ;; *) HPCBUNDLE_VENV="$PWD/$HPCBUNDLE_VENV" ;; esac
+HPCBUNDLE_CACHE="${HPCBUNDLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpcbundle}"
+HPCBUNDLE_BUILD="$(mktemp -d)"
+trap 'rm -rf "$HPCBUNDLE_BUILD"' EXIT
+venv_args=()
+if [ "${HPCBUNDLE_SYSTEM_SITE_PACKAGES:-0}" = 1 ]; then venv_args+=(--system-site-packages); fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+missing=()
+for tool in "$python" c++ make mpicc; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if [ -n "${missing[*]}" ]; then
+    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv)" >&2
+    exit 1
+fi
+
+printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'
+if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi
+HPCBUNDLE_SITE="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+HPCBUNDLE_PYVER="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+"${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0 cmake==4.4.4
+
+printf '\n==> [%d/%d] %s\n' 2 5 'frameworks and the CUDA 13.0 toolkit wheels'
+"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
+
+printf '\n==> [%d/%d] %s\n' 3 5 'a CUDA home and an NCCL home from the NVIDIA wheels for Horovod'"'"'s build'
+HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')"
+echo "NCCL (torch's wheel): ${HPCBUNDLE_NCCL_DIR}"
+mkdir -p "${HPCBUNDLE_BUILD}/nccl/lib"
+ln -sfn "${HPCBUNDLE_NCCL_DIR}/include" "${HPCBUNDLE_BUILD}/nccl/include"
+ln -sf "${HPCBUNDLE_NCCL_DIR}/lib/libnccl.so.2" "${HPCBUNDLE_BUILD}/nccl/lib/libnccl.so"
+HPCBUNDLE_CUDA_HOME="$("${HPCBUNDLE_VENV}/bin/python" -c 'import os, nvidia.cu13 as t; print(next(p for p in t.__path__ if os.path.exists(os.path.join(p, "bin", "nvcc"))))')"
+if [ ! -f "${HPCBUNDLE_CUDA_HOME}/include/cuda_runtime.h" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install --no-deps --ignore-installed nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96; fi
+echo "CUDA toolkit (PyPI wheels): ${HPCBUNDLE_CUDA_HOME}"
+if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib64" ]; then ln -s lib "${HPCBUNDLE_CUDA_HOME}/lib64"; fi
+if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so" ]; then ln -s libcudart.so.13 "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so"; fi
+
+printf '\n==> [%d/%d] %s\n' 4 5 'Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build'
+mkdir -p "${HPCBUNDLE_BUILD}" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}"
+hvd_wheel="$(find "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}" -maxdepth 1 -name 'horovod-*.whl' -print -quit)"
+if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi
+if [ -z "$hvd_wheel" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip download --no-deps --no-binary horovod --no-build-isolation --dest "${HPCBUNDLE_BUILD}" horovod==0.28.1; fi
+if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  ${HPCBUNDLE_BUILD}/horovod-0.28.1.tar.gz" | sha256sum -c -; fi
+if [ -z "$hvd_wheel" ]; then tar -xzf "${HPCBUNDLE_BUILD}/horovod-0.28.1.tar.gz" -C "${HPCBUNDLE_BUILD}"; fi
+if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f"; done; fi
+if [ -z "$hvd_wheel" ]; then for f in horovod/common/common.h horovod/common/group_table.h horovod/torch/handle_manager.cc; do test -f "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f" || { echo "gcc13 patch: $f is missing" >&2; exit 1; }; sed -i -e '1i #include <stdexcept>' -e '1i #include <string>' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f"; done; fi
+export PATH="${HPCBUNDLE_VENV}/bin:${HPCBUNDLE_CUDA_HOME}/bin:${PATH}"
+export LD_LIBRARY_PATH="${HPCBUNDLE_NCCL_DIR}/lib:${HPCBUNDLE_CUDA_HOME}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+export HOROVOD_WITHOUT_TENSORFLOW="1"
+export HOROVOD_WITH_PYTORCH="1"
+export HOROVOD_WITHOUT_MXNET="1"
+export HOROVOD_WITH_MPI="1"
+export HOROVOD_WITH_GLOO="1"
+export HOROVOD_GPU_OPERATIONS="NCCL"
+export HOROVOD_NCCL_LINK="SHARED"
+export HOROVOD_CUDA_HOME="${HPCBUNDLE_CUDA_HOME}"
+export HOROVOD_NCCL_HOME="${HPCBUNDLE_BUILD}/nccl"
+export HOROVOD_BUILD_CUDA_CC_LIST="75,80,86,90,100,120"
+export TORCH_CUDA_ARCH_LIST="7.5;8.0;8.6;9.0;10.0;12.0"
+export CMAKE_POLICY_VERSION_MINIMUM="3.5"
+if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi
+if [ -z "$hvd_wheel" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip wheel --no-deps --no-build-isolation --verbose --wheel-dir "${HPCBUNDLE_BUILD}/dist" "${HPCBUNDLE_BUILD}/horovod-0.28.1"; fi
+if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "${HPCBUNDLE_BUILD}/dist" -name 'horovod-*.whl' -print -quit)"; fi
+"${HPCBUNDLE_VENV}/bin/python" -m pip install --no-deps --force-reinstall "$hvd_wheel"
+if [ "$(dirname "$hvd_wheel")" != "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}" ]; then cp "$hvd_wheel" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}/.partial"; mv "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}/.partial" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-8f35b222e59b-py${HPCBUNDLE_PYVER}/$(basename "$hvd_wheel")"; fi
+find "${HPCBUNDLE_SITE}/horovod" -name '*.so' -exec strip --strip-debug {} +
+report="$(mktemp)"
+horovodrun --check-build | tee "$report"
+built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")"
+rm -f "$report"
+for want in 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: NCCL' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done
+python -c 'import horovod.torch'
+rm -rf "${HPCBUNDLE_BUILD}"
+
+printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
+# shellcheck disable=SC2016  # ${PATH} and ${LD_LIBRARY_PATH} are for the shell that sources the file
+{
+    echo "# Written by install.sh (hpcbundle recipe cuda13.0-torch2.11): source it to run Horovod from this venv."
+    printf 'export PATH="%s"\n' "${HPCBUNDLE_VENV}"'/bin:${PATH}'
+    printf 'export LD_LIBRARY_PATH="%s"\n' "${HPCBUNDLE_NCCL_DIR}"/lib:"${HPCBUNDLE_CUDA_HOME}"'/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}'
+} > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
+echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"
