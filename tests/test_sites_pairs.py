@@ -56,6 +56,22 @@ CASES = [
     ("gpu-arch", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "FAIL", "V100 (compute capability 7.0)"),
     (
         "gpu-arch",
+        _recipe("cuda13.0-torch2.11"),
+        _site("ib-v100"),
+        "FAIL",
+        "CUDA 13.0 of recipe cuda13.0-torch2.11 cannot target compute capability < 7.5",
+    ),
+    ("gpu-arch", _recipe("cuda13.0-torch2.11"), _site("eth-a100-slurm"), "PASS", "A100 (8.0) runs the sm_80 code"),
+    (
+        "driver-cuda",
+        _recipe("cuda13.0-torch2.11"),
+        _site("roce-h100-ompi5", node={"driver": "580.159.04"}),
+        "PASS",
+        ">= 580.65.06 (CUDA 13.0)",
+    ),
+    ("driver-cuda", _recipe("cuda13.0-torch2.11"), _site("ib-v100"), "FAIL", "older than CUDA 13.0 allows (580.65.06)"),
+    (
+        "gpu-arch",
         _recipe("cuda11.8-tf2.14-torch2.1"),
         _site("eth-a100-slurm", node={"gpu_model": "A40"}),
         "PASS",
