@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.build.imagespec import image_spec
+from hpcbundle.build.imagespec import horovod_key, image_spec
 from hpcbundle.build.render import (
     SUFFIXES,
     Steps,
@@ -29,7 +29,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe, load_recipe
 from hpcbundle.rules.knowledge import knowledge_base
 
-from .helpers import GOLDEN, ROOT, assert_golden
+from .helpers import GOLDEN, ROOT, assert_golden, recipe_data
 
 RECIPES = sorted(path.stem for path in (ROOT / "recipes").glob("*.yaml"))
 FORMATS = sorted(SUFFIXES)
@@ -403,3 +403,56 @@ def test_an_environment_value_that_docker_and_sh_would_read_differently_is_refus
     with pytest.raises(ValueError, match="cannot be double-quoted the same way"):
         assignments({"X": value})
     assert assignments({"PATH": "/opt/venv/bin:${PATH}"}) == ['PATH="/opt/venv/bin:${PATH}"']
+
+
+@lru_cache(maxsize=None)
+def host_steps(name: str) -> Steps:
+    spec = image_spec(recipe(name), knowledge_base(), host=True)
+    return render_steps(spec, template_environment(ROOT / "containers"))
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_install_script_runs_the_image_steps_on_the_host_in_order(name: str) -> None:
+    script = rendered(name, "shell").splitlines()
+    position = 0
+    shown = [step for step in host_steps(name).build if step.snippet not in ("apt", "autotools")]
+    assert [step.snippet for step in shown][-1] == "horovod"
+    for step in shown:
+        position = script.index(step.lines[0], position)
+        assert script[position : position + len(step.lines)] == list(step.lines), step.title
+    image_snippets = [step.snippet for step in steps(name).build if step.snippet not in ("apt", "autotools")]
+    assert [step.snippet for step in shown] == image_snippets  # the same snippets, another layout
+
+
+def test_install_script_reuses_the_host_wheels_works_offline_and_caches_horovod_by_versions() -> None:
+    script = rendered("cuda13.0-torch2.11", "shell")
+    assert 'HPCBUNDLE_VENV="${1:-${HPCBUNDLE_VENV:-./horovod-venv}}"' in script
+    assert "venv_args+=(--system-site-packages)" in script and '-m venv ${venv_args[@]+"${venv_args[@]}"}' in script
+    # exact pins: a no-op where the host already has them; pip reads PIP_NO_INDEX / PIP_FIND_LINKS itself
+    assert '"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88' in script
+    assert "--find-links" not in script and "--no-cache-dir" not in script
+    key = horovod_key(recipe("cuda13.0-torch2.11"))
+    cache = f"${{HPCBUNDLE_CACHE}}/horovod/{key}-py${{HPCBUNDLE_PYVER}}"
+    assert f'hvd_wheel="$(find "{cache}" -maxdepth 1 -name \'horovod-*.whl\' -print -quit)"' in script
+    assert 'export HOROVOD_NCCL_HOME="${HPCBUNDLE_BUILD}/nccl"' in script  # a link to torch's NCCL, host untouched
+    assert "horovodrun --check-build" in script and script.count("printf '\\n==> [") == 5
+
+
+def test_horovod_cache_key_changes_with_every_version_the_wheel_depends_on() -> None:
+    base = recipe_data("cuda13.0-torch2.11")
+    keys = {horovod_key(Recipe.model_validate(base))}
+    for path, value in (
+        (("frameworks", "pytorch", "version"), "2.11.1"),
+        (("gpu", "nccl"), "2.28.3"),
+        (("gpu", "archs"), ["9.0"]),
+        (("mpi", "version"), "4.1.5"),
+        (("horovod", "patches"), ["cxx17"]),
+        (("python",), "3.12"),
+    ):
+        data = recipe_data("cuda13.0-torch2.11")
+        node = data
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+        keys.add(horovod_key(Recipe.model_validate(data)))
+    assert len(keys) == 7

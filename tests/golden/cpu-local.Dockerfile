@@ -31,8 +31,8 @@ RUN python3 -m venv /opt/venv && \
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1 torch==2.13.0+cpu
 
 # Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
-RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" && \
-    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
     if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
     if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
     if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
@@ -49,7 +49,7 @@ RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" && \
     if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
     if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
     /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
-    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/.partial" "/wheelhouse/horovod/horovod-0.28.1-b60c21a571cd/$(basename "$hvd_wheel")"; fi && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/.partial" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/$(basename "$hvd_wheel")"; fi && \
     find "/opt/venv/lib/python3.11/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \

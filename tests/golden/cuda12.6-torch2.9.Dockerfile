@@ -44,8 +44,8 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse 
 RUN ln -sf libnccl.so.2 /opt/venv/lib/python3.10/site-packages/nvidia/nccl/lib/libnccl.so
 
 # Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
-RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5" && \
-    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
     if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
     if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
     if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
@@ -71,7 +71,7 @@ RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5" && \
     if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
     if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
     /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
-    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5/.partial" "/wheelhouse/horovod/horovod-0.28.1-ab2a42fafee5/$(basename "$hvd_wheel")"; fi && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040/.partial" "/wheelhouse/horovod/horovod-0.28.1-8ee7d76c0040/$(basename "$hvd_wheel")"; fi && \
     find "/opt/venv/lib/python3.10/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
     report="$(mktemp)" && \
     horovodrun --check-build | tee "$report" && \

@@ -66,8 +66,8 @@ if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib64" ]; then ln -s lib "${HPCBUNDLE_CUDA_HOM
 if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so" ]; then ln -s libcudart.so.13 "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so"; fi
 
 printf '\n==> [%d/%d] %s\n' 4 5 'Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build'
-mkdir -p "${HPCBUNDLE_BUILD}" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}"
-hvd_wheel="$(find "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}" -maxdepth 1 -name 'horovod-*.whl' -print -quit)"
+mkdir -p "${HPCBUNDLE_BUILD}" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}"
+hvd_wheel="$(find "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}" -maxdepth 1 -name 'horovod-*.whl' -print -quit)"
 if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi
 if [ -z "$hvd_wheel" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip download --no-deps --no-binary horovod --no-build-isolation --dest "${HPCBUNDLE_BUILD}" horovod==0.28.1; fi
 if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  ${HPCBUNDLE_BUILD}/horovod-0.28.1.tar.gz" | sha256sum -c -; fi
@@ -92,7 +92,7 @@ if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; co
 if [ -z "$hvd_wheel" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip wheel --no-deps --no-build-isolation --verbose --wheel-dir "${HPCBUNDLE_BUILD}/dist" "${HPCBUNDLE_BUILD}/horovod-0.28.1"; fi
 if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "${HPCBUNDLE_BUILD}/dist" -name 'horovod-*.whl' -print -quit)"; fi
 "${HPCBUNDLE_VENV}/bin/python" -m pip install --no-deps --force-reinstall "$hvd_wheel"
-if [ "$(dirname "$hvd_wheel")" != "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}" ]; then cp "$hvd_wheel" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}/.partial"; mv "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}/.partial" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-91a82ef75be8-py${HPCBUNDLE_PYVER}/$(basename "$hvd_wheel")"; fi
+if [ "$(dirname "$hvd_wheel")" != "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}" ]; then cp "$hvd_wheel" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}/.partial"; mv "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}/.partial" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-9ac0001c330e-py${HPCBUNDLE_PYVER}/$(basename "$hvd_wheel")"; fi
 find "${HPCBUNDLE_SITE}/horovod" -name '*.so' -exec strip --strip-debug {} +
 report="$(mktemp)"
 horovodrun --check-build | tee "$report"

@@ -137,7 +137,8 @@ def horovod_key(recipe: Recipe) -> str:
     """The versions a Horovod wheel depends on, as a short name for its cache directory.
 
     Everything that changes the compiled wheel goes in: Horovod and its patches, frameworks, MPI,
-    CUDA, NCCL, archs, controllers, operations, build variables (the host key adds its Python)::
+    CUDA, NCCL, archs, controllers, operations, build variables, OS and Python (the install script
+    adds the Python it really runs)::
 
         horovod-0.28.1-<12 hex digits>
     """
@@ -148,6 +149,7 @@ def horovod_key(recipe: Recipe) -> str:
         "mpi": [recipe.mpi.flavour, recipe.mpi.version, recipe.mpi.install],
         "gpu": gpu.model_dump(mode="json") if gpu else None,
         "os": recipe.base.os,
+        "python": recipe.python,
     }
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     return f"horovod-{recipe.horovod.version}-{digest}"
