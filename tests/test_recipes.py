@@ -89,3 +89,34 @@ def test_yaml_syntax_error_names_line(tmp_path):
     path.write_text("name: bad\nbase: [unclosed\n")
     with pytest.raises(UserError, match=r"bad.yaml:\d+:\d+: not valid YAML"):
         load_recipe(str(path), RECIPES)
+
+
+def test_cuda_comes_from_the_image_unless_a_recipe_says_wheels():
+    recipes = {r.name: r for r in all_recipes(RECIPES)}
+    assert recipes["cuda12.6-torch2.9"].gpu.source == "image"
+    assert recipes["cuda13.0-torch2.11"].gpu.source == "wheels"
+    assert recipes["cuda13.0-torch2.11"].base.build_image == "debian:bookworm"
+
+
+def test_unknown_cuda_source_is_refused_with_the_choices(tmp_path):
+    data = recipe_data("cuda13.0-torch2.11")
+    data["gpu"]["source"] = "conda"
+    (line,) = _error_lines(tmp_path, data)
+    assert "gpu.source" in line and "'image' or 'wheels'" in line and "'conda'" in line
+
+
+def test_wheels_route_without_pytorch_is_refused(tmp_path):
+    data = recipe_data("cuda13.0-torch2.11")
+    data["frameworks"] = {"tensorflow": {"version": "2.15.1"}}
+    (line,) = _error_lines(tmp_path, data)
+    assert line.endswith(
+        "gpu.source: wheels takes NCCL and cuDNN from PyTorch's wheel, and the recipe has no frameworks.pytorch "
+        "(add frameworks.pytorch or set gpu.source: image)"
+    )
+
+
+def test_unknown_horovod_patch_is_refused(tmp_path):
+    data = recipe_data("cuda13.0-torch2.11")
+    data["horovod"]["patches"] = ["cxx17", "gcc14"]
+    (line,) = _error_lines(tmp_path, data)
+    assert "horovod.patches.1" in line and "'cxx17' or 'gcc13'" in line
