@@ -54,7 +54,7 @@ printf '\n==> [%d/%d] %s\n' 2 5 frameworks
 "${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.9.1+cu126
 
 printf '\n==> [%d/%d] %s\n' 3 5 'an NCCL home from the NVIDIA wheels for Horovod'"'"'s build'
-HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')"
+HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-nccl-cu12"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "libnccl.so.2"))')"
 echo "NCCL (torch's wheel): ${HPCBUNDLE_NCCL_DIR}"
 mkdir -p "${HPCBUNDLE_BUILD}/nccl/lib"
 ln -sfn "${HPCBUNDLE_NCCL_DIR}/include" "${HPCBUNDLE_BUILD}/nccl/include"

@@ -54,12 +54,12 @@ printf '\n==> [%d/%d] %s\n' 2 5 'frameworks and the CUDA 13.0 toolkit wheels'
 "${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
 
 printf '\n==> [%d/%d] %s\n' 3 5 'a CUDA home and an NCCL home from the NVIDIA wheels for Horovod'"'"'s build'
-HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')"
+HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-nccl-cu13"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "libnccl.so.2"))')"
 echo "NCCL (torch's wheel): ${HPCBUNDLE_NCCL_DIR}"
 mkdir -p "${HPCBUNDLE_BUILD}/nccl/lib"
 ln -sfn "${HPCBUNDLE_NCCL_DIR}/include" "${HPCBUNDLE_BUILD}/nccl/include"
 ln -sf "${HPCBUNDLE_NCCL_DIR}/lib/libnccl.so.2" "${HPCBUNDLE_BUILD}/nccl/lib/libnccl.so"
-HPCBUNDLE_CUDA_HOME="$("${HPCBUNDLE_VENV}/bin/python" -c 'import os, nvidia.cu13 as t; print(next(p for p in t.__path__ if os.path.exists(os.path.join(p, "bin", "nvcc"))))')"
+HPCBUNDLE_CUDA_HOME="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-cuda-nvcc"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "nvcc"))')"
 if [ ! -f "${HPCBUNDLE_CUDA_HOME}/include/cuda_runtime.h" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install --no-deps --ignore-installed nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96; fi
 echo "CUDA toolkit (PyPI wheels): ${HPCBUNDLE_CUDA_HOME}"
 if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib64" ]; then ln -s lib "${HPCBUNDLE_CUDA_HOME}/lib64"; fi
