@@ -26,7 +26,7 @@ RUN apt-get update && \
 
 # Python 3.10 venv at /opt/venv with Horovod's build helpers
 RUN python3 -m venv /opt/venv && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1
 
 # ucx from ucx-1.15.0.tar.gz into /opt/ucx
 RUN mkdir -p /tmp/build/ucx && \

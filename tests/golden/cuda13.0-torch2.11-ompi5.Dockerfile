@@ -25,7 +25,7 @@ RUN apt-get update && \
 
 # Python 3.11 venv at /opt/venv with Horovod's build helpers
 RUN python3 -m venv /opt/venv && \
-    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0 cmake==4.4.4
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1 cmake==4.4.4
 
 # openmpi from openmpi-5.0.10.tar.bz2 into /opt/openmpi
 RUN mkdir -p /tmp/build/openmpi && \

@@ -48,7 +48,7 @@ printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with 
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi
 HPCBUNDLE_SITE="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 HPCBUNDLE_PYVER="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-"${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==1.16.0 cmake==4.4.4
+"${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1 cmake==4.4.4
 
 printf '\n==> [%d/%d] %s\n' 2 5 'frameworks and the CUDA 13.0 toolkit wheels'
 "${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96

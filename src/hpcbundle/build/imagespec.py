@@ -40,14 +40,15 @@ CONTEXT_DIRS = ("examples", "wheelhouse")
 
 # Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the
 # build runs without build isolation (as scripts/setup/horovod-wheel.sh builds it on the host).
-# Pinned so offline builds can find them.
+# Pinned so offline builds can find them. cffi >= 2: tensorflow's dependencies pull a cryptography
+# that needs it, and an older pin here made every re-run of the install script swap cffi twice.
 HOROVOD_HELPERS = (
     "wheel==0.43.0",
     "packaging==24.0",
     "psutil==5.9.8",
     "PyYAML==6.0.1",
     "cloudpickle==3.0.0",
-    "cffi==1.16.0",
+    "cffi==2.1.1",
 )
 
 CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL"}
