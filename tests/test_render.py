@@ -456,3 +456,29 @@ def test_horovod_cache_key_changes_with_every_version_the_wheel_depends_on() -> 
         node[path[-1]] = value
         keys.add(horovod_key(Recipe.model_validate(data)))
     assert len(keys) == 7
+
+
+def _gcc_checks(name: str) -> str:
+    script = rendered(name, "shell")
+    return script[script.index('gcc_major="$(c++ -dumpversion') : script.index("printf '\\n==> [%d/%d] %s\\n' 1 ")]
+
+
+@pytest.mark.parametrize(
+    ("name", "gcc", "refusal"),
+    [
+        ("cuda12.6-torch2.9", "13", "Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch"),
+        ("cuda11.8-tf2.14-torch2.1", "12", "nvcc 11.8 accepts GCC <= 11"),
+        ("cuda13.0-torch2.11", "13", None),  # the gcc13 patch is there, nvcc 13.0 takes GCC <= 15
+    ],
+)
+def test_install_script_refuses_a_host_gcc_the_build_cannot_use(tmp_path: Path, name, gcc, refusal) -> None:
+    fake = tmp_path / "c++"
+    fake.write_text(f"#!/bin/sh\necho {gcc}.3.0\n")
+    fake.chmod(0o755)
+    result = subprocess.run(
+        ["bash", "-euc", _gcc_checks(name)],
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+    )
+    assert (result.returncode, refusal is None or refusal in result.stderr) == (0 if refusal is None else 1, True)

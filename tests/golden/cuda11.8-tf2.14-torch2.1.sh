@@ -43,6 +43,15 @@ if [ -n "${missing[*]}" ]; then
     echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv)" >&2
     exit 1
 fi
+gcc_major="$(c++ -dumpversion | cut -d. -f1)"
+if [ "$gcc_major" -ge 13 ]; then
+    echo "install.sh: GCC $gcc_major: Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch (add gcc13 to horovod.patches of recipe cuda11.8-tf2.14-torch2.1, re-render)" >&2
+    exit 1
+fi
+if [ "$gcc_major" -gt 11 ]; then
+    echo "install.sh: GCC $gcc_major: nvcc 11.8 accepts GCC <= 11 (put an older g++ first on PATH, or use a recipe with a newer CUDA)" >&2
+    exit 1
+fi
 
 printf '\n==> [%d/%d] %s\n' 1 4 'Python 3.10 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi

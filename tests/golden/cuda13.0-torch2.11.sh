@@ -41,6 +41,11 @@ if [ -n "${missing[*]}" ]; then
     echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv)" >&2
     exit 1
 fi
+gcc_major="$(c++ -dumpversion | cut -d. -f1)"
+if [ "$gcc_major" -gt 15 ]; then
+    echo "install.sh: GCC $gcc_major: nvcc 13.0 accepts GCC <= 15 (put an older g++ first on PATH, or use a recipe with a newer CUDA)" >&2
+    exit 1
+fi
 
 printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi

@@ -41,6 +41,11 @@ if [ -n "${missing[*]}" ]; then
     echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential cmake python3-dev python3-venv)" >&2
     exit 1
 fi
+gcc_major="$(c++ -dumpversion | cut -d. -f1)"
+if [ "$gcc_major" -ge 13 ]; then
+    echo "install.sh: GCC $gcc_major: Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch (add gcc13 to horovod.patches of recipe knl-intelmpi-tf2.15, re-render)" >&2
+    exit 1
+fi
 
 printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.10 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi

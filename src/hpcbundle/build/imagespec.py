@@ -206,6 +206,10 @@ class ImageSpec:
     runtime_env: dict[str, str]
     labels: dict[str, str]
     manifest: str
+    gcc_max: str | None = None
+    """The newest host GCC major nvcc of the recipe's CUDA accepts (the install script checks the host's)."""
+    gcc13_from: str | None = None
+    """The GCC major from which Horovod needs the gcc13 patch (the install script refuses it unpatched)."""
     purged: Packages = field(default=Packages((), ()))
     """apt packages the base image holds that must go: its NCCL where torch's wheel brings the image's one."""
 
@@ -260,6 +264,8 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
         nccl_home=nccl_home,
         nccl_dir=nccl_dir,
         build_requirements=(CMAKE_FOR_WHEELS,) if tree else (),
+        gcc_max=kb.nvcc_host_gcc.get(major_minor(recipe.gpu.cuda)) if recipe.gpu else None,
+        gcc13_from=hvd.gcc13_patch_from if (hvd := kb.horovod.get(recipe.horovod.version)) else None,
         packages=_packages(recipe),
         pinned=Packages((), ()) if nccl_home else _pinned(recipe),
         purged=_purged(recipe) if nccl_home else Packages((), ()),
