@@ -3,7 +3,9 @@
 # Debian 12, Open MPI 4.1.4 (distro), PyTorch 2.13 CPU + TensorFlow CPU 2.15.1, Horovod 0.28.1 (C++17 patch)
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
-# and source tarballs found there are used before the network). Build arguments:
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/ is installed instead of
+# building one). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI

@@ -3,7 +3,9 @@
 # CUDA 11.8, cuDNN 8.9, NCCL 2.16.5, Open MPI 4.1.6, TensorFlow 2.14.1 + PyTorch 2.1.2, Horovod 0.28.1, V100/A100
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
-# and source tarballs found there are used before the network). Build arguments:
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-f794f0f767c5/ is installed instead of
+# building one). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI

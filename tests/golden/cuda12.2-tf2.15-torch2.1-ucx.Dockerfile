@@ -3,7 +3,9 @@
 # CUDA 12.2, cuDNN 8.9, NCCL 2.18.1, UCX 1.15 + Open MPI 4.1.6, TensorFlow 2.15.1 + PyTorch 2.1.2, Horovod 0.28.1, A100/H100
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
-# and source tarballs found there are used before the network). Build arguments:
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-1b09e9536010/ is installed instead of
+# building one). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI

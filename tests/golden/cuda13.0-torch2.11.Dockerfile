@@ -3,7 +3,9 @@
 # CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 4.1.4, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
-# and source tarballs found there are used before the network). Build arguments:
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-709f4fa67c92/ is installed instead of
+# building one). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI

@@ -3,7 +3,9 @@
 # Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
-# and source tarballs found there are used before the network). Build arguments:
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-a1bb312c604d/ is installed instead of
+# building one). Build arguments:
 #   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
 #   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
 #   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
