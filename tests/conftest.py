@@ -1,3 +1,3 @@
 """Shared pytest configuration."""
 
-pytest_plugins = ["hpcbundle_testbed.plugin", "hpcbundle_testbed.docker_plugin"]
+pytest_plugins = ["hpcbundle_testbed.plugin", "hpcbundle_testbed.docker_plugin", "hpcbundle_testbed.gpu_plugin"]

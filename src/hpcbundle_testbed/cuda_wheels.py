@@ -39,18 +39,6 @@ from pathlib import Path
 
 Progress = Callable[[str], None]
 
-TORCH = "torch==2.11.0"
-"""PyPI's default torch 2.11.0 wheel: built against CUDA 13.0, pins NCCL 2.28.9 and cuDNN 9.19."""
-TOOLKIT = (
-    "nvidia-cuda-nvcc==13.0.88",
-    "nvidia-nvvm==13.0.88",
-    "nvidia-cuda-crt==13.0.88",
-    "nvidia-cuda-cccl==13.0.85",
-    "nvidia-cuda-cuobjdump==13.2.51",
-)
-"""The CUDA 13.0 compiler from wheels (nvcc needs nvvm's cicc), and cuobjdump to read fat binaries."""
-BUILD_HELPERS = ("numpy", "mpi4py", "cmake", "setuptools")
-"""What a Horovod build and its check imports besides the pinned helpers of the recipe's spec."""
 COMPLETE = "COMPLETE"
 
 
@@ -150,11 +138,19 @@ def _pip_show(line: str) -> bool:
     return bool(re.match(r"^\s*(Downloading \S+ \(\d+(\.\d+)? [MG]B\)|Successfully|Saved \S+torch)", line))
 
 
-def wheelhouse(requirements: Sequence[str], *, cache: Path | None = None, progress: Progress | None = None) -> Prepared:
+def wheelhouse(
+    requirements: Sequence[str],
+    *,
+    sdists: Sequence[str] = (),
+    cache: Path | None = None,
+    progress: Progress | None = None,
+) -> Prepared:
     """A directory holding every wheel `requirements` resolve to (``pip download``, this machine's
-    pip configuration and its HTTP cache), made once per key. Warm: returns at once, no pip run."""
+    pip configuration and its HTTP cache), and the source distributions `sdists` (no dependencies,
+    e.g. ``horovod==0.28.1``, for an offline build from source), made once per key. Warm: returns
+    at once, no pip run."""
     t0 = time.monotonic()
-    key = stack_key(requirements)
+    key = stack_key([*requirements, *(f"sdist:{s}" for s in sdists)])
     base = (cache or cache_dir()) / "wheelhouse"
     entry = base / key
     with _flock(base / f"{key}.lock"):
@@ -169,10 +165,15 @@ def wheelhouse(requirements: Sequence[str], *, cache: Path | None = None, progre
             progress(f"pip download {len(requirements)} requirements into {entry} (~4 GB cold)")
         argv = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(partial)]
         status = run_logged([*argv, *requirements], log, progress=progress, show=_pip_show, timeout=3600)
+        if status == 0 and sdists:
+            log = log.with_suffix(".sdist.log")
+            no_binary = [*argv, "--no-deps", "--no-binary", ":all:", *sdists]
+            status = run_logged(no_binary, log, progress=progress, show=_pip_show, timeout=600)
         if status:
             raise RuntimeError(f"pip download failed ({status}):\n{tail(log)}")
         wheels = sorted(p.name for p in partial.iterdir())
-        (partial / COMPLETE).write_text(json.dumps({"requirements": list(requirements), "files": wheels}, indent=1))
+        listing = {"requirements": list(requirements), "sdists": list(sdists), "files": wheels}
+        (partial / COMPLETE).write_text(json.dumps(listing, indent=1))
         os.replace(partial, entry)
     return Prepared(entry, key, time.monotonic() - t0, cached=False)
 

@@ -1,0 +1,90 @@
+"""The CUDA-wheels recipe's bare-metal install script, run for real on a host venv that already has
+torch 2.11 and PyPI's NVIDIA wheels: Horovod 0.28.1 built with NCCL ops against torch's own NCCL,
+no GPU needed (it compiles and links; nothing runs on a GPU here).
+
+The script is what `hpcbundle render cuda13.0-torch2.11 --format shell` writes, unchanged. It runs
+offline (PIP_NO_INDEX=1, the cached wheelhouse as PIP_FIND_LINKS), so it can only use what the host
+venv and the wheelhouse hold. Cold, Horovod compiles (~220 s on 2 cores) into the script's own
+cache, ``$HPCBUNDLE_CACHE/horovod/<key>/``; warm, the script installs that wheel in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcbundle.build.imagespec import image_spec
+from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle_testbed import cuda_wheels
+from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
+from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall
+
+pytestmark = pytest.mark.gpu_build
+
+
+def _in_venv(venv: Path, argv: list[str], timeout: float = 300) -> str:
+    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "PYTHONNOUSERSITE": "1"}
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd="/", check=False)
+    assert res.returncode == 0, f"{' '.join(argv)} failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
+    return res.stdout + res.stderr
+
+
+def _torch_lib(venv: Path) -> Path:
+    libs = sorted((site_packages(venv) / "horovod" / "torch").glob("mpi_lib_v2*.so"))
+    assert libs, f"no horovod/torch/mpi_lib_v2*.so in {venv}"
+    return libs[0]
+
+
+def test_script_reuses_the_hosts_torch_and_nvidia_wheels(gpu_host_install: HostInstall) -> None:
+    assert gpu_host_install.torch_record is not None, "the host venv has no torch"
+    assert dist_record(gpu_host_install.venv, "torch") == gpu_host_install.torch_record, (
+        "the script reinstalled torch instead of using the host's"
+    )
+
+
+def test_check_build_lists_nccl_and_pytorch(gpu_host_install: HostInstall, cuda_host_venv: CudaStack) -> None:
+    venv = gpu_host_install.venv
+    marks = check_build_marks(_in_venv(venv, ["horovodrun", "--check-build"]))
+    assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks
+    wanted = set(image_spec(cuda_host_venv.recipe, knowledge_base()).check_build)
+    assert wanted <= marks, f"the recipe wants {sorted(wanted - marks)} too"
+
+
+def test_horovod_torch_imports_with_nccl_built(gpu_host_install: HostInstall) -> None:
+    out = _in_venv(
+        gpu_host_install.venv,
+        ["python", "-c", "import horovod.torch as hvd; print('nccl_built', hvd.nccl_built(), hvd.mpi_built())"],
+    )
+    assert "nccl_built" in out
+    version = int(out.split("nccl_built", 1)[1].split()[0])
+    assert version >= 22800, f"hvd.nccl_built() = {version}: want torch's NCCL 2.28 (22809)"
+
+
+def test_one_nccl_torchs_own_wheel(gpu_host_install: HostInstall) -> None:
+    venv = gpu_host_install.venv
+    nvidia = site_packages(venv) / "nvidia"
+    resolved = ldd(_torch_lib(venv))
+    assert "libnccl.so.2" in resolved, f"Horovod's torch library does not link NCCL: {sorted(resolved)}"
+    assert Path(resolved["libnccl.so.2"]).resolve().parent == (nvidia / "nccl" / "lib").resolve(), resolved
+    copies = [p for p in site_packages(venv).rglob("libnccl.so*") if not p.is_symlink()]
+    assert len(copies) == 1, f"more than one NCCL in the venv: {copies}"
+
+
+def test_cuda_code_for_every_recipe_arch(gpu_host_install: HostInstall, cuda_host_venv: CudaStack) -> None:
+    venv = gpu_host_install.venv
+    cuobjdump = site_packages(venv) / "nvidia" / "cu13" / "bin" / "cuobjdump"
+    assert cuobjdump.exists(), "cuobjdump missing (nvidia-cuda-cuobjdump wheel)"
+    out = _in_venv(venv, [str(cuobjdump), "--list-elf", str(_torch_lib(venv))])
+    archs = cubin_archs(out)
+    wanted = set(cuda_host_venv.recipe.gpu.archs) if cuda_host_venv.recipe.gpu else set()
+    assert wanted and wanted <= archs, f"cubins for {sorted(archs)}; the recipe's gpu.archs: {sorted(wanted)}"
+
+
+def test_horovod_wheel_is_cached_by_versions(gpu_host_install: HostInstall) -> None:
+    wheel = gpu_host_install.wheel
+    root = cuda_wheels.cache_dir() / "horovod"
+    assert wheel.parent.parent == root, f"the script installed {wheel}, not a wheel of its cache {root}/<key>/"
+    assert wheel.name.startswith("horovod-0.28.1-"), wheel
