@@ -40,10 +40,11 @@ setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow 
 	bash scripts/setup/python-env.sh $(VENV)
 	touch $(BIN)/hpcbundle
 
-render: venv ## Render every recipe as a Dockerfile and a .def into build/
+render: venv ## Render every recipe as a Dockerfile, a .def and a bare-metal install script into build/
 	@for r in $(RECIPES); do \
 	  $(HPCBUNDLE) render $$r --format docker -o $(BUILD)/$$r.Dockerfile; \
 	  $(HPCBUNDLE) render $$r --format singularity -o $(BUILD)/$$r.def; \
+	  $(HPCBUNDLE) render $$r --format shell -o $(BUILD)/$$r.sh; \
 	done
 
 wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for image builds
@@ -78,7 +79,7 @@ lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck scripts/setup/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
