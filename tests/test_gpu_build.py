@@ -18,7 +18,6 @@ import pytest
 
 from hpcbundle.build.imagespec import image_spec
 from hpcbundle.rules.knowledge import knowledge_base
-from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
 from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall
 
@@ -26,8 +25,13 @@ pytestmark = pytest.mark.gpu_build
 
 
 def _in_venv(venv: Path, argv: list[str], timeout: float = 300) -> str:
-    env = {**os.environ, "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}", "PYTHONNOUSERSITE": "1"}
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd="/", check=False)
+    """Run argv as the script tells users to: after sourcing the venv's hpcbundle-env.sh (PATH, and
+    LD_LIBRARY_PATH with torch's nvidia/nccl and the CUDA tree, as in the image's ENV)."""
+    env_file = venv / "hpcbundle-env.sh"
+    assert env_file.is_file(), f"the install script wrote no {env_file.name} into the venv"
+    wrapped = ["bash", "-c", 'source "$0" && exec "$@"', str(env_file), *argv]
+    env = {**os.environ, "PYTHONNOUSERSITE": "1"}
+    res = subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout, env=env, cwd="/", check=False)
     assert res.returncode == 0, f"{' '.join(argv)} failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
     return res.stdout + res.stderr
 
@@ -66,7 +70,7 @@ def test_horovod_torch_imports_with_nccl_built(gpu_host_install: HostInstall) ->
 def test_one_nccl_torchs_own_wheel(gpu_host_install: HostInstall) -> None:
     venv = gpu_host_install.venv
     nvidia = site_packages(venv) / "nvidia"
-    resolved = ldd(_torch_lib(venv))
+    resolved = ldd(_torch_lib(venv), run=lambda argv: _in_venv(venv, argv))
     assert "libnccl.so.2" in resolved, f"Horovod's torch library does not link NCCL: {sorted(resolved)}"
     assert Path(resolved["libnccl.so.2"]).resolve().parent == (nvidia / "nccl" / "lib").resolve(), resolved
     copies = [p for p in site_packages(venv).rglob("libnccl.so*") if not p.is_symlink()]
@@ -85,6 +89,9 @@ def test_cuda_code_for_every_recipe_arch(gpu_host_install: HostInstall, cuda_hos
 
 def test_horovod_wheel_is_cached_by_versions(gpu_host_install: HostInstall) -> None:
     wheel = gpu_host_install.wheel
-    root = cuda_wheels.cache_dir() / "horovod"
-    assert wheel.parent.parent == root, f"the script installed {wheel}, not a wheel of its cache {root}/<key>/"
+    assert wheel.is_file(), f"the script did not keep its Horovod wheel in its cache: no {wheel}"
     assert wheel.name.startswith("horovod-0.28.1-"), wheel
+    if gpu_host_install.installed_from != wheel:  # cold: it built; the next run must take the cached wheel
+        assert "Horovod: building" in gpu_host_install.log
+    else:
+        assert "Horovod: building" not in gpu_host_install.log, "a cached wheel was there, yet Horovod was built"

@@ -149,7 +149,8 @@ class HostInstall:
     """What the rendered install script did on the host venv."""
 
     venv: Path
-    wheel: Path  # the Horovod wheel the script installed (from its cache, $HPCBUNDLE_CACHE/horovod/<key>/)
+    wheel: Path  # the Horovod wheel in the script's cache ($HPCBUNDLE_CACHE/horovod/<key>-py<M.m>/)
+    installed_from: Path  # the wheel file pip installed: the cached one when warm, the build's when cold
     log: str
     seconds: float
     torch_record: tuple[int, int] | None  # torch's RECORD (inode, mtime) before the script ran
@@ -219,8 +220,18 @@ def gpu_host_install(
     seconds = time.monotonic() - t0
     if status:
         pytest.fail(f"the rendered install script failed ({status}):\n{cuda_wheels.tail(log, 60)}", pytrace=False)
-    wheel = installed_wheel(venv.path)
-    if wheel is None:
+    installed = installed_wheel(venv.path)
+    if installed is None:
         pytest.fail("the install script left no Horovod installed from a wheel file", pytrace=False)
-    gpu_report.append(f"install script on the host venv: {seconds:.0f} s (Horovod from {wheel.parent.name})")
-    return HostInstall(venv.path, wheel, log.read_text(errors="replace"), seconds, torch_record)
+    cached = host_horovod_cache(cuda_host_venv.recipe, venv.path) / installed.name
+    how = "its cached wheel" if installed == cached else "a fresh build"
+    gpu_report.append(f"install script on the host venv: {seconds:.0f} s (Horovod from {how})")
+    return HostInstall(venv.path, cached, installed, log.read_text(errors="replace"), seconds, torch_record)
+
+
+def host_horovod_cache(recipe: Recipe, venv: Path) -> Path:
+    """The install script's cache directory for the recipe's Horovod: $HPCBUNDLE_CACHE/horovod/<key>-py<M.m>."""
+    template = image_spec(recipe, knowledge_base(), host=True).layout.horovod_cache
+    python = cuda_wheels.site_packages(venv).parent.name.removeprefix("python")
+    path = template.replace("${HPCBUNDLE_CACHE}", str(cuda_wheels.cache_dir())).replace("${HPCBUNDLE_PYVER}", python)
+    return Path(path)
