@@ -4,10 +4,10 @@ offline, and readers for what a Horovod NCCL build must show (check-build, ldd, 
 Everything slow is cached under ``${HPCBUNDLE_CACHE:-~/.cache/hpcbundle}``, keyed by the exact
 requirement list, the Python version and the machine, so a warm run downloads and installs nothing:
 
-    wheelhouse/<key>/   every wheel `pip download` resolved for the requirements (~4 GB cold,
-                        ~1-2 min from PyPI; 0 s warm); complete only with its COMPLETE file
+    wheelhouse/<key>/   every wheel `pip download` resolved for the requirements (2.9 GB cold,
+                        ~35 s from PyPI; 0 s warm); complete only with its COMPLETE file
     venvs/<key>/        a venv with those wheels installed offline (--no-index), as on a GPU host
-                        that already has torch and the NVIDIA wheels (~5 GB, ~60 s cold; 0 s warm)
+                        that already has torch and the NVIDIA wheels (~5 GB, 65-100 s cold; 0 s warm)
     horovod/<key>/      the Horovod wheel, written by the install script itself (not this module)
 
 A half-made entry (an interrupted run) lacks its COMPLETE file and is made again. One maker per
@@ -162,7 +162,7 @@ def wheelhouse(
         partial.mkdir(parents=True, exist_ok=True)  # a partial download is resumed: pip skips saved files
         log = base / f"{key}.download.log"
         if progress:
-            progress(f"pip download {len(requirements)} requirements into {entry} (~4 GB cold)")
+            progress(f"pip download {len(requirements)} requirements into {entry} (~3 GB cold)")
         argv = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(partial)]
         status = run_logged([*argv, *requirements], log, progress=progress, show=_pip_show, timeout=3600)
         if status == 0 and sdists:

@@ -39,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "gpu_build: builds the CUDA stack for real from PyPI's NVIDIA wheels (no GPU needed; slow cold, "
-        "~4 GB of downloads cached under $HPCBUNDLE_CACHE)",
+        "~3 GB of downloads cached under $HPCBUNDLE_CACHE)",
     )
 
 
