@@ -3,7 +3,6 @@ launcher and runtime's syntax, one-line refusals, and real runs bounded in time.
 
 from __future__ import annotations
 
-import re
 import shlex
 import shutil
 import time
@@ -406,16 +405,19 @@ def _need_mpirun() -> None:
         )
 
 
-def test_local_exec_runs_two_real_ranks_that_each_print_their_rank():
+def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
     _need_mpirun()
+    # Each rank writes a file: Open MPI 4.1's output forwarding can drop the stdout of a rank that exits
+    # right after printing (seen once in ~20 runs on a loaded machine), which says nothing about the launch.
     program = (
-        "import os; "
-        "print('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', os.environ['OMPI_COMM_WORLD_SIZE'], flush=True)"
+        "import os, sys; r, n = os.environ['OMPI_COMM_WORLD_RANK'], os.environ['OMPI_COMM_WORLD_SIZE']; "
+        "open(os.path.join(sys.argv[1], f'rank-{r}-of-{n}'), 'w').close()"
     )
-    result = hpcbundle("launch", "--site", "local", "--np", "2", "--exec", "--", "python3", "-c", program)
+    result = hpcbundle(
+        "launch", "--site", "local", "--np", "2", "--exec", "--", "python3", "-c", program, str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr
-    # mpirun forwards each rank's output in chunks: two ranks' lines may reach stdout interleaved.
-    assert sorted(re.findall(r"rank \d+ of \d+", result.stdout)) == ["rank 0 of 2", "rank 1 of 2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
     assert result.stderr.startswith("+ mpirun --allow-run-as-root -np 2")
 
 
