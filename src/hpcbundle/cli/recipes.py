@@ -28,7 +28,7 @@ def _stack_summary(recipe) -> dict[str, object]:
         "python": recipe.python,
         "cuda": recipe.gpu.cuda if recipe.gpu else None,
         "cudnn": recipe.gpu.cudnn if recipe.gpu else None,
-        "nccl": recipe.gpu.nccl_version if recipe.gpu else None,
+        "nccl": recipe.gpu.nccl if recipe.gpu else None,
         "gpu_archs": list(recipe.gpu.archs) if recipe.gpu else [],
         "mpi": f"{recipe.mpi.flavour} {recipe.mpi.version}",
         "ucx": recipe.ucx.version if recipe.ucx else None,

@@ -65,11 +65,6 @@ class Gpu(StrictModel):
             )
         return value
 
-    @property
-    def nccl_version(self) -> str:
-        """The NCCL version, e.g. '2.28.9'."""
-        return self.nccl
-
 
 class Tarball(StrictModel):
     """A pinned source tarball: fetched by URL, refused unless its sha256 matches."""

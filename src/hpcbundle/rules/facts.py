@@ -51,7 +51,7 @@ def image_labels(recipe: Recipe) -> dict[str, str]:
             "cuda": gpu.cuda,
             "cuda.source": gpu.source,
             "cudnn": gpu.cudnn,
-            "nccl": gpu.nccl_version,
+            "nccl": gpu.nccl,
             "gpu-archs": ",".join(gpu.archs),
         }
     if recipe.ucx:
