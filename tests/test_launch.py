@@ -408,7 +408,7 @@ def _need_mpirun() -> None:
 def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
     _need_mpirun()
     # Each rank writes a file: Open MPI 4.1's output forwarding can drop the stdout of a rank that exits
-    # right after printing (seen once in ~20 runs on a loaded machine), which says nothing about the launch.
+    # right after printing (seen twice here, both on a loaded machine), which says nothing about the launch.
     program = (
         "import os, sys; r, n = os.environ['OMPI_COMM_WORLD_RANK'], os.environ['OMPI_COMM_WORLD_SIZE']; "
         "open(os.path.join(sys.argv[1], f'rank-{r}-of-{n}'), 'w').close()"
