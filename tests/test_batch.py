@@ -26,9 +26,10 @@ SITE_JOBS: dict[str, list[str]] = {
         "1",
         "--",
         "python3",
-        "/examples/pytorch_mnist.py",
+        "/examples/pytorch_train.py",
     ],
-    "ib-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_mnist_advanced.py"],
+    "ib-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_train.py"],
+    "ib-a100-ucx": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/pytorch_train.py"],
     "stampede2-knl": ["--nodes", "2", "--", *KNL_PROGRAM.split()],
     "eth-a100-slurm": [
         "--image",

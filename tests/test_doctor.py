@@ -11,7 +11,7 @@ import pytest
 
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
-from hpcbundle.diagnose.probes import parse_gpus
+from hpcbundle.diagnose.probes import numa_memory, parse_gpus
 from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
 from hpcbundle.rules.knowledge import knowledge_base
@@ -261,3 +261,68 @@ def test_two_ranks_on_the_one_gpu_of_an_h100_host_fail_before_launch():
         "2 ranks on n1 but 1 GPUs there (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
         "at most 1 ranks per node (one per GPU)",
     )
+
+
+def test_open_mpi_5_on_the_nodes_fails_an_open_mpi_4_image():
+    results = diagnose(site(), {"n1": node("n1", mpi="5.0.3", image=manifest_image("4.1.4"))}, image="/img")
+    result = by_rule(results)["mpi-abi-host"]
+    assert result.status == "FAIL"
+    assert result.evidence.endswith(
+        "Open MPI 5's mpirun is PRRTE, and Open MPI 4's ranks are made for ORTE's daemons, "
+        "a pair neither series supports"
+    )
+
+
+KNL_FLAT = {"wrappers": [["numactl", "-p", "1"]]}
+
+
+@pytest.mark.parametrize(
+    "numa, status, evidence",
+    [
+        (
+            {"0": 98304000},
+            "FAIL",
+            "wrappers[0] numactl -p asks for NUMA node 1, but only node(s) 0 have memory on n1: numactl fails "
+            "before the program starts (KNL in cache mode has no MCDRAM node)",
+        ),
+        (
+            {"0": 98304000, "1": 0},
+            "FAIL",
+            "wrappers[0] numactl -p asks for NUMA node 1, but only node(s) 0 have memory on n1: numactl fails "
+            "before the program starts (KNL in cache mode has no MCDRAM node)",
+        ),
+        ({"0": 98304000, "1": 16777216}, "PASS", "wrappers[0] numactl -p: NUMA node(s) [1] have memory on n1"),
+        ({}, "SKIP", "wrappers[0] numactl -p [1]: the nodes did not report /sys/devices/system/node"),
+    ],
+)
+def test_numactl_preferred_node_is_judged_against_the_numa_nodes_each_node_reports(numa, status, evidence):
+    results = diagnose(site(**KNL_FLAT), {"n1": {**node("n1"), "numa": numa}})
+    assert (by_rule(results)["numa-memory"].status, by_rule(results)["numa-memory"].evidence) == (status, evidence)
+
+
+def test_the_probe_reads_each_numa_nodes_memory_from_sysfs(tmp_path):
+    for name, total in (("node0", 98304000), ("node1", 0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "meminfo").write_text(f"Node {name[-1]} MemTotal:  {total} kB\nNode 0 MemFree: 1 kB\n")
+    assert numa_memory(tmp_path) == {"0": 98304000, "1": 0}
+    here = numa_memory()  # this machine: Linux has node0 at least, with memory
+    assert here.get("0", 0) > 0, here
+
+
+def test_an_image_without_ucx_or_verbs_fails_on_an_infiniband_ucx_site():
+    ucx_site = site(
+        mca={"pml": "ucx"},
+        network={"fabric": "infiniband", "interfaces": ["data0"]},
+        node={"gpus": 1, "gpu_model": "A100"},
+    )
+    labels = {
+        "org.hpcbundle.mpi.flavour": "openmpi",
+        "org.hpcbundle.mpi.version": "4.1.4",
+        "org.hpcbundle.nccl": "2.27.5",
+        "org.hpcbundle.mpi.transports": "none",
+        "org.hpcbundle.fabric-libs": "none",
+    }
+    image = {"path": "/img", "exists": True, "kind": "dir", "manifest": {"labels": labels}}
+    results = by_rule(diagnose(ucx_site, {"n1": node("n1", image=image, ib=["mlx5_0"])}, image="/img"))
+    assert results["pml-ucx"].status == "FAIL" and "has no UCX" in results["pml-ucx"].evidence
+    assert results["fabric-libs"].status == "FAIL" and "NET/Socket" in results["fabric-libs"].evidence

@@ -120,3 +120,45 @@ def test_unknown_horovod_patch_is_refused(tmp_path):
     data["horovod"]["patches"] = ["cxx17", "gcc14"]
     (line,) = _error_lines(tmp_path, data)
     assert "horovod.patches.1" in line and "'cxx17' or 'gcc13'" in line
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    "image, words",
+    [
+        (f"nvidia/cuda:12.2.2-runtime-ubuntu22.04@sha256:{'0' * 63}", "is not a digest: write @sha256: and the 64"),
+        (f"nvidia/cuda:12.2.2-runtime-ubuntu22.04@sha256:{'A' * 64}", "is not a digest"),
+        (f"nvidia/cuda:12.2.2-runtime-ubuntu22.04@md5:{'0' * 32}", "is not a digest"),
+        (f"nvidia/cuda@{DIGEST}", "has a digest but no tag"),
+        ("nvidia/cuda:12.2 runtime", "is not an image reference"),
+    ],
+)
+def test_base_image_digest_is_validated_strictly(tmp_path, image, words):
+    data = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
+    data["base"]["runtime_image"] = image
+    (line,) = _error_lines(tmp_path, data)
+    assert "base.runtime_image" in line and words in line, line
+
+
+def test_a_pinned_base_image_is_recorded_in_the_images_labels(tmp_path):
+    from hpcbundle.rules.facts import image_labels
+    from hpcbundle.rules.knowledge import knowledge_base
+
+    data = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
+    pinned = f"nvidia/cuda:12.2.2-runtime-ubuntu22.04@{DIGEST}"
+    data["base"]["runtime_image"] = pinned
+    labels = image_labels(load_recipe(str(write_recipe(tmp_path, data)), RECIPES), knowledge_base())
+    assert labels["org.hpcbundle.base.runtime-image"] == pinned
+    assert "org.hpcbundle.base.build-image" not in labels  # a tag alone can move: nothing to record
+
+
+def test_a_verbs_build_without_the_rdma_user_space_is_refused(tmp_path):
+    data = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
+    del data["fabric_libs"]
+    (line,) = _error_lines(tmp_path, data)
+    assert line.endswith(
+        "fabric_libs: has no verbs, but ucx.configure --with-verbs builds against them and the runtime image "
+        "then needs them (add fabric_libs: [verbs])"
+    )

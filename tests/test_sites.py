@@ -107,6 +107,29 @@ BAD_SITES = [
         "slurm.time: 'two hours' is not a SLURM time like 30, 02:00:00 or 1-00:00:00",
     ),
     ("ib-v100", {"name": "other"}, "name: is 'other' but the file is bad.yaml (set name: bad or rename the file)"),
+    (
+        "eth-a100-slurm",
+        {"env.NCCL_IB_HCA": "mlx5_0"},
+        "env.NCCL_IB_HCA: is an InfiniBand/RoCE adapter setting, but network.fabric is ethernet "
+        "(drop it, or set network.fabric to infiniband or roce if the nodes have that fabric)",
+    ),
+    (
+        "local",
+        {"env.UCX_NET_DEVICES": "mlx5_0:1"},
+        "env.UCX_NET_DEVICES: names the adapter port mlx5_0:1, but network.fabric is loopback (name a TCP interface "
+        "such as eth0, or drop it, or set network.fabric to infiniband or roce if the nodes have that fabric)",
+    ),
+    (
+        "eth-a100-slurm",
+        {"mca.btl": "openib,self"},
+        "mca.btl: selects the openib btl (InfiniBand verbs), but network.fabric is ethernet (use self,vader,tcp, or "
+        "drop it, or set network.fabric to infiniband or roce if the nodes have that fabric)",
+    ),
+    (
+        "local",
+        {"mca.btl_openib_allow_ib": "1"},
+        "mca.btl_openib_allow_ib: is a setting of the openib btl (InfiniBand verbs), but network.fabric is loopback",
+    ),
 ]
 
 

@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from hpcbundle.config.loading import validate
-from hpcbundle.config.recipes import Recipe
+from hpcbundle.config.recipes import Recipe, all_recipes
 from hpcbundle.config.sites import Site
-from hpcbundle.rules.engine import RULES
+from hpcbundle.rules.engine import RULES, exit_status
 from hpcbundle.rules.facts import check_declared
 from hpcbundle.rules.knowledge import knowledge_base
 
-from .helpers import recipe_data
+from .helpers import RECIPES, recipe_data
 from .test_launch import SITES, hpcbundle
 
 KB = knowledge_base()
@@ -98,15 +98,76 @@ CASES = [
         "singularity runs ranks in user namespaces",
     ),
     ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", ""),
-    ("openib-ucx", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "WARN", "built for UCX"),
+    ("openib-btl", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "FAIL", "built without verbs"),
+    ("openib-btl", _recipe("cuda12.6-torch2.9"), _site("ib-v100"), "FAIL", "no openib btl"),
     (
-        "openib-ucx",
+        "openib-btl",
         _recipe("cuda11.8-tf2.14-torch2.1", mpi__version="5.0.3"),
         _site("ib-v100"),
         "FAIL",
         "no longer has",
     ),
-    ("openib-ucx", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", "keeps the openib btl"),
+    (
+        "openib-btl",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", mca={"btl_openib_allow_ib": "0"}),
+        "FAIL",
+        "unless btl_openib_allow_ib is set",
+    ),
+    ("openib-btl", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", "has the openib btl"),
+    ("pml-ucx", _recipe("cuda12.6-torch2.9"), _site("ib-a100-ucx"), "FAIL", "has no UCX"),
+    (
+        "pml-ucx",
+        _recipe("cuda12.2-tf2.15-torch2.1-ucx", ucx__configure=["--with-cuda=/usr/local/cuda"]),
+        _site("ib-a100-ucx"),
+        "FAIL",
+        "has no ib transport",
+    ),
+    ("pml-ucx", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-a100-ucx"), "PASS", "cuda, ib, rdmacm"),
+    ("pml-ucx", _recipe("cuda13.0-torch2.11-ompi5"), _site("roce-h100-ompi5"), "PASS", "ib, rdmacm"),
+    ("fabric-libs", _recipe("cuda12.6-torch2.9"), _site("ib-a100-ucx"), "FAIL", "NCCL falls back to TCP sockets"),
+    ("fabric-libs", _recipe("cuda12.6-torch2.9"), _site("roce-h100-ompi5"), "FAIL", "fabric is roce"),
+    ("fabric-libs", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-a100-ucx"), "PASS", "verbs in the image"),
+    ("fabric-libs", _recipe("knl-intelmpi-tf2.15", fabric_libs=[]), _site("stampede2-knl"), "WARN", "no libpsm2"),
+    ("fabric-libs", _recipe("knl-intelmpi-tf2.15"), _site("stampede2-knl"), "PASS", "psm2 provider"),
+    (
+        "mpi-abi-host",
+        _recipe("cuda13.0-torch2.11"),
+        _site("roce-h100-ompi5"),
+        "FAIL",
+        "Open MPI 5's mpirun is PRRTE, and Open MPI 4's ranks are made for ORTE's daemons",
+    ),
+    ("mpi-abi-host", _recipe("cuda13.0-torch2.11-ompi5"), _site("roce-h100-ompi5"), "PASS", "share an ABI"),
+    (
+        "pmix-container",
+        _recipe("cuda13.0-torch2.11"),
+        _site("eth-a100-slurm", env={}),
+        "FAIL",
+        "PMIX_MCA_gds is not hash",
+    ),
+    (
+        "pmix-container",
+        _recipe("cuda13.0-torch2.11"),
+        _site("eth-a100-slurm", container={"binds": ["/scratch"]}),
+        "FAIL",
+        "SlurmdSpoolDir /var/spool/slurmd (slurm.spool_dir) is not bound",
+    ),
+    ("pmix-container", _recipe("cuda13.0-torch2.11"), _site("eth-a100-slurm"), "PASS", "PMIX_MCA_gds=hash"),
+    (
+        "numa-memory",
+        _recipe("knl-intelmpi-tf2.15"),
+        _site("stampede2-knl", node={"numa_memory": [0]}),
+        "FAIL",
+        "wrappers[1] numactl -p asks for NUMA node 1, but only node(s) 0 have memory (node.numa_memory)",
+    ),
+    ("numa-memory", _recipe("knl-intelmpi-tf2.15"), _site("stampede2-knl"), "PASS", "[1] have memory"),
+    (
+        "oversubscription",
+        _recipe("cuda13.0-torch2.11"),
+        _site("eth-a100-slurm", node={"ranks_per_node": 8}),
+        "FAIL",
+        "8 ranks on site eth-a100-slurm but 4 GPUs there",
+    ),
 ]
 
 
@@ -119,25 +180,39 @@ def test_pair_rule(rule, recipe, site, status, words):
 
 
 def test_every_pair_rule_has_a_failing_or_warning_case():
-    bad = {c[0] for c in CASES if c[3] in ("FAIL", "WARN")}
+    bad = {c[0].split()[0] for c in CASES if c[3] in ("FAIL", "WARN")}
     assert bad == {r.name for r in RULES if r.needs <= {"image", "site", "nodes"}}
 
 
 def test_check_with_site_refuses_a_bad_pair_with_every_reason():
     result = hpcbundle("check", "cuda12.2-tf2.15-torch2.1-ucx", "--site", "ib-v100")
     assert result.returncode == 2
-    assert "FAIL  gpu-arch" in result.stdout and "WARN  openib-ucx" in result.stdout
+    assert "FAIL  gpu-arch" in result.stdout and "FAIL  openib-btl" in result.stdout
     assert result.stderr.strip().splitlines() == [
         "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: "
-        "site ib-v100 has V100 (compute capability 7.0); the recipe builds 8.0, 9.0; add 7.0 to gpu.archs"
+        "site ib-v100 has V100 (compute capability 7.0); the recipe builds 8.0, 9.0; add 7.0 to gpu.archs",
+        "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: openib-btl: the site selects the openib btl but "
+        "the image's Open MPI 4.1.6 was built without verbs (no openib btl): MPI_Init finds no transport between "
+        "nodes; use an image built --with-verbs (e.g. recipe cuda11.8-tf2.14-torch2.1), or set the site to pml: ucx "
+        "with a UCX image",
     ]
+
+
+def test_ib_v100_passes_only_the_image_whose_open_mpi_has_the_openib_btl():
+    verdicts = {
+        recipe.name: exit_status(check_declared(recipe, _site("ib-v100"), KB)) for recipe in all_recipes(RECIPES)
+    }
+    # cpu-local runs there too, its GPUs idle (WARN): Debian's Open MPI has the openib btl and pulls in rdma-core.
+    assert {name for name, status in verdicts.items() if status < 2} == {"cpu-local", "cuda11.8-tf2.14-torch2.1"}
 
 
 @pytest.mark.parametrize(
     "recipe, site",
     [
         ("cuda11.8-tf2.14-torch2.1", "ib-v100"),
+        ("cuda12.2-tf2.15-torch2.1-ucx", "ib-a100-ucx"),
         ("cuda12.2-tf2.15-torch2.1-ucx", "eth-a100-slurm"),
+        ("cuda13.0-torch2.11-ompi5", "roce-h100-ompi5"),
         ("knl-intelmpi-tf2.15", "stampede2-knl"),
         ("cpu-local", "local"),
         ("cpu-local", "local-charliecloud"),

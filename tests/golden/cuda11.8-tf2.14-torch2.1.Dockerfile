@@ -21,7 +21,7 @@ COPY wheelhouse/ /wheelhouse/
 
 # OS packages for building
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl libibverbs-dev librdmacm-dev python3-dev python3-venv && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-change-held-packages --allow-downgrades libnccl2=2.16.5-1+cuda11.8 libnccl-dev=2.16.5-1+cuda11.8 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
@@ -35,7 +35,7 @@ RUN mkdir -p /tmp/build/openmpi && \
     if [ -f /wheelhouse/openmpi-4.1.6.tar.bz2 ]; then cp /wheelhouse/openmpi-4.1.6.tar.bz2 /tmp/build/; else curl -fsSL --retry 3 -o /tmp/build/openmpi-4.1.6.tar.bz2 https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2; fi && \
     echo 'f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415  /tmp/build/openmpi-4.1.6.tar.bz2' | sha256sum -c - && \
     tar -xf /tmp/build/openmpi-4.1.6.tar.bz2 -C /tmp/build/openmpi --strip-components=1 && \
-    env -C /tmp/build/openmpi ./configure --prefix=/opt/openmpi --enable-orterun-prefix-by-default --with-cuda=/usr/local/cuda && \
+    env -C /tmp/build/openmpi ./configure --prefix=/opt/openmpi --enable-orterun-prefix-by-default --with-cuda=/usr/local/cuda --with-verbs && \
     make -C /tmp/build/openmpi -j"$(nproc)" install && \
     rm -rf /tmp/build
 
@@ -94,14 +94,14 @@ SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 
 # OS packages to run
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ibverbs-providers libgomp1 libibverbs1 librdmacm1 openssh-client python3 && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends --allow-change-held-packages --allow-downgrades libnccl2=2.16.5-1+cuda11.8 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda11.8-tf2.14-torch2.1", "description": "CUDA 11.8, cuDNN 8.9, NCCL 2.16.5, Open MPI 4.1.6, TensorFlow 2.14.1 + PyTorch 2.1.2, Horovod 0.28.1, V100/A100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"source": "image", "cuda": "11.8", "cudnn": "8.9", "nccl": "2.16.5", "archs": ["7.0", "8.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda"]}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.14.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu118"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda11.8-tf2.14-torch2.1", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "11.8", "org.hpcbundle.cuda.source": "image", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.16.5", "org.hpcbundle.gpu-archs": "7.0,8.0", "org.hpcbundle.tensorflow": "2.14.1", "org.hpcbundle.pytorch": "2.1.2+cu118"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda11.8-tf2.14-torch2.1", "description": "CUDA 11.8, cuDNN 8.9, NCCL 2.16.5, Open MPI 4.1.6, TensorFlow 2.14.1 + PyTorch 2.1.2, Horovod 0.28.1, V100/A100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:11.8.0-cudnn8-runtime-ubuntu22.04"}, "python": "3.10", "gpu": {"source": "image", "cuda": "11.8", "cudnn": "8.9", "nccl": "2.16.5", "archs": ["7.0", "8.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda", "--with-verbs"]}, "ucx": null, "fabric_libs": ["verbs"], "frameworks": {"tensorflow": {"version": "2.14.1", "package": "tensorflow"}, "pytorch": {"version": "2.1.2", "variant": "cu118"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda11.8-tf2.14-torch2.1", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "11.8", "org.hpcbundle.cuda.source": "image", "org.hpcbundle.cudnn": "8.9", "org.hpcbundle.nccl": "2.16.5", "org.hpcbundle.gpu-archs": "7.0,8.0", "org.hpcbundle.mpi.transports": "openib", "org.hpcbundle.fabric-libs": "verbs", "org.hpcbundle.tensorflow": "2.14.1", "org.hpcbundle.pytorch": "2.1.2+cu118"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY --from=slim /opt/openmpi /opt/openmpi
 COPY examples/ /examples/
@@ -124,6 +124,8 @@ LABEL org.hpcbundle.recipe="cuda11.8-tf2.14-torch2.1" \
     org.hpcbundle.cudnn="8.9" \
     org.hpcbundle.nccl="2.16.5" \
     org.hpcbundle.gpu-archs="7.0,8.0" \
+    org.hpcbundle.mpi.transports="openib" \
+    org.hpcbundle.fabric-libs="verbs" \
     org.hpcbundle.tensorflow="2.14.1" \
     org.hpcbundle.pytorch="2.1.2+cu118"
 CMD ["horovodrun", "--check-build"]

@@ -20,7 +20,7 @@
 #
 # The host provides what the images get from their OS packages: a C++ compiler, make, cmake,
 # the Python headers and venv module, the MPI compiler wrappers (mpicc), the CUDA toolkit at /usr/local/cuda; on Debian/Ubuntu:
-#   apt-get install build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv
+#   apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev librdmacm-dev python3-dev python3-venv
 # and openmpi 4.1.6 (the images build it from source; here the host's is used:
 # keep its major.minor the same as the cluster's mpirun).
 set -euo pipefail
@@ -40,7 +40,7 @@ for tool in "$python" c++ make cmake mpicc; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ -n "${missing[*]}" ]; then
-    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv)" >&2
+    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev librdmacm-dev python3-dev python3-venv)" >&2
     exit 1
 fi
 gcc_major="$(c++ -dumpversion | cut -d. -f1)"

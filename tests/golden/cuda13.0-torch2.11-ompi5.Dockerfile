@@ -1,6 +1,6 @@
 # Rendered by hpcbundle 0.1.0 from recipe cuda13.0-torch2.11-ompi5; do not edit, re-render:
 #   hpcbundle render cuda13.0-torch2.11-ompi5 --format docker
-# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
+# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, UCX 1.15 + Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
 #
 # Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
 # and source tarballs found there are used before the network; a Horovod wheel built for exactly
@@ -12,7 +12,7 @@
 ARG BUILD_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm
 
-# ---- build: compilers, openmpi from source, frameworks, Horovod ----
+# ---- build: compilers, ucx and openmpi from source, frameworks, Horovod ----
 FROM ${BUILD_IMAGE} AS build
 ARG PIP_NO_INDEX=0
 ARG PIP_EXTRA_INDEX_URL=
@@ -21,7 +21,7 @@ COPY wheelhouse/ /wheelhouse/
 
 # OS packages for building
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
@@ -29,12 +29,21 @@ RUN apt-get update && \
 RUN python3 -m venv /opt/venv && \
     /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1 cmake==4.4.4
 
+# ucx from ucx-1.15.0.tar.gz into /opt/ucx
+RUN mkdir -p /tmp/build/ucx && \
+    if [ -f /wheelhouse/ucx-1.15.0.tar.gz ]; then cp /wheelhouse/ucx-1.15.0.tar.gz /tmp/build/; else curl -fsSL --retry 3 -o /tmp/build/ucx-1.15.0.tar.gz https://github.com/openucx/ucx/releases/download/v1.15.0/ucx-1.15.0.tar.gz; fi && \
+    echo '4b202087076bc1c98f9249144f0c277a8ea88ad4ca6f404f94baa9cb3aebda6d  /tmp/build/ucx-1.15.0.tar.gz' | sha256sum -c - && \
+    tar -xf /tmp/build/ucx-1.15.0.tar.gz -C /tmp/build/ucx --strip-components=1 && \
+    env -C /tmp/build/ucx ./contrib/configure-release --prefix=/opt/ucx --with-verbs --with-rdmacm --enable-mt && \
+    make -C /tmp/build/ucx -j"$(nproc)" install && \
+    rm -rf /tmp/build
+
 # openmpi from openmpi-5.0.10.tar.bz2 into /opt/openmpi
 RUN mkdir -p /tmp/build/openmpi && \
     if [ -f /wheelhouse/openmpi-5.0.10.tar.bz2 ]; then cp /wheelhouse/openmpi-5.0.10.tar.bz2 /tmp/build/; else curl -fsSL --retry 3 -o /tmp/build/openmpi-5.0.10.tar.bz2 https://download.open-mpi.org/release/open-mpi/v5.0/openmpi-5.0.10.tar.bz2; fi && \
     echo '0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6  /tmp/build/openmpi-5.0.10.tar.bz2' | sha256sum -c - && \
     tar -xf /tmp/build/openmpi-5.0.10.tar.bz2 -C /tmp/build/openmpi --strip-components=1 && \
-    env -C /tmp/build/openmpi ./configure --prefix=/opt/openmpi --enable-prte-prefix-by-default && \
+    env -C /tmp/build/openmpi ./configure --prefix=/opt/openmpi --enable-prte-prefix-by-default --with-ucx=/opt/ucx && \
     make -C /tmp/build/openmpi -j"$(nproc)" install && \
     rm -rf /tmp/build
 
@@ -55,8 +64,8 @@ RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-9ac0001c330e" && \
     if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
     if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
     if [ -z "$hvd_wheel" ]; then for f in horovod/common/common.h horovod/common/group_table.h horovod/torch/handle_manager.cc; do test -f "/tmp/build/horovod-0.28.1/$f" || { echo "gcc13 patch: $f is missing" >&2; exit 1; }; sed -i -e '1i #include <stdexcept>' -e '1i #include <string>' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
-    export PATH="/opt/venv/bin:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:/opt/openmpi/bin:${PATH}" && \
-    export LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
+    export PATH="/opt/venv/bin:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/bin:/opt/openmpi/bin:/opt/ucx/bin:${PATH}" && \
+    export LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" && \
     export HOROVOD_WITHOUT_TENSORFLOW="1" && \
     export HOROVOD_WITH_PYTORCH="1" && \
     export HOROVOD_WITHOUT_MXNET="1" && \
@@ -98,18 +107,19 @@ SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 
 # OS packages to run
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ibverbs-providers libgomp1 libibverbs1 libnuma1 librdmacm1 openssh-client python3 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda13.0-torch2.11-ompi5", "description": "CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": {"source": "wheels", "cuda": "13.0", "cudnn": "9.19", "nccl": "2.28.9", "archs": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]}, "mpi": {"flavour": "openmpi", "version": "5.0.10", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v5.0/openmpi-5.0.10.tar.bz2", "sha256": "0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6"}, "configure": []}, "ucx": null, "frameworks": {"tensorflow": null, "pytorch": {"version": "2.11.0", "variant": "cu130"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17", "gcc13"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda13.0-torch2.11-ompi5", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "5.0.10", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "13.0", "org.hpcbundle.cuda.source": "wheels", "org.hpcbundle.cudnn": "9.19", "org.hpcbundle.nccl": "2.28.9", "org.hpcbundle.gpu-archs": "7.5,8.0,8.6,9.0,10.0,12.0", "org.hpcbundle.pytorch": "2.11.0+cu130"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda13.0-torch2.11-ompi5", "description": "CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, UCX 1.15 + Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": {"source": "wheels", "cuda": "13.0", "cudnn": "9.19", "nccl": "2.28.9", "archs": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]}, "mpi": {"flavour": "openmpi", "version": "5.0.10", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v5.0/openmpi-5.0.10.tar.bz2", "sha256": "0acecc4fc218e5debdbcb8a41d182c6b0f1d29393015ed763b2a91d5d7374cc6"}, "configure": []}, "ucx": {"version": "1.15.0", "source": {"url": "https://github.com/openucx/ucx/releases/download/v1.15.0/ucx-1.15.0.tar.gz", "sha256": "4b202087076bc1c98f9249144f0c277a8ea88ad4ca6f404f94baa9cb3aebda6d"}, "configure": ["--with-verbs", "--with-rdmacm", "--enable-mt"]}, "fabric_libs": ["verbs"], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.11.0", "variant": "cu130"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17", "gcc13"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": "/opt/ucx", "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda13.0-torch2.11-ompi5", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "5.0.10", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "13.0", "org.hpcbundle.cuda.source": "wheels", "org.hpcbundle.cudnn": "9.19", "org.hpcbundle.nccl": "2.28.9", "org.hpcbundle.gpu-archs": "7.5,8.0,8.6,9.0,10.0,12.0", "org.hpcbundle.ucx": "1.15.0", "org.hpcbundle.mpi.transports": "ucx", "org.hpcbundle.fabric-libs": "verbs", "org.hpcbundle.ucx.transports": "ib,rdmacm", "org.hpcbundle.pytorch": "2.11.0+cu130"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY --from=slim /opt/openmpi /opt/openmpi
+COPY --from=slim /opt/ucx /opt/ucx
 COPY examples/ /examples/
-ENV PATH="/opt/venv/bin:/opt/openmpi/bin:${PATH}" \
-    LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+ENV PATH="/opt/venv/bin:/opt/openmpi/bin:/opt/ucx/bin:${PATH}" \
+    LD_LIBRARY_PATH="/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib:/opt/openmpi/lib:/opt/ucx/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 LABEL org.hpcbundle.recipe="cuda13.0-torch2.11-ompi5" \
     org.hpcbundle.hpcbundle-version="0.1.0" \
     org.hpcbundle.os="debian12" \
@@ -127,5 +137,9 @@ LABEL org.hpcbundle.recipe="cuda13.0-torch2.11-ompi5" \
     org.hpcbundle.cudnn="9.19" \
     org.hpcbundle.nccl="2.28.9" \
     org.hpcbundle.gpu-archs="7.5,8.0,8.6,9.0,10.0,12.0" \
+    org.hpcbundle.ucx="1.15.0" \
+    org.hpcbundle.mpi.transports="ucx" \
+    org.hpcbundle.fabric-libs="verbs" \
+    org.hpcbundle.ucx.transports="ib,rdmacm" \
     org.hpcbundle.pytorch="2.11.0+cu130"
 CMD ["horovodrun", "--check-build"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rendered by hpcbundle 0.1.0 from recipe cuda13.0-torch2.11-ompi5; do not edit, re-render:
 #   hpcbundle render cuda13.0-torch2.11-ompi5 --format shell
-# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
+# CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, UCX 1.15 + Open MPI 5.0.10, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200
 #
 # The recipe's stack without a container runtime: a venv with its wheels, Horovod built and
 # checked (`horovodrun --check-build`), from the same steps as the Dockerfile and the .def.
@@ -20,7 +20,7 @@
 #
 # The host provides what the images get from their OS packages: a C++ compiler, make,
 # the Python headers and venv module, the MPI compiler wrappers (mpicc); on Debian/Ubuntu:
-#   apt-get install build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv
+#   apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv
 # and openmpi 5.0.10 (the images build it from source; here the host's is used:
 # keep its major.minor the same as the cluster's mpirun).
 set -euo pipefail
@@ -40,7 +40,7 @@ for tool in "$python" c++ make mpicc; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if [ -n "${missing[*]}" ]; then
-    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl python3-dev python3-venv)" >&2
+    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv)" >&2
     exit 1
 fi
 gcc_major="$(c++ -dumpversion | cut -d. -f1)"

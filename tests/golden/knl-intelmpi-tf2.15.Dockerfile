@@ -79,13 +79,13 @@ SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
 
 # OS packages to run
 RUN apt-get update && \
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 libpsm2-2 openssh-client python3 && \
     apt-get clean && \
     rm -rf /var/lib/apt/lists/*
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "knl-intelmpi-tf2.15", "description": "Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL", "base": {"os": "ubuntu22.04", "build_image": "ubuntu:22.04", "runtime_image": "ubuntu:22.04"}, "python": "3.10", "gpu": null, "mpi": {"flavour": "intelmpi", "version": "2021.13.1", "install": "pip", "source": null, "configure": []}, "ucx": null, "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": null}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": [], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "knl-intelmpi-tf2.15", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "intelmpi", "org.hpcbundle.mpi.version": "2021.13.1", "org.hpcbundle.mpi.install": "pip", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.tensorflow": "2.15.1"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "knl-intelmpi-tf2.15", "description": "Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL", "base": {"os": "ubuntu22.04", "build_image": "ubuntu:22.04", "runtime_image": "ubuntu:22.04"}, "python": "3.10", "gpu": null, "mpi": {"flavour": "intelmpi", "version": "2021.13.1", "install": "pip", "source": null, "configure": []}, "ucx": null, "fabric_libs": ["psm2"], "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": null}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": [], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "knl-intelmpi-tf2.15", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "intelmpi", "org.hpcbundle.mpi.version": "2021.13.1", "org.hpcbundle.mpi.install": "pip", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "ofi", "org.hpcbundle.fabric-libs": "psm2", "org.hpcbundle.tensorflow": "2.15.1"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY examples/ /examples/
 ENV PATH="/opt/venv/bin:${PATH}" \
@@ -104,5 +104,7 @@ LABEL org.hpcbundle.recipe="knl-intelmpi-tf2.15" \
     org.hpcbundle.horovod.tensor-operations="mpi,gloo" \
     org.hpcbundle.frameworks="tensorflow" \
     org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.mpi.transports="ofi" \
+    org.hpcbundle.fabric-libs="psm2" \
     org.hpcbundle.tensorflow="2.15.1"
 CMD ["horovodrun", "--check-build"]

@@ -66,9 +66,14 @@ BASE_PACKAGES = Packages(
     ("build-essential", "cmake", "python3-dev", "python3-venv"), ("libgomp1", "openssh-client", "python3")
 )
 FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"), ())
-UCX_PACKAGES = Packages(
-    ("libibverbs-dev", "libnuma-dev", "librdmacm-dev"), ("ibverbs-providers", "libibverbs1", "libnuma1", "librdmacm1")
-)
+UCX_PACKAGES = Packages(("libnuma-dev",), ("libnuma1",))
+FABRIC_PACKAGES = {
+    # rdma-core: the verbs library, the adapters' providers (mlx5, ...) and the RDMA connection manager;
+    # without them NCCL finds no IB device and falls back to sockets, UCX has no ib/rdmacm transport.
+    "verbs": Packages(("libibverbs-dev", "librdmacm-dev"), ("ibverbs-providers", "libibverbs1", "librdmacm1")),
+    # Omni-Path's PSM2 library, loaded at run time by libfabric's psm2 provider (Intel MPI's).
+    "psm2": Packages((), ("libpsm2-2",)),
+}
 DISTRO_MPI_PACKAGES = {
     "openmpi": Packages(("libopenmpi-dev", "openmpi-bin"), ("libopenmpi3", "openmpi-bin")),
     "mpich": Packages(("libmpich-dev", "mpich"), ("libmpich12", "mpich")),
@@ -244,7 +249,7 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
 
     `host=True` lays the same content out for the bare-metal install script (a venv anywhere).
     """
-    labels = image_labels(recipe)
+    labels = image_labels(recipe, kb)
     layout = host_layout(recipe) if host else image_layout(recipe)
     tree = _cuda_tree(recipe, kb)
     site = layout.site_packages
@@ -290,6 +295,7 @@ def _packages(recipe: Recipe) -> Packages:
         parts.append(FETCH_PACKAGES)
     if recipe.ucx:
         parts.append(UCX_PACKAGES)
+    parts += [FABRIC_PACKAGES[name] for name in recipe.fabric_libs]
     if recipe.mpi.install == "distro":
         parts.append(DISTRO_MPI_PACKAGES[recipe.mpi.flavour])
     return Packages(*(tuple(sorted({p for part in parts for p in getattr(part, stage)})) for stage in Packages._fields))

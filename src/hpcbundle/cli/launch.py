@@ -104,7 +104,7 @@ def launch_command(
     Examples:
       hpcbundle launch --np 2 --exec -- python3 train.py
       hpcbundle launch --site ib-v100 --image horovod.sif --np 4 --hosts f1:2,f2:2 \\
-          -- python /examples/keras_mnist_advanced.py
+          -- python /examples/keras_train.py
       hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
     """
     model = site_for(bundle, site)

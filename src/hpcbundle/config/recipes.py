@@ -7,10 +7,11 @@ any cluster: interfaces and MCA choices belong to sites.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from .errors import UserError
 from .fields import Name, Sha256, Url, Version
@@ -26,12 +27,55 @@ PLAIN_IMAGES: dict[str, str] = {
 """The plain OS image of each base OS (the wheels route builds FROM these)."""
 
 
+# An image reference as Docker's reference grammar spells it: [registry[:port]/]path[:tag][@sha256:<64 hex>].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    rf"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[^@]*))?$"
+)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _image_ref(value: str) -> str:
+    """Refuse what is not an image reference, and any digest that is not sha256 with 64 lowercase hex digits."""
+    match = _IMAGE_REF.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not an image reference like nvidia/cuda:12.2.2-devel-ubuntu22.04")
+    digest = match.group("digest")
+    if digest is not None and not _DIGEST.match(digest):
+        raise ValueError(
+            f"{digest!r} is not a digest: write @sha256: and the 64 lowercase hex digits "
+            "(`docker buildx imagetools inspect IMAGE:TAG` prints it)"
+        )
+    if digest is not None and match.group("tag") is None:
+        raise ValueError(f"{value!r} has a digest but no tag: write IMAGE:TAG@sha256:... so a reader sees the version")
+    return value
+
+
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+
+
+def image_digest(reference: str) -> str | None:
+    """The digest an image reference pins, if any::
+
+    >>> image_digest("debian:bookworm@sha256:" + "0" * 64)[:12]
+    'sha256:00000'
+    >>> image_digest("debian:bookworm") is None
+    True
+    """
+    return reference.rsplit("@", 1)[1] if "@" in reference else None
+
+
 class Base(StrictModel):
-    """The images the two stages start FROM; both must be the same OS (same python, same libc)."""
+    """The images the two stages start FROM; both must be the same OS (same python, same libc).
+
+    A reference may pin a digest (`IMAGE:TAG@sha256:...`): the build then starts from exactly that
+    image, and the image's labels record it.
+    """
 
     os: OsName
-    build_image: str = Field(min_length=1, description="FROM of the build stage, e.g. a CUDA devel image")
-    runtime_image: str = Field(min_length=1, description="FROM of the slim runtime stage")
+    build_image: ImageRef = Field(min_length=1, description="FROM of the build stage, e.g. a CUDA devel image")
+    runtime_image: ImageRef = Field(min_length=1, description="FROM of the slim runtime stage")
 
 
 CudaSource = Literal["image", "wheels"]
@@ -93,6 +137,12 @@ class Mpi(StrictModel):
         if self.install == "distro" and self.flavour == "intelmpi":
             raise ValueError("Intel MPI is not an OS package; use install: pip")
         return self
+
+
+FabricLib = Literal["verbs", "psm2"]
+"""Fabric user space a runtime image carries: `verbs` (rdma-core: libibverbs1, ibverbs-providers,
+librdmacm1; InfiniBand and RoCE for NCCL, UCX and Open MPI's openib btl), `psm2` (libpsm2-2; Omni-Path
+for libfabric's psm2 provider, which Intel MPI uses)."""
 
 
 class Ucx(StrictModel):
@@ -162,6 +212,10 @@ class Recipe(StrictModel):
     gpu: Gpu | None = None
     mpi: Mpi
     ucx: Ucx | None = None
+    fabric_libs: list[FabricLib] = Field(
+        default_factory=list,
+        description="fabric user space in the runtime image: verbs (InfiniBand/RoCE), psm2 (Omni-Path)",
+    )
     frameworks: Frameworks
     horovod: Horovod
 
@@ -170,6 +224,22 @@ class Recipe(StrictModel):
         if self.ucx is not None and not (self.mpi.flavour == "openmpi" and self.mpi.install == "source"):
             raise ValueError("ucx is built only for an Open MPI built from source (mpi.install: source)")
         return self
+
+    def fabric_problem(self) -> tuple[str, str, str] | None:
+        """(key, problem, fix) when UCX or Open MPI is built with verbs but the runtime image would lack them."""
+        verbs_builds = [
+            f"{key}.configure {option}"
+            for key, options in (("ucx", self.ucx.configure if self.ucx else []), ("mpi", self.mpi.configure))
+            for option in options
+            if option in ("--with-verbs", "--with-rdmacm")
+        ]
+        if verbs_builds and "verbs" not in self.fabric_libs:
+            return (
+                "fabric_libs",
+                f"has no verbs, but {verbs_builds[0]} builds against them and the runtime image then needs them",
+                "add fabric_libs: [verbs]",
+            )
+        return None
 
     def route_problem(self) -> tuple[str, str, str] | None:
         """(key, problem, fix) when the base images do not fit where CUDA comes from (the routes do not mix)."""
@@ -210,9 +280,9 @@ def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     """Load and validate one recipe by name or path; its `name` must match the file name."""
     path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
-    route = recipe.route_problem()
-    if route is not None:
-        raise UserError.at(str(path), *route)
+    for problem in (recipe.route_problem(), recipe.fabric_problem()):
+        if problem is not None:
+            raise UserError.at(str(path), *problem)
     if recipe.name != path.stem:
         raise UserError.at(
             str(path),

@@ -115,6 +115,11 @@ class Node(StrictModel):
     gpu_model: str | None = None
     driver: Version | None = Field(None, description="NVIDIA driver version on the nodes")
     ranks_per_node: PositiveInt | None = Field(None, description="default: one rank per GPU, else per core")
+    numa_memory: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None,
+        description="the NUMA nodes that have memory (`numactl -H`), e.g. [0] on KNL in cache mode, "
+        "[0, 1] in flat-quadrant mode (node 1 is MCDRAM)",
+    )
 
     @property
     def slots(self) -> int:
@@ -146,6 +151,11 @@ class Slurm(StrictModel):
     options: list[Word] = Field(default_factory=list, description="more #SBATCH options, e.g. --exclusive")
     modules: list[Word] = Field(default_factory=list)
     prologue: list[str] = Field(default_factory=list, description="shell lines run before the launch")
+    spool_dir: Bind = Field(
+        "/var/spool/slurmd",
+        description="slurmd's SlurmdSpoolDir (`scontrol show config`), where srun --mpi=pmix puts "
+        "the PMIx server's directory (PMIX_SERVER_TMPDIR) that containers must see",
+    )
 
 
 class Site(StrictModel):
@@ -213,6 +223,7 @@ def site_problems(site: Site) -> list[Problem]:
                     "e.g. [taskset, -c, 0-63]",
                 )
             )
+    found += fabric_problems(site)
     data = site.model_dump()
     for key in site.why:
         if not _has_key(data, key):
@@ -223,6 +234,48 @@ def site_problems(site: Site) -> list[Problem]:
                     "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]",
                 )
             )
+    return found
+
+
+TCP_FABRICS = ("ethernet", "loopback")
+RDMA_ENV = ("NCCL_IB_", "UCX_IB_", "UCX_RC_", "UCX_DC_", "UCX_UD_")
+RDMA_MCA = ("btl_openib_",)
+
+
+def fabric_problems(site: Site) -> list[Problem]:
+    """Settings of an RDMA fabric (verbs adapters, the openib btl) on a site whose fabric is TCP.
+
+    NCCL_IB_DISABLE is the one NCCL_IB_* variable that fits a TCP fabric; UCX_NET_DEVICES may name
+    a TCP interface (eth0) there, never an adapter port (mlx5_0:1).
+    """
+    fabric = site.network.fabric
+    if fabric not in TCP_FABRICS:
+        return []
+    but = f"but network.fabric is {fabric}"
+    fix = "drop it, or set network.fabric to infiniband or roce if the nodes have that fabric"
+    found = [
+        Problem(f"env.{name}", f"is an InfiniBand/RoCE adapter setting, {but}", fix)
+        for name in site.env
+        if name.startswith(RDMA_ENV) and name != "NCCL_IB_DISABLE"
+    ]
+    ports = [d.strip() for d in site.env.get("UCX_NET_DEVICES", "").split(",") if re.fullmatch(r"\w+:\d+", d.strip())]
+    if ports:
+        found.append(
+            Problem(
+                "env.UCX_NET_DEVICES",
+                f"names the adapter port {ports[0]}, {but}",
+                f"name a TCP interface such as eth0, or {fix}",
+            )
+        )
+    found += [
+        Problem(f"mca.{name}", f"is a setting of the openib btl (InfiniBand verbs), {but}", fix)
+        for name in site.mca
+        if name.startswith(RDMA_MCA)
+    ]
+    if "openib" in site.mca.get("btl", "").split(","):
+        found.append(
+            Problem("mca.btl", f"selects the openib btl (InfiniBand verbs), {but}", f"use self,vader,tcp, or {fix}")
+        )
     return found
 
 

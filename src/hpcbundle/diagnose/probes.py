@@ -100,6 +100,19 @@ def infiniband() -> list[str]:
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
 
 
+def numa_memory(root: Path = Path("/sys/devices/system/node")) -> dict[str, int]:
+    """NUMA node -> its MemTotal in kB, from each node's meminfo ({} where the kernel has no NUMA sysfs).
+
+    A node with 0 kB has CPUs but no memory; KNL in cache mode shows node0 alone (MCDRAM is a cache).
+    """
+    found = {}
+    for path in sorted(root.glob("node[0-9]*/meminfo")):
+        match = re.search(r"MemTotal:\s+(\d+)\s*kB", path.read_text(encoding="utf-8", errors="replace"))
+        if match:
+            found[path.parent.name.removeprefix("node")] = int(match.group(1))
+    return found
+
+
 GPU_QUERY = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"]
 
 
@@ -235,6 +248,7 @@ def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, An
         "uid": os.geteuid(),
         "interfaces": interfaces(),
         "infiniband": infiniband(),
+        "numa": numa_memory(),
         "gpu": gpus(),
         "mpi": host_mpi(),
         "runtimes": runtimes(),

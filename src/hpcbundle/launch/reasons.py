@@ -20,6 +20,11 @@ ENV: dict[str, str] = {
     "NCCL_IB_DISABLE": "NCCL moves data over sockets, not InfiniBand verbs",
     "HOROVOD_MPI_THREADS_DISABLE": "Horovod asks MPI for no thread support (the transport is not thread-safe)",
     "UCX_NET_DEVICES": "the adapter and port UCX may use",
+    "NCCL_IB_GID_INDEX": "the RoCE GID (address and RoCE version) NCCL uses on each adapter port",
+    "UCX_IB_GID_INDEX": "the RoCE GID (address and RoCE version) UCX uses on each adapter port",
+    "PMIX_MCA_gds": "the PMIx store the ranks read the job's data from (hash works across a container boundary)",
+    "TF_NUM_INTRAOP_THREADS": "TensorFlow's threads within one op",
+    "TF_NUM_INTEROP_THREADS": "TensorFlow's ops run at the same time",
     "OMP_NUM_THREADS": "OpenMP threads per rank",
     "KMP_BLOCKTIME": "milliseconds an Intel OpenMP thread spins before it sleeps",
     "KMP_AFFINITY": "how Intel OpenMP pins its threads inside the rank's CPU set",
@@ -32,6 +37,7 @@ MCA: dict[str, str] = {
     "btl_tcp_if_include": "MPI's TCP traffic stays on these interfaces (a wrong one hangs the job)",
     "oob_tcp_if_include": "the launcher's daemons talk over these interfaces (a wrong one hangs the launch)",
     "plm_rsh_agent": "how mpirun reaches the other nodes",
+    "btl_openib_allow_ib": "Open MPI >= 4.0 uses the openib btl on InfiniBand ports only when this is set",
 }
 
 # How --explain marks an interface setting (hpcbundle.config.sites.interface_settings): derived

@@ -118,3 +118,39 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
         "single-copy hangs large messages",
         "add `btl_vader_single_copy_mechanism: none` to the site's mca",
     )
+
+
+@rule("pmix-container", needs=("site",))
+def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """srun --mpi=pmix into a container: the ranks' PMIx client must reach slurmstepd's PMIx server.
+
+    The server keeps its shared-memory job data (gds dstore) in PMIX_SERVER_TMPDIR, a directory
+    under SlurmdSpoolDir that containers do not see: bind it, and use PMIx's hash store
+    (PMIX_MCA_gds=hash), the two fixes users report (apptainer/singularity#5195; NVIDIA enroot's
+    extra/50-slurm-pmi.sh hook binds the server directory for the same reason).
+    """
+    site = facts.site
+    launcher = site.launcher
+    if launcher.name != "srun" or not (launcher.pmi or "").startswith("pmix") or site.container.runtime == "none":
+        return Verdict("SKIP", "no srun --mpi=pmix into a container")
+    spool = site.slurm.spool_dir.rstrip("/")
+    bound = [b.split(":", 1)[0].rstrip("/") for b in site.container.binds]
+    missing = []
+    if site.env.get("PMIX_MCA_gds") != "hash":
+        missing.append(("PMIX_MCA_gds is not hash", 'add env PMIX_MCA_gds: "hash"'))
+    if not any(spool == b or spool.startswith(f"{b}/") for b in bound):
+        missing.append(
+            (
+                f"SlurmdSpoolDir {spool} (slurm.spool_dir) is not bound into the container",
+                f"add {spool} to container.binds (`scontrol show config | grep SlurmdSpoolDir` gives the directory)",
+            )
+        )
+    if missing:
+        return Verdict(
+            "FAIL",
+            f"srun --mpi={launcher.pmi} starts ranks in {site.container.runtime} containers but "
+            + " and ".join(m[0] for m in missing)
+            + ": the ranks' PMIx client cannot read the server's job data (PMIX ERROR in gds_ds12/ds21)",
+            "; ".join(m[1] for m in missing),
+        )
+    return Verdict("PASS", f"PMIX_MCA_gds=hash and {spool} bound into {site.container.runtime}")

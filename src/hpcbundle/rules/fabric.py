@@ -1,11 +1,12 @@
 """Rules for the fabric: the interfaces a site names exist and carry TCP between the nodes, verbs where asked for,
-and the Open MPI transport the site selects exists in the image."""
+the Open MPI transport the site selects exists in the image, and the image carries the fabric's user space."""
 
 from __future__ import annotations
 
 from ..config.fields import parse_version
 from ..config.sites import Site, interface_settings
 from .engine import Facts, Verdict, rule
+from .facts import listed
 from .knowledge import KnowledgeBase
 
 
@@ -23,9 +24,13 @@ def named_interfaces(site: Site) -> dict[str, list[str]]:
     return found
 
 
-@rule("openib-ucx", needs=("image", "site"))
-def openib_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """A site that selects the openib btl needs an image whose Open MPI has it."""
+RDMA_FABRICS = ("infiniband", "roce")
+
+
+@rule("openib-btl", needs=("image", "site"))
+def openib_btl(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A site that selects the openib btl needs an Open MPI 4 built with verbs (recipes that build one carry
+    the RDMA user space), and on InfiniBand btl_openib_allow_ib (Open MPI >= 4.0 leaves those ports to UCX)."""
     site, image = facts.site, facts.image
     if "openib" not in site.mca.get("btl", "").split(",") or image.get("mpi.flavour") != "openmpi":
         return Verdict("SKIP", "the site does not select the openib btl")
@@ -34,13 +39,88 @@ def openib_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict(
             "FAIL", f"the site selects the openib btl, which Open MPI {version} no longer has", "use pml ucx"
         )
-    if image.get("ucx"):
+    transports = listed(image, "mpi.transports")
+    if transports is None:
+        return Verdict("SKIP", f"{facts.image_source} does not say how its Open MPI was built (an older image)")
+    if "openib" not in transports:
         return Verdict(
-            "WARN",
-            "the site selects the openib btl but the image's Open MPI is built for UCX (no verbs btl)",
-            "set the site's mca to pml: ucx and drop btl: openib",
+            "FAIL",
+            f"the site selects the openib btl but the image's Open MPI {version} was built without verbs "
+            "(no openib btl): MPI_Init finds no transport between nodes",
+            "use an image built --with-verbs (e.g. recipe cuda11.8-tf2.14-torch2.1), or set the site to pml: ucx "
+            "with a UCX image",
         )
-    return Verdict("PASS", "the image's Open MPI 4 keeps the openib btl")
+    allow = site.mca.get("btl_openib_allow_ib", "").lower() in ("1", "true", "yes")
+    if site.network.fabric == "infiniband" and not allow:
+        return Verdict(
+            "FAIL",
+            f"Open MPI {version} disables the openib btl on InfiniBand ports unless btl_openib_allow_ib is set "
+            "(it leaves them to UCX), so ranks on different nodes cannot reach each other",
+            'add btl_openib_allow_ib: "1" to the site\'s mca',
+        )
+    return Verdict("PASS", f"the image's Open MPI {version} has the openib btl and the RDMA user space")
+
+
+@rule("pml-ucx", needs=("image", "site"))
+def pml_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A site that selects pml ucx needs an Open MPI built with UCX, and on InfiniBand/RoCE UCX's ib transport."""
+    site, image = facts.site, facts.image
+    if site.mca.get("pml") != "ucx" or image.get("mpi.flavour") != "openmpi":
+        return Verdict("SKIP", "the site does not select pml ucx")
+    transports = listed(image, "mpi.transports")
+    if transports is None:
+        return Verdict("SKIP", f"{facts.image_source} does not say how its Open MPI was built (an older image)")
+    version = image.get("mpi.version", "")
+    if "ucx" not in transports:
+        return Verdict(
+            "FAIL",
+            f"the site selects pml ucx but the image's Open MPI {version} has no UCX: MPI_Init fails "
+            "(no pml component)",
+            "use a recipe with ucx (e.g. cuda12.2-tf2.15-torch2.1-ucx, cuda13.0-torch2.11-ompi5)",
+        )
+    ucx = listed(image, "ucx.transports") or set()
+    if site.network.fabric in RDMA_FABRICS and not {"ib"} <= ucx:
+        return Verdict(
+            "FAIL",
+            f"the image's UCX has no ib transport ({', '.join(sorted(ucx)) or 'none'}), so it cannot drive the "
+            f"{site.network.fabric} adapters the site names",
+            "build UCX --with-verbs --with-rdmacm with fabric_libs: [verbs]",
+        )
+    return Verdict("PASS", f"the image's Open MPI {version} has pml ucx (UCX transports {', '.join(sorted(ucx))})")
+
+
+@rule("fabric-libs", needs=("image", "site"))
+def fabric_libs(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The image carries the user space of the site's fabric: verbs for NCCL on InfiniBand/RoCE, psm2 on Omni-Path.
+
+    Without libibverbs and the adapter's provider NCCL finds no IB device and silently moves
+    every allreduce over TCP sockets (NCCL_DEBUG=INFO says NET/Socket, not NET/IB).
+    """
+    site, image = facts.site, facts.image
+    fabric, libs = site.network.fabric, listed(image, "fabric-libs")
+    nccl_ib = "nccl" in image and site.env.get("NCCL_IB_DISABLE") != "1"
+    if fabric in RDMA_FABRICS and nccl_ib:
+        if libs is None:
+            return Verdict("SKIP", f"{facts.image_source} does not list its fabric libraries (an older image)")
+        if "verbs" not in libs:
+            return Verdict(
+                "FAIL",
+                f"the site's fabric is {fabric} but the image has no RDMA user space (libibverbs1, "
+                "ibverbs-providers): NCCL falls back to TCP sockets (NET/Socket)",
+                "use a recipe with fabric_libs: [verbs] (e.g. cuda12.2-tf2.15-torch2.1-ucx), or set "
+                'env NCCL_IB_DISABLE: "1" if sockets are meant',
+            )
+        return Verdict("PASS", f"verbs in the image for NCCL over {fabric}")
+    if fabric == "omnipath" and image.get("mpi.flavour") == "intelmpi" and libs is not None:
+        if "psm2" not in libs:
+            return Verdict(
+                "WARN",
+                "the site's fabric is omnipath but the image has no libpsm2: Intel MPI's libfabric cannot use "
+                "its psm2 provider and falls back to a slower one",
+                "add fabric_libs: [psm2] to the recipe",
+            )
+        return Verdict("PASS", "libpsm2 in the image for libfabric's psm2 provider (Omni-Path)")
+    return Verdict("SKIP", f"nothing in the image needs a fabric library on {fabric}")
 
 
 @rule("interface", needs=("site", "nodes", "observed"))

@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import __version__
-from ..config.recipes import Recipe
+from ..config.fields import parse_version
+from ..config.recipes import Recipe, image_digest
 from ..config.sites import Site
 from .engine import Facts, Result, evaluate
 from .knowledge import KnowledgeBase
@@ -29,8 +30,13 @@ MANIFEST = "/etc/hpcbundle/manifest.json"
 LABEL_PREFIX = "org.hpcbundle."
 
 
-def image_labels(recipe: Recipe) -> dict[str, str]:
-    """org.hpcbundle.* image labels: what the image holds, as `doctor` reads it back. CPU images have no cuda keys."""
+def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
+    """org.hpcbundle.* image labels: what the image holds, as `doctor` reads it back. CPU images have no cuda keys.
+
+    The fabric labels say what the rules over a site's fabric need: `mpi.transports` (openib, ucx,
+    ofi: the MPI's fast transports), `ucx.transports` (ib, rdmacm, cuda), `fabric-libs` (verbs,
+    psm2: the fabric user space; `none` when there is none), and a digest-pinned base image.
+    """
     fw, gpu, mpi = recipe.frameworks, recipe.gpu, recipe.mpi
     labels = {
         "recipe": recipe.name,
@@ -56,11 +62,54 @@ def image_labels(recipe: Recipe) -> dict[str, str]:
         }
     if recipe.ucx:
         labels["ucx"] = recipe.ucx.version
+    labels |= _fabric_labels(recipe, kb)
+    for stage in ("build_image", "runtime_image"):
+        reference = getattr(recipe.base, stage)
+        if image_digest(reference):
+            labels[f"base.{stage.replace('_', '-')}"] = reference
     if fw.tensorflow:
         labels["tensorflow"] = fw.tensorflow.version
     if fw.pytorch:
         labels["pytorch"] = f"{fw.pytorch.version}+{fw.pytorch.variant}"
     return {f"{LABEL_PREFIX}{key}": value for key, value in labels.items()}
+
+
+def _fabric_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
+    """mpi.transports, ucx.transports and fabric-libs, from the recipe's builds and its distro MPI's package."""
+    mpi = recipe.mpi
+    distro = kb.distro_mpi.get(recipe.base.os, {}).get(mpi.flavour) if mpi.install == "distro" else None
+    transports, ucx, libs = set(), set(), set(recipe.fabric_libs)
+    if distro is not None:
+        transports |= set(distro.transports)
+        ucx |= set(distro.ucx_transports)
+        libs |= set(distro.fabric_libs)
+    if mpi.flavour == "intelmpi":
+        transports.add("ofi")  # Intel MPI 2021 moves data through libfabric only
+    if mpi.install == "source" and "--with-verbs" in mpi.configure and parse_version(mpi.version).major < 5:
+        transports.add("openib")  # Open MPI 5 removed the openib btl
+    if recipe.ucx:
+        transports.add("ucx")
+        options = {option.split("=", 1)[0] for option in recipe.ucx.configure}
+        ucx |= {name for option, name in _UCX_OPTIONS.items() if option in options}
+    labels = {"mpi.transports": _listing(transports), "fabric-libs": _listing(libs)}
+    if "ucx" in transports:
+        labels["ucx.transports"] = _listing(ucx)
+    return labels
+
+
+_UCX_OPTIONS = {"--with-verbs": "ib", "--with-rdmacm": "rdmacm", "--with-cuda": "cuda"}
+
+
+def _listing(names: set[str]) -> str:
+    return ",".join(sorted(names)) or "none"
+
+
+def listed(image: Mapping[str, str], key: str) -> set[str] | None:
+    """The names a list label holds ('none' is empty), or None when the image has no such label (built before it)."""
+    value = image.get(key)
+    if value is None:
+        return None
+    return {name for name in value.split(",") if name and name != "none"}
 
 
 def image_facts(labels: Mapping[str, Any]) -> dict[str, str]:
@@ -95,6 +144,8 @@ def declared_node(site: Site, kb: KnowledgeBase) -> dict[str, Any]:
             "note": "declared by the site",
         },
         "mpi": {"flavour": site.mpi.flavour, "version": site.mpi.version, "evidence": f"site {site.name}: mpi"},
+        # NUMA node -> MemTotal in kB as the probe reads it; declared nodes have memory of unknown size (None)
+        "numa": {str(n): None for n in node.numa_memory or []},
     }
 
 
@@ -103,7 +154,7 @@ def declared_facts(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> Fact
     return Facts(
         site=site,
         recipe=recipe,
-        image=image_facts(image_labels(recipe)),
+        image=image_facts(image_labels(recipe, kb)),
         image_source=f"recipe {recipe.name}",
         nodes={f"site {site.name}": declared_node(site, kb)} if site is not None else None,
     )

@@ -60,6 +60,14 @@ class MpiAbi(StrictModel):
     min: Version | None = None
 
 
+class DistroMpi(StrictModel):
+    """What an OS's MPI package brings: its fast transports, its UCX's transports, the fabric user space it pulls in."""
+
+    transports: list[str] = Field(default_factory=list)
+    ucx_transports: list[str] = Field(default_factory=list)
+    fabric_libs: list[str] = Field(default_factory=list)
+
+
 class KnowledgeBase(StrictModel):
     """What is known to work together; every table cites its source in data/compat.yaml."""
 
@@ -76,6 +84,7 @@ class KnowledgeBase(StrictModel):
     torch_wheels: dict[str, dict[str, TorchWheel]]
     horovod: dict[str, HorovodRelease]
     mpi_abi: dict[str, MpiAbi]
+    distro_mpi: dict[str, dict[str, DistroMpi]] = Field(default_factory=dict)
 
     def tensorflow_build(self, version: str) -> TensorFlowBuild | None:
         return self.tensorflow.get(major_minor(version))

@@ -59,10 +59,17 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "use an image built with the host's MPI family, or a site whose host MPI matches the image",
         )
     if host_abi.family == "by_major_minor" and major_minor(hversion) != major_minor(iversion):
+        hmajor, imajor = parse_version(hversion).major, parse_version(iversion).major
+        why = (
+            f"; Open MPI {hmajor}'s mpirun is PRRTE, and Open MPI {imajor}'s ranks are made for ORTE's daemons, "
+            "a pair neither series supports"
+            if hmajor >= 5 > imajor
+            else ""
+        )
         return Verdict(
             "FAIL",
             f"host Open MPI {hversion} and image Open MPI {iversion} are different series; "
-            f"the hybrid model needs the same major.minor ({major_minor(hversion)}.x in the image)",
+            f"the hybrid model needs the same major.minor ({major_minor(hversion)}.x in the image){why}",
             f"rebuild the image with Open MPI {major_minor(hversion)}.x (recipe mpi.version) "
             f"or load Open MPI {major_minor(iversion)} on the host",
         )

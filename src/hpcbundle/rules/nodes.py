@@ -21,12 +21,17 @@ def node_probe(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"answered: {', '.join(facts.nodes or {})}")
 
 
-@rule("oversubscription", needs=("site", "nodes", "hosts"))
+@rule("oversubscription", needs=("site", "nodes"))
 def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Ranks per node fit the node's GPUs (NCCL refuses two ranks on one GPU) and cores."""
-    hosts, site, nodes = facts.hosts or {}, facts.site, facts.nodes or {}
+    """Ranks per node fit the node's GPUs (NCCL refuses two ranks on one GPU) and cores.
+
+    The ranks per node are the planned launch's (doctor --hosts), else the site's node.ranks_per_node.
+    """
+    site, nodes = facts.site, facts.nodes or {}
+    per_node = site.node.ranks_per_node
+    hosts = facts.hosts or ({host: per_node for host in nodes} if per_node else {})
     if not hosts:
-        return [Verdict("SKIP", "no --hosts: ranks per node unknown")]
+        return [Verdict("SKIP", "no --hosts and no node.ranks_per_node: ranks per node unknown")]
     verdicts = []
     gpus = {h: _gpus(nodes.get(h, {}), site.node.gpus) for h in hosts}
     over = {h: r for h, r in hosts.items() if gpus[h] and r > gpus[h]}
@@ -61,3 +66,85 @@ def _gpus(node: Mapping[str, Any], declared: int) -> int:
     """GPUs on a node: the ones observed there, else the ones the site declares."""
     gpu = node.get("gpu") or {}
     return len(gpu.get("gpus", [])) if gpu.get("present") else declared
+
+
+NUMACTL_MEMORY = {"-p": "--preferred", "-m": "--membind", "-i": "--interleave"}
+
+
+def numactl_memory_nodes(wrapper: list[str]) -> list[tuple[str, list[int]]]:
+    """The memory NUMA nodes a numactl wrapper asks for, as (option, nodes)::
+
+    >>> numactl_memory_nodes(["numactl", "-p", "1"]), numactl_memory_nodes(["numactl", "--membind=0,2-3", "-C", "0"])
+    ([('-p', [1])], [('--membind', [0, 2, 3])])
+
+    Node lists numactl spells in other ways (all, +1, !0) are left out.
+    """
+    if not wrapper or wrapper[0].rsplit("/", 1)[-1] != "numactl":
+        return []
+    found, words = [], wrapper[1:]
+    for index, word in enumerate(words):
+        option, value = word, None
+        if word.startswith("--") and "=" in word:
+            option, value = word.split("=", 1)
+        elif word[:2] in NUMACTL_MEMORY and len(word) > 2:
+            option, value = word[:2], word[2:]
+        if option not in NUMACTL_MEMORY and option not in NUMACTL_MEMORY.values():
+            continue
+        if value is None:
+            value = words[index + 1] if index + 1 < len(words) else ""
+        nodes = _node_list(value)
+        if nodes:
+            found.append((option, nodes))
+    return found
+
+
+def _node_list(text: str) -> list[int]:
+    """'1' -> [1]; '0,2-3' -> [0, 2, 3]; anything else -> []."""
+    nodes: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return []
+        nodes += range(int(low), int(high or low) + 1)
+    return nodes
+
+
+@rule("numa-memory", needs=("site", "nodes"))
+def numa_memory(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A numactl wrapper's memory nodes (-p/--preferred, -m/--membind, -i/--interleave) exist and have memory.
+
+    On KNL in cache mode MCDRAM is a cache, not NUMA node 1, so `numactl -p 1` fails there
+    ("node argument 1 is out of range"). The nodes come from /sys/devices/system/node (doctor) or
+    node.numa_memory (check).
+    """
+    site = facts.site
+    asked = [(i, option, nodes) for i, w in enumerate(site.wrappers) for option, nodes in numactl_memory_nodes(w)]
+    if not asked:
+        return [Verdict("SKIP", "no numactl memory policy in the site's wrappers")]
+    known = {h: n["numa"] for h, n in facts.ok_nodes().items() if n.get("numa")}
+    verdicts = []
+    for index, option, nodes in asked:
+        wrapper = f"wrappers[{index}] numactl {option}"
+        if not known:
+            where = "the nodes did not report /sys/devices/system/node" if facts.observed else "no node.numa_memory"
+            verdicts.append(Verdict("SKIP", f"{wrapper} {nodes}: {where}"))
+            continue
+        bad = {h: [n for n in nodes if numa.get(str(n), 0) == 0] for h, numa in known.items()}
+        bad = {h: missing for h, missing in bad.items() if missing}
+        if not bad:
+            verdicts.append(Verdict("PASS", f"{wrapper}: NUMA node(s) {nodes} have memory{facts.on(known)}"))
+            continue
+        host, missing = next(iter(bad.items()))
+        have = [int(n) for n, memory in sorted(known[host].items()) if memory != 0]
+        source = facts.on(bad) or " (node.numa_memory)"
+        verdicts.append(
+            Verdict(
+                "FAIL",
+                f"{wrapper} asks for NUMA node {','.join(map(str, missing))}, but only node(s) "
+                f"{','.join(map(str, have))} have memory{source}: numactl fails before the program starts "
+                "(KNL in cache mode has no MCDRAM node)",
+                "drop the numactl wrapper, or run in a partition whose nodes have that NUMA node "
+                "(e.g. KNL flat-quadrant) and declare it in node.numa_memory",
+            )
+        )
+    return verdicts

@@ -13,4 +13,4 @@ set -euo pipefail
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none \
     ch-run --set-env /var/tmp/cpu-local -- \
-    python3 /examples/pytorch_mnist.py
+    python3 /examples/pytorch_train.py

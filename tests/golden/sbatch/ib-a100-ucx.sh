@@ -1,0 +1,23 @@
+#!/bin/bash
+# ib-a100-ucx: InfiniBand GPU cluster, 4x A100 + 4 HCAs per node, Open MPI 4.1 mpirun + UCX (pml ucx), NCCL over IB, Singularity --nv
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --time=04:00:00
+#SBATCH --partition=gpu
+#SBATCH --gres=gpu:4
+set -euo pipefail
+
+# Module scripts are not nounset-safe, so -u is off while they run.
+set +u
+module load openmpi/4.1.6
+module load singularity
+set -u
+
+# 8 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl '^openib' --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 \
+    singularity exec --nv horovod.sif \
+    python /examples/pytorch_train.py
