@@ -27,21 +27,31 @@ def named_interfaces(site: Site) -> dict[str, list[str]]:
 RDMA_FABRICS = ("infiniband", "roce")
 
 
+def _open_mpi_build(facts: Facts, selected: bool, what: str) -> tuple[set[str], str] | Verdict:
+    """The image's Open MPI transports and version, or the SKIP when the site does not select `what` or the
+    image does not say how its Open MPI was built."""
+    image = facts.image
+    if not selected or image.get("mpi.flavour") != "openmpi":
+        return Verdict("SKIP", f"the site does not select {what}")
+    transports = listed(image, "mpi.transports")
+    if transports is None:
+        return Verdict("SKIP", f"{facts.image_source} does not say how its Open MPI was built (an older image)")
+    return transports, image.get("mpi.version", "")
+
+
 @rule("openib-btl", needs=("image", "site"))
 def openib_btl(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """A site that selects the openib btl needs an Open MPI 4 built with verbs (recipes that build one carry
     the RDMA user space), and on InfiniBand btl_openib_allow_ib (Open MPI >= 4.0 leaves those ports to UCX)."""
-    site, image = facts.site, facts.image
-    if "openib" not in site.mca.get("btl", "").split(",") or image.get("mpi.flavour") != "openmpi":
-        return Verdict("SKIP", "the site does not select the openib btl")
-    version = image.get("mpi.version", "")
+    site = facts.site
+    built = _open_mpi_build(facts, "openib" in site.mca.get("btl", "").split(","), "the openib btl")
+    if isinstance(built, Verdict):
+        return built
+    transports, version = built
     if parse_version(version).major >= 5:
         return Verdict(
             "FAIL", f"the site selects the openib btl, which Open MPI {version} no longer has", "use pml ucx"
         )
-    transports = listed(image, "mpi.transports")
-    if transports is None:
-        return Verdict("SKIP", f"{facts.image_source} does not say how its Open MPI was built (an older image)")
     if "openib" not in transports:
         return Verdict(
             "FAIL",
@@ -64,13 +74,11 @@ def openib_btl(facts: Facts, kb: KnowledgeBase) -> Verdict:
 @rule("pml-ucx", needs=("image", "site"))
 def pml_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """A site that selects pml ucx needs an Open MPI built with UCX, and on InfiniBand/RoCE UCX's ib transport."""
-    site, image = facts.site, facts.image
-    if site.mca.get("pml") != "ucx" or image.get("mpi.flavour") != "openmpi":
-        return Verdict("SKIP", "the site does not select pml ucx")
-    transports = listed(image, "mpi.transports")
-    if transports is None:
-        return Verdict("SKIP", f"{facts.image_source} does not say how its Open MPI was built (an older image)")
-    version = image.get("mpi.version", "")
+    site = facts.site
+    built = _open_mpi_build(facts, site.mca.get("pml") == "ucx", "pml ucx")
+    if isinstance(built, Verdict):
+        return built
+    transports, version = built
     if "ucx" not in transports:
         return Verdict(
             "FAIL",
@@ -78,7 +86,7 @@ def pml_ucx(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "(no pml component)",
             "use a recipe with ucx (e.g. cuda12.2-tf2.15-torch2.1-ucx, cuda13.0-torch2.11-ompi5)",
         )
-    ucx = listed(image, "ucx.transports") or set()
+    ucx = listed(facts.image, "ucx.transports") or set()
     if site.network.fabric in RDMA_FABRICS and not {"ib"} <= ucx:
         return Verdict(
             "FAIL",
