@@ -22,6 +22,7 @@ LAYOUTS: dict[str, tuple[Layout, str | None]] = {
     "local": (Layout(2), None),
     "local-charliecloud": (Layout(2), "/var/tmp/my image"),
     "ib-v100": (Layout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
+    "ib-a100-ucx": (Layout(8, (("g1", 4), ("g2", 4))), "horovod.sif"),
     "stampede2-knl": (Layout(2, in_allocation=True), "horovod.sif"),
     "eth-a100-slurm": (Layout(8), "/scratch/$USER/horovod.sif"),
     "roce-h100-ompi5": (Layout(16, (("a", 8), ("b", 8))), "horovod.sif"),

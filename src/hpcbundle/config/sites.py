@@ -60,6 +60,7 @@ EnvName = Annotated[str, _matching(r"^[A-Za-z_][A-Za-z0-9_]*$", "a variable name
 Word = Annotated[str, _matching(r"^[^\s]+$", "one word without spaces")]
 McaName = Annotated[str, _matching(r"^[a-z][a-z0-9_]*$", "an MCA parameter name like btl_tcp_if_include")]
 Bind = Annotated[str, _matching(r"^/[^\s:]*(:/[^\s:]*)?$", "an absolute path or SRC:DST")]
+AbsPath = Annotated[str, _matching(r"^/[^\s:]*$", "an absolute path")]
 SLURM_TIME = r"^(\d+-)?\d+(:\d\d){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
@@ -151,7 +152,7 @@ class Slurm(StrictModel):
     options: list[Word] = Field(default_factory=list, description="more #SBATCH options, e.g. --exclusive")
     modules: list[Word] = Field(default_factory=list)
     prologue: list[str] = Field(default_factory=list, description="shell lines run before the launch")
-    spool_dir: Bind = Field(
+    spool_dir: AbsPath = Field(
         "/var/spool/slurmd",
         description="slurmd's SlurmdSpoolDir (`scontrol show config`), where srun --mpi=pmix puts "
         "the PMIx server's directory (PMIX_SERVER_TMPDIR) that containers must see",
