@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
+from hpcbundle.diagnose.probes import numa_memory
 from hpcbundle.launch import LAUNCHERS, RUNTIMES, Layout, build_command, load_site
 
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
@@ -483,3 +484,27 @@ def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_pa
     assert res.returncode == 2, res.stdout + res.stderr
     assert "FAIL  oversubscription" in res.stderr and "2 ranks on " in res.stderr and "but 1 GPUs there" in res.stderr
     assert "nothing was started" in res.stderr and not marker.exists()
+
+
+def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_where_numactl_would_fail(tmp_path):
+    """The numa-memory rule on this node's real /sys/devices/system/node: the first node number it lacks is refused
+    before anything starts; launched anyway (--no-doctor), numactl itself fails; node 0 runs."""
+    _need_mpirun()
+    if shutil.which("numactl") is None:
+        pytest.fail("numactl is not installed: `make setup` installs it (apt-get install numactl)", pytrace=False)
+    absent = str(max(int(n) for n in numa_memory()) + 1)
+    marker = tmp_path / "started"
+    program = ["--np", "1", "--exec", "--", "touch", str(marker)]
+    bad = write_site(tmp_path, "local", {"wrappers": [["numactl", "-p", absent]]}, name="numa-absent")
+    refused = hpcbundle("launch", "--site", str(bad), *program)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (
+        "FAIL  numa-memory" in refused.stderr and f"asks for NUMA node {absent}, but only node(s) 0" in refused.stderr
+    )
+    assert "nothing was started" in refused.stderr and not marker.exists()
+    anyway = hpcbundle("launch", "--site", str(bad), "--no-doctor", *program)
+    assert anyway.returncode != 0 and "out of range" in anyway.stdout + anyway.stderr and not marker.exists()
+    good = write_site(tmp_path, "local", {"wrappers": [["numactl", "-p", "0"]]}, name="numa-zero")
+    ran = hpcbundle("launch", "--site", str(good), *program)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert marker.exists()

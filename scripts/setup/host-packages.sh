@@ -25,8 +25,8 @@ PACKAGES=(
     shellcheck debootstrap
     # container engines
     docker.io charliecloud charliecloud-builders squashfuse
-    # process tools used by the tests (pgrep, pkill by pid file, fuser)
-    procps psmisc
+    # process tools used by the tests (pgrep, pkill by pid file, fuser); numactl, a per-rank wrapper
+    procps psmisc numactl
 )
 
 command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script targets Debian bookworm"

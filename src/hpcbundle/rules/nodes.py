@@ -121,6 +121,8 @@ def numa_memory(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     asked = [(i, option, nodes) for i, w in enumerate(site.wrappers) for option, nodes in numactl_memory_nodes(w)]
     if not asked:
         return [Verdict("SKIP", "no numactl memory policy in the site's wrappers")]
+    if facts.scope == "login":
+        return [Verdict("SKIP", "NUMA nodes are checked on the compute nodes only")]
     known = {h: n["numa"] for h, n in facts.ok_nodes().items() if n.get("numa")}
     verdicts = []
     for index, option, nodes in asked:
