@@ -9,7 +9,7 @@ It says nothing about what is inside an image: that belongs to recipes. Example 
     launcher: {name: mpirun, single_dash: true}
     export: [LD_LIBRARY_PATH, PATH]
     env: {NCCL_SOCKET_IFNAME: "^virbr0,lo"}
-    mca: {btl: "openib,self", pml: ob1}
+    mca: {btl: "openib,self", pml: ob1, btl_openib_allow_ib: "1"}
     container: {runtime: singularity, gpu: true}
     node: {cores: 40, gpus: 2, gpu_model: V100, driver: "535.104.05"}
     network: {fabric: infiniband}

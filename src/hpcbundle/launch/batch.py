@@ -83,7 +83,7 @@ def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str 
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
         srun --mpi=pmix -n 8 \
-        apptainer exec --nv --bind /scratch horovod.sif \
+        apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py
     """
     per_node = job.tasks_per_node or site.node.slots
