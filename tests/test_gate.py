@@ -23,7 +23,7 @@ from hpcbundle.diagnose.gate import (
     nccl_transport,
     openmpi_transport,
 )
-from hpcbundle.diagnose.gateprobe import program, report_of
+from hpcbundle.diagnose.gateprobe import failure_of, program, report_of
 from hpcbundle.launch import load_site
 
 from .helpers import ROOT, hpcbundle
@@ -198,3 +198,31 @@ def test_gate_threshold_outside_zero_to_one_is_a_one_line_error(tmp_path: Path, 
         r"\(give the least busbw the gate accepts as a fraction of network.link_gbps, e.g. 0.5\)",
         lines[0],
     ), lines[0]
+
+
+def test_gate_in_a_python_without_mpi4py_or_horovod_says_what_it_needs(tmp_path: Path) -> None:
+    for package in ("mpi4py", "horovod"):  # shadowed by packages that fail to import, as in a bare image
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(f'raise ImportError("No module named {package!r}")\n')
+    path = f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    result = hpcbundle(
+        "launch", "--np", "1", "--gate", "--exec", "--no-doctor", "--", sys.executable, "-c", "print('job ran')",
+        env={"PYTHONPATH": path},
+    )  # fmt: skip
+    assert result.returncode == 2 and "job ran" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"hpcbundle gate: FAIL: No module named 'horovod': {ROOT / 'site_configs' / 'local.yaml'}: container.runtime "
+        "(the gate needs Horovod with PyTorch, or mpi4py, in the image or the host's Python)"
+    )
+
+
+def test_the_report_and_the_probes_own_failure_are_found_behind_a_launchers_rank_prefix() -> None:
+    tagged = (
+        'Warning: Permanently added node2\n[0]<stdout>:{"hpcbundle_gate": "PASS", "line": "hpcbundle gate: PASS"}\n'
+    )
+    assert report_of(tagged) == {"hpcbundle_gate": "PASS", "line": "hpcbundle gate: PASS"}
+    assert report_of("[1,0]<stdout>:job output\n") is None
+    assert failure_of("[1,0]<stderr>:hpcbundle gate: FAIL: No module named 'horovod': s.yaml\nmpirun noise", 2) == (
+        "hpcbundle gate: FAIL: No module named 'horovod': s.yaml"
+    )
+    assert failure_of("a\nb\nc\nd\n", 1) == "hpcbundle gate: FAIL: the probe gave no report (exit 1): b / c / d"

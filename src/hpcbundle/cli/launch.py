@@ -180,8 +180,7 @@ def gate_first(ctx: click.Context, model: Site, layout: Layout, image: str | Non
         click.echo(step.hang_line, err=True)
         ctx.exit(124)
     if report is None:
-        tail = " / ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
-        click.echo(f"hpcbundle gate: FAIL: the probe gave no report (exit {ran.status}): {tail}", err=True)
+        click.echo(gateprobe.failure_of(ran.stderr or ran.stdout, ran.status), err=True)
         ctx.exit(2)
     click.echo(report["line"], err=True)
     if report[gateprobe.REPORT_KEY] != "PASS":

@@ -78,14 +78,26 @@ def program(site: Any, python: str) -> list[str]:
 
 
 def report_of(stdout: str) -> dict[str, Any] | None:
-    """Rank 0's JSON report in the launch's output (other lines are the launcher's), or None."""
+    """Rank 0's JSON report in the launch's output (other lines are the launcher's; a launcher may
+    prefix each line with the rank, as horovodrun's `[0]<stdout>:` and mpirun's --tag-output do), or None."""
     for line in stdout.splitlines():
-        if line.startswith("{") and REPORT_KEY in line:
+        start = line.find('{"')
+        if start >= 0 and REPORT_KEY in line:
             try:
-                return json.loads(line)
+                return json.loads(line[start:])
             except json.JSONDecodeError:
                 continue
     return None
+
+
+def failure_of(stderr: str, status: int | None) -> str:
+    """The line to show when the probe gave no report: its own FAIL line (no mpi4py or Horovod in the
+    image), else the launcher's last words."""
+    for line in stderr.splitlines():
+        if "hpcbundle gate: FAIL" in line:
+            return line[line.index("hpcbundle gate: FAIL") :]
+    tail = " / ".join(stderr.strip().splitlines()[-3:])
+    return f"hpcbundle gate: FAIL: the probe gave no report (exit {status}): {tail}"
 
 
 # --- node side ------------------------------------------------------------------------------------
@@ -183,8 +195,9 @@ class HorovodBackend(Backend):
 
 
 def backend(gpu: bool) -> Backend:
-    """Horovod on GPU nodes (its NCCL is what the job uses); mpi4py on CPUs where the image has it, else Horovod."""
-    if not gpu:
+    """Horovod on GPU nodes (its NCCL is what the job uses) and under horovodrun's Gloo (no MPI job to
+    join); mpi4py on CPUs where the image has it, else Horovod."""
+    if not gpu and "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in os.environ:
         try:
             return Mpi4pyBackend()
         except ImportError:
