@@ -105,9 +105,9 @@ def test_gate_fails_below_the_threshold_naming_the_keys_and_the_fix() -> None:
     assert verdict.status == "FAIL"
     assert verdict.line == (
         "hpcbundle gate: FAIL: busbw 0.0447 Gbit/s is 0.04 of network.link_gbps 1, below gate.threshold 0.5: "
-        "sites/eth.yaml: network.interfaces (point it at the 1 Gbit/s data link, or set network.link_gbps to "
-        "what this link is rated (hpcbundle tune measures it)); 3 ranks on 3 nodes, mpi4py, Open MPI ob1/tcp "
-        "via data0, busbw 0.0447 of 1 Gbit/s at 1048576 bytes"
+        "sites/eth.yaml: network.interfaces (point it at the 1 Gbit/s data link, let hpcbundle tune pick the "
+        "allreduce algorithm, or set network.link_gbps to what this link is rated); 3 ranks on 3 nodes, mpi4py, "
+        "Open MPI ob1/tcp via data0, busbw 0.0447 of 1 Gbit/s at 1048576 bytes"
     )
 
 

@@ -198,7 +198,9 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdic
         return Verdict("FAIL", f"hpcbundle gate: FAIL: {problem}: {expect.where}: {key} ({fix}); {seen}", facts)
 
     if not measured.correct:
-        return fail("the allreduce gave a wrong sum", "network.fabric", "a rank's data is corrupted on the way")
+        return fail(
+            "the allreduce gave a wrong sum", "network.fabric", "data is corrupted on the way: check the nodes' NICs"
+        )
     if len(nodes) < 2:
         return Verdict("PASS", f"hpcbundle gate: PASS (one node: the network was not exercised); {seen}", facts)
     rdma = expect.fabric in RDMA_FABRICS
@@ -229,8 +231,8 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdic
             f"busbw {busbw:.3g} Gbit/s is {fraction:.2f} of network.link_gbps {expect.link_gbps:g}, "
             f"below gate.threshold {expect.threshold:g}",
             "network.interfaces",
-            f"point it at the {expect.link_gbps:g} Gbit/s data link, or set network.link_gbps to what "
-            f"this link is rated (hpcbundle tune measures it)",
+            f"point it at the {expect.link_gbps:g} Gbit/s data link, let hpcbundle tune pick the allreduce "
+            "algorithm, or set network.link_gbps to what this link is rated",
         )
     note = "" if fraction is not None else " (busbw not judged: set network.link_gbps)"
     return Verdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
