@@ -140,6 +140,15 @@ def test_tuned_copy_is_a_valid_site_with_the_winners_and_their_figures():
     assert "# busbw: site as it was 0.400 GiB/s, tuned 0.700 GiB/s (1.75x)." in text
 
 
+def test_tuned_copy_proposes_a_link_speed_for_the_gate_only_where_the_site_has_none():
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    workload = Workload(bytes=64 << 20, tensors=1, ranks=2, hosts="node1:1,node2:1", repeat=2)
+    proposal = "# Proposed network.link_gbps: 6.01 (the best busbw here, in Gbit/s, for `launch --gate`;"
+    assert proposal in tuned_site_text(data, "a", "local.yaml", _fixed_result(), workload, "2026-11-22")
+    rated = {**data, "network": {**data["network"], "link_gbps": 10}}
+    assert "Proposed" not in tuned_site_text(rated, "b", "local.yaml", _fixed_result(), workload, "2026-11-22")
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

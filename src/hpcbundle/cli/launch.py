@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -12,8 +13,8 @@ import click
 from ..config.errors import UserError
 from ..config.sites import Site
 from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
-from ..launch.batch import BatchJob, parse_job_id, sbatch_script, script_environment
-from ..launch.execute import run_bounded
+from ..launch.batch import BatchJob, GateStep, parse_job_id, sbatch_script, script_environment
+from ..launch.execute import run_bounded, run_captured
 from . import main, pass_bundle
 from .outputs import write_atomic
 
@@ -28,6 +29,12 @@ image_option = click.option(
 program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
 no_doctor_option = click.option(
     "--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted."
+)
+gate_option = click.option(
+    "--gate",
+    is_flag=True,
+    help="First run a short allreduce through the same launch line (the launch gate) and stop, exit 2, when "
+    "its transport is not the site's network.fabric or its busbw is below gate.threshold x network.link_gbps.",
 )
 
 
@@ -81,6 +88,7 @@ def sites_command(bundle) -> None:
     "--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout)."
 )
 @no_doctor_option
+@gate_option
 @program_argument
 @pass_bundle
 @click.pass_context
@@ -96,6 +104,7 @@ def launch_command(
     execute: bool,
     timeout: int | None,
     no_doctor: bool,
+    gate: bool,
     program: tuple[str, ...],
 ) -> None:
     """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
@@ -110,6 +119,8 @@ def launch_command(
     model = site_for(bundle, site)
     layout = layout_from(np_, hosts, hostfile)
     command = build_command(model, layout, program, image)
+    if gate and not execute:
+        gate_first(ctx, model, layout, image, program)
     if not execute:
         click.echo(command.display())
         for line in command.explain() if explain else ():
@@ -119,6 +130,8 @@ def launch_command(
         click.echo(line, err=True)
     if not no_doctor:
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")
+    if gate:
+        gate_first(ctx, model, layout, image, program)
     limit, source = (
         (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
     )
@@ -135,6 +148,43 @@ def launch_command(
         )
         ctx.exit(124)
     ctx.exit(status)
+
+
+def gate_python(program: tuple[str, ...], image: str | None) -> str:
+    """The Python the gate probe runs with: the job's own when its program is a Python, else the image's
+    python3, else (no image) the one running hpcbundle."""
+    if Path(program[0]).name.startswith("python"):
+        return program[0]
+    return "python3" if image else sys.executable
+
+
+def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
+    """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
+    from ..diagnose import gateprobe
+    from ..diagnose.gate import hang_line
+
+    return GateStep(
+        tuple(gateprobe.program(model, gate_python(program, image))), hang_line(model.where, model.gate.timeout)
+    )
+
+
+def gate_first(ctx: click.Context, model: Site, layout: Layout, image: str | None, program: tuple[str, ...]) -> None:
+    """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
+    verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
+    from ..diagnose import gateprobe
+
+    step = gate_step(model, image, program)
+    ran = run_captured(build_command(model, layout, step.program, image).argv, model.gate.timeout, grace=2.0)
+    report = gateprobe.report_of(ran.stdout)
+    if ran.status is None:
+        click.echo(step.hang_line, err=True)
+        ctx.exit(124)
+    if report is None:
+        click.echo(gateprobe.failure_of(ran.stderr or ran.stdout, ran.status), err=True)
+        ctx.exit(2)
+    click.echo(report["line"], err=True)
+    if report[gateprobe.REPORT_KEY] != "PASS":
+        ctx.exit(2)
 
 
 def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
@@ -174,6 +224,7 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
 )
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
 @no_doctor_option
+@gate_option
 @program_argument
 @pass_bundle
 @click.pass_context
@@ -188,6 +239,7 @@ def sbatch_command(
     output: Path | None,
     submit: bool,
     no_doctor: bool,
+    gate: bool,
     program: tuple[str, ...],
 ) -> None:
     """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
@@ -199,7 +251,12 @@ def sbatch_command(
     """
     model = site_for(bundle, site)
     text = sbatch_script(
-        model, BatchJob(nodes, tasks_per_node, time_), program, image, script_environment(bundle.get().scripts_dir)
+        model,
+        BatchJob(nodes, tasks_per_node, time_),
+        program,
+        image,
+        script_environment(bundle.get().scripts_dir),
+        gate_step(model, image, program) if gate else None,
     )
     if output is not None:
         write_atomic(output, text, mode=0o755)

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple
 
-from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveFloat, PositiveInt, PrivateAttr
 
 from .errors import UserError
 from .fields import Name, Version
@@ -137,6 +137,16 @@ class Network(StrictModel):
         description="TCP interfaces MPI and NCCL may use: "
         "btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME unless the site sets them",
     )
+    link_gbps: PositiveFloat | None = Field(
+        None, description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against"
+    )
+
+
+class Gate(StrictModel):
+    """The launch gate (`launch --gate`, `sbatch --gate`): a short allreduce that proves the fabric first."""
+
+    threshold: float = Field(0.5, description="the least busbw the gate accepts, as a fraction of network.link_gbps")
+    timeout: PositiveInt = Field(30, description="seconds the gate may take before it is killed (a hung interface)")
 
 
 class Slurm(StrictModel):
@@ -176,6 +186,7 @@ class Site(StrictModel):
     node: Node
     network: Network
     slurm: Slurm = Field(default_factory=Slurm)
+    gate: Gate = Field(default_factory=Gate)
     why: dict[str, str] = Field(default_factory=dict, description="site key -> one line of why, shown by --explain")
     _where: str = PrivateAttr(default="")
 
@@ -225,6 +236,14 @@ def site_problems(site: Site) -> list[Problem]:
                 )
             )
     found += fabric_problems(site)
+    if not 0 < site.gate.threshold <= 1:
+        found.append(
+            Problem(
+                "gate.threshold",
+                f"{site.gate.threshold:g} is outside (0, 1]",
+                "give the least busbw the gate accepts as a fraction of network.link_gbps, e.g. 0.5",
+            )
+        )
     data = site.model_dump()
     for key in site.why:
         if not _has_key(data, key):

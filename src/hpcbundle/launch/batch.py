@@ -39,6 +39,15 @@ class BatchJob:
     dependency: str | None = None
 
 
+@dataclass(frozen=True)
+class GateStep:
+    """The launch gate the script runs before the job (`sbatch --gate`): the probe as a program, which
+    the site's launch line starts like the job's, and the line the script prints when it hangs."""
+
+    program: tuple[str, ...]
+    hang_line: str
+
+
 def script_environment(scripts_dir: Path) -> jinja2.Environment:
     """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
     env = template_environment(scripts_dir)
@@ -68,7 +77,14 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
 
 
-def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str | None, env: jinja2.Environment) -> str:
+def sbatch_script(
+    site: Site,
+    job: BatchJob,
+    program: Sequence[str],
+    image: str | None,
+    env: jinja2.Environment,
+    gate: GateStep | None = None,
+) -> str:
     r"""The whole batch script text (strict mode, modules, site prologue, launch line).
 
     >>> from pathlib import Path
@@ -93,8 +109,15 @@ def sbatch_script(site: Site, job: BatchJob, program: Sequence[str], image: str 
         np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
     )
     command = build_command(site, layout, program, image)
+    gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None
     return env.get_template(TEMPLATE).render(
-        site=site, directives=directives(site, job), segments=command.segments(), np=layout.np, version=__version__
+        site=site,
+        directives=directives(site, job),
+        segments=command.segments(),
+        np=layout.np,
+        version=__version__,
+        gate=gate,
+        gate_segments=gate_segments,
     )
 
 

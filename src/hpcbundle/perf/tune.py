@@ -344,6 +344,18 @@ def report_lines(result: TuneResult) -> list[str]:
     return lines
 
 
+def _link_proposal(data: Mapping[str, Any], busbw_gib: float | None) -> list[str]:
+    """A comment proposing network.link_gbps (what the launch gate judges busbw against) from the best
+    busbw measured, for a site that has none: a floor of the link's speed, which the site may know better."""
+    if busbw_gib is None or "link_gbps" in data.get("network", {}):
+        return []
+    gbps = busbw_gib * (1 << 30) * 8 / 1e9
+    return [
+        f"Proposed network.link_gbps: {gbps:.3g} (the best busbw here, in Gbit/s, for `launch --gate`; "
+        "the link's rated speed where known)."
+    ]
+
+
 def tuned_site_text(
     data: Mapping[str, Any], name: str, source: str, result: TuneResult, workload: Workload, when: str
 ) -> str:
@@ -366,6 +378,7 @@ def tuned_site_text(
         f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
         "Changed: "
         + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
+        *_link_proposal(data, max((b for b in (before, after) if b is not None), default=None)),
         "",
         *report_lines(result),
         "",
