@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ..config.errors import UserError
+from ..config.loading import read_text
 from ..config.sites import Site
 from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
 from ..launch.batch import BatchJob, parse_job_id, sbatch_script, script_environment
@@ -139,17 +140,12 @@ def launch_command(
 
 def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
     """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
-    if hosts and hostfile:
+    if hosts is not None and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
-    slots = None
-    if hostfile is not None:
-        try:
-            slots = hostfile_slots(hostfile.read_text(encoding="utf-8"), str(hostfile))
-        except OSError as exc:
-            raise UserError.at(str(hostfile), "", f"cannot read: {exc.strerror}", "check the --hostfile path") from None
+    slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
     return Layout(
         np=np_,
-        hosts=parse_hosts(hosts) if hosts else (),
+        hosts=parse_hosts(hosts) if hosts is not None else (),
         hostfile=str(hostfile) if hostfile else None,
         hostfile_slots=slots,
         in_allocation="SLURM_JOB_ID" in os.environ,

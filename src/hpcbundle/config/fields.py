@@ -1,4 +1,8 @@
-"""Validated scalar types shared by recipes and sites: versions, checksums, URLs, names."""
+"""Validated scalar types shared by recipes and sites: versions, checksums, URLs, names, shell-safe words.
+
+Every pattern is ASCII and matched whole (fullmatch: a trailing newline never passes), so a value
+that reaches a generated Dockerfile, .def or shell script cannot add a line or run a command.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +12,83 @@ from typing import Annotated, Any
 from packaging.version import Version as _PkgVersion
 from pydantic import AfterValidator, BeforeValidator
 
-_VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+from .errors import clip
+
+_VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/+%-]+")
+_IMAGE = re.compile(
+    r"([A-Za-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+)
+_OPTION = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:/+=@%-]*)?")
+_VALUE = re.compile(r"[A-Za-z0-9_.,:/+=@%^-]*")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def _version(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise ValueError(f'write versions as quoted strings, e.g. "{value}" (YAML reads 12.10 as the number 12.1)')
-    if not isinstance(value, str) or not _VERSION.match(value):
-        raise ValueError(f'not a version like "4.1.6": {value!r}')
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        raise ValueError(f'not a version like "4.1.6": {clip(value)}')
     return value
 
 
 def _sha256(value: Any) -> str:
-    if not isinstance(value, str) or not _SHA256.match(value):
+    if not isinstance(value, str) or not _SHA256.fullmatch(value):
         raise ValueError("a sha256 is 64 lowercase hex digits (run sha256sum on the file)")
     return value
 
 
 def _url(value: Any) -> str:
-    if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+/\S+$", value):
-        raise ValueError(f"not an http(s) URL to a file: {value!r}")
+    if not isinstance(value, str) or not _URL.fullmatch(value):
+        raise ValueError(
+            f"not an https URL to a file: {clip(value)} (https://host/path, letters, digits and ._~/+%- only)"
+        )
     return value
 
 
 def _name(value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ValueError("use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+    return value
+
+
+def _image(value: Any) -> str:
+    if not isinstance(value, str) or not _IMAGE.fullmatch(value):
+        raise ValueError(f"not an image reference like debian:bookworm or nvidia/cuda:12.2.2-devel: {clip(value)}")
+    return value
+
+
+def _option(value: Any) -> str:
+    if not isinstance(value, str) or not _OPTION.fullmatch(value):
+        raise ValueError(
+            f"not a configure option like --with-cuda=/usr/local/cuda: {clip(value)} "
+            "(letters, digits and _.,:/+=@%- only: no spaces, quotes or shell characters)"
+        )
+    return value
+
+
+def _env_value(value: Any) -> str:
+    if not isinstance(value, str) or not _VALUE.fullmatch(value):
+        raise ValueError(
+            f"not a plain value: {clip(value)} (letters, digits and _.,:/+=@%^- only: no spaces, quotes or $)"
+        )
+    return value
+
+
+def _env_name(value: Any) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise ValueError(f"not a variable name like HOROVOD_WITH_MPI: {clip(value)} (A-Z, 0-9 and _)")
+    return value
+
+
+def _line(value: Any) -> str:
+    if not isinstance(value, str) or not value.isprintable() or not 0 < len(value) <= 200:
+        raise ValueError("one line of printable text of at most 200 characters (no newline or control character)")
+    if value[0] in " %" or "{{" in value:
+        raise ValueError("may not start with a space or %, nor hold {{ (a .def reads those as sections or arguments)")
     return value
 
 
@@ -45,6 +98,16 @@ Version = Annotated[str, BeforeValidator(_version)]
 Sha256 = Annotated[str, BeforeValidator(_sha256)]
 Url = Annotated[str, BeforeValidator(_url)]
 Name = Annotated[str, AfterValidator(_name)]
+Image = Annotated[str, AfterValidator(_image)]
+"""An image reference: [registry[:port]/]path[:tag][@sha256:digest]; one line, no shell characters."""
+ConfigureOption = Annotated[str, AfterValidator(_option)]
+"""One ./configure option, `--name` or `--name=value`, that the install line can carry unquoted."""
+EnvName = Annotated[str, AfterValidator(_env_name)]
+"""An upper-case environment variable name, as Dockerfile ENV and `export` take it."""
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+"""A variable's value that means the same unquoted, double-quoted, in a Dockerfile and in sh."""
+Line = Annotated[str, AfterValidator(_line)]
+"""One line of printable text (descriptions, labels): nothing can follow it onto a new line."""
 
 
 def parse_version(text: str) -> _PkgVersion:

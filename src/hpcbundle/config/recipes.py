@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from .errors import UserError
-from .fields import Name, Sha256, Url, Version
+from .fields import ConfigureOption, EnvName, EnvValue, Image, Line, Name, Sha256, Url, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -30,8 +30,8 @@ class Base(StrictModel):
     """The images the two stages start FROM; both must be the same OS (same python, same libc)."""
 
     os: OsName
-    build_image: str = Field(min_length=1, description="FROM of the build stage, e.g. a CUDA devel image")
-    runtime_image: str = Field(min_length=1, description="FROM of the slim runtime stage")
+    build_image: Image = Field(description="FROM of the build stage, e.g. a CUDA devel image")
+    runtime_image: Image = Field(description="FROM of the slim runtime stage")
 
 
 CudaSource = Literal["image", "wheels"]
@@ -80,7 +80,9 @@ class Mpi(StrictModel):
     version: Version
     install: Literal["source", "distro", "pip"]
     source: Tarball | None = None
-    configure: list[str] = Field(default_factory=list, description="extra ./configure options for install: source")
+    configure: list[ConfigureOption] = Field(
+        default_factory=list, description="extra ./configure options for install: source"
+    )
 
     @model_validator(mode="after")
     def _install_fits(self) -> "Mpi":
@@ -100,7 +102,7 @@ class Ucx(StrictModel):
 
     version: Version
     source: Tarball
-    configure: list[str] = Field(default_factory=list)
+    configure: list[ConfigureOption] = Field(default_factory=list)
 
 
 class TensorFlow(StrictModel):
@@ -141,7 +143,7 @@ class Horovod(StrictModel):
     )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
-    build_env: dict[str, str] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
+    build_env: dict[EnvName, EnvValue] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
 
     @field_validator("build_env")
     @classmethod
@@ -156,7 +158,7 @@ class Recipe(StrictModel):
     """One matched stack. See recipes/*.yaml for complete examples."""
 
     name: Name
-    description: str = Field(min_length=1)
+    description: Line
     base: Base
     python: Version
     gpu: Gpu | None = None

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Callable, Literal, NamedTuple
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
 
 from .errors import UserError
-from .fields import Name, Version
+from .fields import Line, Name, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -48,7 +48,7 @@ def _matching(regex: str, what: str) -> AfterValidator:
     """A validator that refuses text not matching `regex`, saying what was expected."""
 
     def check(value: str) -> str:
-        if not re.match(regex, value):
+        if not re.fullmatch(regex, value):
             raise ValueError(f"{value!r} is not {what}")
         return value
 
@@ -60,7 +60,7 @@ EnvName = Annotated[str, _matching(r"^[A-Za-z_][A-Za-z0-9_]*$", "a variable name
 Word = Annotated[str, _matching(r"^[^\s]+$", "one word without spaces")]
 McaName = Annotated[str, _matching(r"^[a-z][a-z0-9_]*$", "an MCA parameter name like btl_tcp_if_include")]
 Bind = Annotated[str, _matching(r"^/[^\s:]*(:/[^\s:]*)?$", "an absolute path or SRC:DST")]
-SLURM_TIME = r"^(\d+-)?\d+(:\d\d){0,2}$"
+SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
@@ -152,7 +152,7 @@ class Site(StrictModel):
     """One cluster. See site_configs/*.yaml for complete examples."""
 
     name: Name
-    description: Annotated[str, _matching(r"^[^\n]+$", "one line of text")]
+    description: Line
     mpi: HostMpi
     launcher: Launcher
     container: Container = Field(default_factory=Container)

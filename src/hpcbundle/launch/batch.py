@@ -16,7 +16,7 @@ import jinja2
 
 from .. import __version__
 from ..build.render import template_environment
-from ..config.errors import UserError
+from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
 from . import Layout, build_command
 
@@ -50,8 +50,8 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', ...]."""
     slurm = site.slurm
     time = job.time or slurm.time
-    if time is not None and not re.match(SLURM_TIME, time):
-        raise UserError.at("", "--time", f"{time!r} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+    if time is not None and not (len(time) <= 20 and re.fullmatch(SLURM_TIME, time)):
+        raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
     values = {
         "job-name": job.job_name or slurm.job_name,
         "nodes": str(job.nodes),
