@@ -16,6 +16,7 @@ from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hos
 from ..launch.batch import BatchJob, parse_job_id, sbatch_script, script_environment
 from ..launch.execute import run_bounded
 from . import main, pass_bundle
+from .options import Count, seconds
 from .outputs import write_atomic
 
 DEFAULT_SITE = "local"
@@ -71,16 +72,14 @@ def sites_command(bundle) -> None:
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--np", "np_", type=click.IntRange(min=1), required=True, help="Number of ranks.")
+@click.option("--np", "np_", type=Count(1), required=True, help="Number of ranks.")
 @click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option(
     "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
 )
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
-@click.option(
-    "--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout)."
-)
+@click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
 @no_doctor_option
 @program_argument
 @pass_bundle
@@ -155,11 +154,9 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to allocate.")
+@click.option("--nodes", type=Count(1), required=True, help="Nodes to allocate.")
 @click.option(
-    "--tasks-per-node",
-    type=click.IntRange(min=1),
-    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
+    "--tasks-per-node", type=Count(1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores)."
 )
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
 @click.option(

@@ -115,8 +115,9 @@ def parse_yaml(text: str, where: str) -> dict[str, Any]:
     return data
 
 
-def read_text(path: Path, option: str = "") -> str:
-    """Read a user's text file, bounded: a regular file of at most MAX_FILE_BYTES, strict UTF-8.
+def read_text(path: Path, option: str = "", limit: int = MAX_FILE_BYTES, lenient: bool = False) -> str:
+    """Read a user's text file, bounded: a regular file of at most `limit` bytes, strict UTF-8 (`lenient`:
+    undecodable bytes become U+FFFD, for logs).
 
     Every refusal is a UserError naming the file (and `option`, e.g. '--hostfile'); a FIFO or
     device is refused from its stat, before any open that could block or read forever.
@@ -128,31 +129,31 @@ def read_text(path: Path, option: str = "") -> str:
         raise UserError.at(where, option, "no such file", "check the name or path") from None
     except OSError as exc:
         raise UserError.at(where, option, f"cannot read: {exc.strerror}", "check the path") from None
-    _regular(info, where, option)
+    _regular(info, where, option, limit)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(fd, "rb") as handle:
-            _regular(os.fstat(handle.fileno()), where, option)
-            data = handle.read(MAX_FILE_BYTES + 1)
+            _regular(os.fstat(handle.fileno()), where, option, limit)
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise UserError.at(where, option, f"cannot read: {exc.strerror}", "check the path and permissions") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UserError.at(where, option, f"is larger than {MAX_FILE_BYTES} bytes", "give the intended file")
+    if len(data) > limit:
+        raise UserError.at(where, option, f"is larger than {limit} bytes", "give the intended file")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8", errors="replace" if lenient else "strict")
     except UnicodeDecodeError as exc:
         raise UserError.at(
             where, option, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})", "save it as UTF-8"
         ) from None
 
 
-def _regular(info: os.stat_result, where: str, option: str) -> None:
+def _regular(info: os.stat_result, where: str, option: str, limit: int) -> None:
     if stat.S_ISDIR(info.st_mode):
         raise UserError.at(where, option, "is a directory", "give a file")
     if not stat.S_ISREG(info.st_mode):
         raise UserError.at(where, option, "is not a regular file (a FIFO, device or socket)", "give a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-        raise UserError.at(where, option, f"is larger than {MAX_FILE_BYTES} bytes", "give the intended file")
+    if info.st_size > limit:
+        raise UserError.at(where, option, f"is larger than {limit} bytes", "give the intended file")
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def parse_json(text: str, where: str) -> Any:
         raise UserError.at(where, "", f"nests deeper than {MAX_DEPTH} levels", "give the intended file") from None
     except ValueError as exc:
         problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "cannot be parsed"
-        raise UserError.at(where, "", f"not valid JSON: {problem}", "give the file hpcbundle wrote") from None
+        raise UserError.at(where, "", f"cannot be read as JSON ({problem})", "give the file hpcbundle wrote") from None
     if _depth(data) > MAX_DEPTH:
         raise UserError.at(where, "", f"nests deeper than {MAX_DEPTH} levels", "give the intended file")
     return data

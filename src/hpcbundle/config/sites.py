@@ -22,6 +22,7 @@ runtime registries add theirs (hpcbundle.launch.load_site).
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple
 
@@ -185,6 +186,10 @@ def site_problems(site: Site) -> list[Problem]:
         for k, v in site.env.items()
         if "\n" in v
     ]
+    if "plm_rsh_agent" in site.mca and _unsplittable(site.mca["plm_rsh_agent"]):
+        found.append(
+            Problem("mca.plm_rsh_agent", "has an unbalanced quote or backslash", "write the agent as shell words")
+        )
     if site.mca and site.mpi.flavour != "openmpi":
         found.append(
             Problem(
@@ -224,6 +229,15 @@ def site_problems(site: Site) -> list[Problem]:
                 )
             )
     return found
+
+
+def _unsplittable(words: str) -> bool:
+    """Whether `words` cannot be split as shell words (an unbalanced quote, a trailing backslash)."""
+    try:
+        shlex.split(words)
+    except ValueError:
+        return True
+    return False
 
 
 # Site keys that name network interfaces, in the order interface_settings reports them.
