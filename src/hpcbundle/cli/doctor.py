@@ -17,7 +17,7 @@ from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
 from .launch import site_option
 from .options import seconds
-from .outputs import write_atomic
+from .outputs import OUTPUT_HELP, write_atomic
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
@@ -82,7 +82,7 @@ def site_group() -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the draft here (atomically); its name is the file's stem.",
+    help=f"Write the draft here (atomically; {OUTPUT_HELP}); its name is the file's stem.",
 )
 @click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
 @click.option(

@@ -17,7 +17,7 @@ from ..launch.batch import BatchJob, parse_job_id, sbatch_script, script_environ
 from ..launch.execute import run_bounded
 from . import main, pass_bundle
 from .options import Count, seconds
-from .outputs import write_atomic
+from .outputs import OUTPUT_HELP, echo_text, write_atomic
 
 DEFAULT_SITE = "local"
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -163,7 +163,7 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the script here (atomically) instead of standard output.",
+    help=f"Write the script here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
 @no_doctor_option
@@ -198,7 +198,7 @@ def sbatch_command(
         write_atomic(output, text, mode=0o755)
         click.echo(f"wrote {output} (site {model.name}, {nodes} node(s))", err=True)
     elif not submit:
-        click.echo(text, nl=False)
+        echo_text(text)
     if submit:
         if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
             doctor_first(ctx, model, image, (), "login")

@@ -27,7 +27,7 @@ from ..perf.scaling import (
 from . import main, pass_bundle
 from .launch import PROGRAM_SETTINGS, doctor_first, no_doctor_option, site_for, site_option, submit_script
 from .options import Count
-from .outputs import write_atomic
+from .outputs import output_target, write_atomic
 
 PLAN = "plan.json"
 CSV = "scaling.csv"
@@ -111,7 +111,7 @@ def scaling_group() -> None:
     "-o",
     "--output",
     "outdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
     required=True,
     help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).",
 )
@@ -139,7 +139,7 @@ def plan_command(
     python: str,
     repeat: int,
     concurrent: bool,
-    outdir: Path,
+    outdir: str,
     submit: bool,
     no_doctor: bool,
     extra: tuple[str, ...],
@@ -155,7 +155,9 @@ def plan_command(
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
     model_site = site_for(bundle, site)
-    directory = outdir.resolve()
+    if not outdir:
+        raise UserError.at("''", "-o", "names no directory", "give the study's directory, e.g. -o study")
+    directory = Path(outdir).resolve()
     if any(c.isspace() or c == "%" for c in str(directory)):
         raise UserError.at(
             str(outdir),
@@ -198,6 +200,9 @@ def plan_command(
             "exists from an earlier run, and `report` would read it",
             "use a new -o directory, or delete the .out files to measure again",
         )
+    for name in texts:  # every target checked before the first is written: all or nothing
+        output_target(directory / f"{name}.sh")
+    output_target(directory / PLAN)
     for name, text in texts.items():
         write_atomic(directory / f"{name}.sh", text, mode=0o755)
     document = plan_document(model_site, study, points, image, __version__)

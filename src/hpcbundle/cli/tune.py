@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import shlex
 import socket
 from pathlib import Path
 
@@ -28,10 +27,11 @@ from ..perf.tune import (
     sweep,
     tuned_site_text,
 )
+from ..quoting import shell_join
 from . import main, pass_bundle
 from .launch import doctor_first, image_option, layout_from, no_doctor_option, site_option
 from .options import Count, seconds
-from .outputs import write_atomic
+from .outputs import OUTPUT_HELP, write_atomic
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = 16 << 30
@@ -132,7 +132,8 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.",
+    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml; "
+    f"{OUTPUT_HELP}); its name is the file's stem.",
 )
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
 @no_doctor_option
@@ -202,7 +203,7 @@ def tune_command(
     if plan:
         for knob in chosen:
             click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates))
-        click.echo(shlex.join(command(start)))
+        click.echo(shell_join(command(start)))
         return
     if not no_doctor:
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")

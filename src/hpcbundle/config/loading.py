@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import CLIP, UserError, clip, did_you_mean, format_problem
+from .errors import UserError, clip, did_you_mean, format_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -36,6 +36,7 @@ MAX_PROBLEMS = 20
 """Validation problems printed before the rest are only counted."""
 
 _INT_TAG = "tag:yaml.org,2002:int"
+_WORD = re.compile(r"[A-Za-z0-9_.\[\]-]{1,40}")
 _DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 
 
@@ -209,6 +210,13 @@ def named_file(ref: str, directory: Path, kind: str) -> Path:
 
 def validate(model: type[M], data: dict[str, Any], where: str) -> M:
     """Validate `data` as `model`; all problems are raised together, one line each."""
+    if data and not {str(key) for key in data} & set(model.model_fields):
+        raise UserError.at(
+            where,
+            "",
+            f"has none of the keys of a {model.__name__.lower()} file, so it is not one",
+            f"give a YAML file with {', '.join(sorted(model.model_fields)[:4])}, ...",
+        )
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -238,8 +246,9 @@ def key_text(part: Any) -> str:
     """A key as the user typed it, quoted when it is not a plain word (spaces, newlines, ''), clipped to a few
     characters so that an unrelated file given by mistake is not echoed back."""
     text = str(part)
-    plain = text and text.isprintable() and not any(c.isspace() for c in text) and len(text) <= CLIP
-    return text if plain else clip(text)
+    if _WORD.fullmatch(text):
+        return text
+    return clip(text, 16)
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:

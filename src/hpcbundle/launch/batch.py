@@ -7,7 +7,6 @@ the allocation (srun, or mpirun taking the hosts from SLURM); the template quote
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +17,7 @@ from .. import __version__
 from ..build.render import template_environment
 from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
+from ..quoting import shell_quote
 from . import Layout, build_command
 
 TEMPLATE = "sbatch.sh.j2"
@@ -42,7 +42,7 @@ class BatchJob:
 def script_environment(scripts_dir: Path) -> jinja2.Environment:
     """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
     env = template_environment(scripts_dir)
-    env.filters["shquote"] = shlex.quote
+    env.filters["shquote"] = shell_quote
     return env
 
 
