@@ -66,6 +66,8 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth -= 1
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and len(node.value) > MAX_ITEMS:
             raise _refused(f"has more than {MAX_ITEMS} items in one list or mapping", node.start_mark)
+        if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:
+            raise _refused("holds a NUL character, which no command line can carry", node.start_mark)
         if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG and node.style is None:
             _check_integer(node)
         return node
