@@ -26,7 +26,7 @@ class Count(click.IntRange):
         super().__init__(min=min, max=max)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,18}", value.strip()):
+        if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,18}", value):
             self.fail(f"{value[:20]!r} is not a whole number in ASCII digits from {self.min} to {self.max}", param, ctx)
         return super().convert(value, param, ctx)
 
