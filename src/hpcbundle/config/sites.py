@@ -94,7 +94,9 @@ class Launcher(StrictModel):
     pmi: Word | None = Field(None, description="srun --mpi plugin, e.g. pmix")
     gloo: bool = Field(False, description="horovodrun --gloo instead of MPI")
     args: list[str] = Field(default_factory=list, description="extra launcher options, verbatim")
-    timeout: PositiveInt = Field(3600, description="seconds `launch --exec` may run before the job is killed")
+    timeout: PositiveInt = Field(
+        3600, le=7 * 24 * 3600, description="seconds `launch --exec` may run before the job is killed"
+    )
 
 
 class Container(StrictModel):
