@@ -8,7 +8,6 @@ Cases run in-process through click's CliRunner, each in its own directory and bo
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import tempfile
@@ -23,21 +22,24 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 
-from .helpers import ROOT, recipe_data
+from .helpers import ROOT
 from .untrusted import (
     PAYLOADS,
     PWNED,
+    RECIPE,
+    SITE,
     Sandbox,
+    base_recipe,
+    base_site,
     def_script_lines,
     def_sections,
     dockerfile_instructions,
     dockerfile_run_lines,
     new_lines,
+    with_value,
 )
 
 CASE_SECONDS = 20
-RECIPE = "cuda12.2-tf2.15-torch2.1-ucx"
-SITE = "eth-a100-slurm"
 HUGE = "9" * 5000
 BAD_KINDS = ("tracebacks", "injections", "partial files", "hangs")
 
@@ -123,14 +125,14 @@ RECIPE_FIELDS: list[tuple[Any, ...]] = [
     ("mpi", "configure", 0),
     ("ucx", "configure", 0),
     ("horovod", "build_env", "HOROVOD_CPU_OPERATIONS"),
-    ("horovod", "build_env", ("key",)),
+    ("horovod", "build_env", ("key", "HOROVOD_CPU_OPERATIONS")),
     ("mpi", "version"),
     ("python",),
 ]
 SITE_FIELDS: list[tuple[Any, ...]] = [
     ("description",),
     ("env", "NCCL_IB_DISABLE"),
-    ("env", ("key",)),
+    ("env", ("key", "NCCL_IB_DISABLE")),
     ("mca", "pml"),
     ("mca", "plm_rsh_agent"),
     ("container", "binds", 0),
@@ -142,35 +144,15 @@ SITE_FIELDS: list[tuple[Any, ...]] = [
 FORMATS = ("docker", "singularity", "shell")
 
 
-def _base_recipe() -> dict[str, Any]:
-    data = recipe_data(RECIPE)
-    data["horovod"]["build_env"] = {"HOROVOD_CPU_OPERATIONS": "gloo"}
-    return data
-
-
-def _base_site() -> dict[str, Any]:
-    data = yaml.safe_load((ROOT / "site_configs" / f"{SITE}.yaml").read_text())
-    data["launcher"]["args"] = ["--cpu-bind=cores"]
-    data["wrappers"] = [["taskset", "-c", "0-63"]]
-    data["mca"]["plm_rsh_agent"] = "ssh -x"
-    return data
-
-
-def _with(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> bytes:
-    changed = copy.deepcopy(data)
-    node = changed
-    for key in path[:-1]:
-        node = node[key]
-    if isinstance(path[-1], tuple):  # replace the mapping's (only) key
-        node[value] = node.pop(next(iter(node)))
-    else:
-        node[path[-1]] = value
-    return yaml.safe_dump(changed, allow_unicode=True).encode("utf-8", errors="surrogateescape")
+def _file(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> bytes:
+    """`data` with one value replaced, as the bytes of a YAML file (argv-like text kept byte for byte)."""
+    text = yaml.safe_dump(with_value(data, path, value), allow_unicode=True)
+    return text.encode("utf-8", errors="surrogateescape")
 
 
 def cases() -> list[Case]:
     """Every case of the corpus, generated from the tables above."""
-    recipe, site = _base_recipe(), _base_site()
+    recipe, site = base_recipe(), base_site()
     rfile, sfile = f"{RECIPE}.yaml", f"{SITE}.yaml"
     sbatch = ["sbatch", "--site", sfile, "--nodes", "2", "-o", "job.sh", "--", "python", "train.py"]
     found: list[Case] = []
@@ -185,12 +167,12 @@ def cases() -> list[Case]:
             Case(
                 f"recipe {'.'.join(map(str, path))} = {payload!r}",
                 ["render", rfile, "--format", fmt, "-o", f"out.{fmt}"],
-                {rfile: _with(recipe, path, payload)},
+                {rfile: _file(recipe, path, payload)},
             )
         )
     for path, payload in ((p, v) for p in SITE_FIELDS for v in PAYLOADS):
         found.append(
-            Case(f"site {'.'.join(map(str, path))} = {payload!r}", sbatch, {sfile: _with(site, path, payload)})
+            Case(f"site {'.'.join(map(str, path))} = {payload!r}", sbatch, {sfile: _file(site, path, payload)})
         )
     text = yaml.safe_dump(site).encode()
     for raw in (b"010", b"1.10", b"0x10", b"yes", b"1_000", b"1:20"):
@@ -362,7 +344,7 @@ class Clean:
 
 
 def _clean(directory: Path) -> Clean:
-    (directory / f"{RECIPE}.yaml").write_text(yaml.safe_dump(_base_recipe()))
+    (directory / f"{RECIPE}.yaml").write_text(yaml.safe_dump(base_recipe()))
     renders = {}
     for fmt in FORMATS:
         result = CliRunner().invoke(

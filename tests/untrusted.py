@@ -4,15 +4,19 @@ a recorder so that only a payload's own command could leave a marker file."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import yaml
 from hypothesis import strategies as st
 
 from .defcheck import parse_def
+from .helpers import ROOT, recipe_data
 
 PWNED = "hpcbundle_pwned"
 """The command every payload tries to run; the only executable on PATH while rendered shell runs."""
@@ -169,3 +173,42 @@ def new_lines(lines: list[str], clean: list[str]) -> list[str]:
 def bytes_of(words: list[str] | tuple[str, ...]) -> list[bytes]:
     """argv words as the bytes a process receives (surrogateescape, as Python decoded them)."""
     return [os.fsencode(word) for word in words]
+
+
+RECIPE = "cuda12.2-tf2.15-torch2.1-ucx"
+"""The recipe hostile values go into: source-built MPI and UCX, so URLs and configure options render."""
+SITE = "eth-a100-slurm"
+"""The site hostile values go into: SLURM, a container runtime, modules and most slurm keys."""
+
+
+def base_recipe() -> dict[str, Any]:
+    """RECIPE as data, with a build_env entry so that its keys and values can be replaced too."""
+    data = recipe_data(RECIPE)
+    data["horovod"]["build_env"] = {"HOROVOD_CPU_OPERATIONS": "gloo"}
+    return data
+
+
+def base_site() -> dict[str, Any]:
+    """SITE as data, with every optional string key that renders set to a plain value."""
+    data = yaml.safe_load((ROOT / "site_configs" / f"{SITE}.yaml").read_text())
+    data["launcher"]["args"] = ["--cpu-bind=cores"]
+    data["container"]["args"] = ["--cleanenv"]
+    data["wrappers"] = [["taskset", "-c", "0-63"]]
+    data["export"] = ["LD_LIBRARY_PATH"]
+    data["mca"]["plm_rsh_agent"] = "ssh -x"
+    data["slurm"] |= {"job_name": "horovod", "qos": "normal", "constraint": "a100"}
+    return data
+
+
+def with_value(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    """A copy of `data` with the value at `path` replaced; a last step ('key', K) renames mapping key K."""
+    changed = copy.deepcopy(data)
+    node = changed
+    for key in path[:-1]:
+        node = node[key]
+    last = path[-1]
+    if isinstance(last, tuple):
+        node[value] = node.pop(last[1])
+    else:
+        node[last] = value
+    return changed

@@ -7,7 +7,7 @@ that reaches a generated Dockerfile, .def or shell script cannot add a line or r
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 from packaging.version import Version as _PkgVersion
 from pydantic import AfterValidator, BeforeValidator
@@ -15,16 +15,6 @@ from pydantic import AfterValidator, BeforeValidator
 from .errors import clip
 
 _VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/+%-]+")
-_IMAGE = re.compile(
-    r"([A-Za-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
-)
-_OPTION = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:/+=@%-]*)?")
-_VALUE = re.compile(r"[A-Za-z0-9_.,:/+=@%^-]*")
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 def _version(value: Any) -> str:
@@ -35,53 +25,44 @@ def _version(value: Any) -> str:
     return value
 
 
-def _sha256(value: Any) -> str:
-    if not isinstance(value, str) or not _SHA256.fullmatch(value):
-        raise ValueError("a sha256 is 64 lowercase hex digits (run sha256sum on the file)")
-    return value
+def _whole(pattern: str, what: str, rule: str = "") -> Callable[[Any], str]:
+    """A validator: the value is a string that `pattern` matches whole, else 'not <what>: <value> (<rule>)'."""
+    regex = re.compile(pattern)
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise ValueError(f"not {what}: {clip(value)}" + (f" ({rule})" if rule else ""))
+        return value
+
+    return check
 
 
-def _url(value: Any) -> str:
-    if not isinstance(value, str) or not _URL.fullmatch(value):
-        raise ValueError(
-            f"not an https URL to a file: {clip(value)} (https://host/path, letters, digits and ._~/+%- only)"
-        )
-    return value
-
-
-def _name(value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise ValueError("use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
-    return value
-
-
-def _image(value: Any) -> str:
-    if not isinstance(value, str) or not _IMAGE.fullmatch(value):
-        raise ValueError(f"not an image reference like debian:bookworm or nvidia/cuda:12.2.2-devel: {clip(value)}")
-    return value
-
-
-def _option(value: Any) -> str:
-    if not isinstance(value, str) or not _OPTION.fullmatch(value):
-        raise ValueError(
-            f"not a configure option like --with-cuda=/usr/local/cuda: {clip(value)} "
-            "(letters, digits and _.,:/+=@%- only: no spaces, quotes or shell characters)"
-        )
-    return value
-
-
-def _env_value(value: Any) -> str:
-    if not isinstance(value, str) or not _VALUE.fullmatch(value):
-        raise ValueError(
-            f"not a plain value: {clip(value)} (letters, digits and _.,:/+=@%^- only: no spaces, quotes or $)"
-        )
-    return value
-
-
-def _env_name(value: Any) -> str:
-    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
-        raise ValueError(f"not a variable name like HOROVOD_WITH_MPI: {clip(value)} (A-Z, 0-9 and _)")
-    return value
+_sha256 = _whole(r"[0-9a-f]{64}", "a sha256", "64 lowercase hex digits: run sha256sum on the file")
+_url = _whole(
+    r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/+%-]+",
+    "an https URL to a file",
+    "https://host/path, letters, digits and ._~/+%- only",
+)
+_name = _whole(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+    "a name",
+    "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
+)
+_image = _whole(
+    r"([A-Za-z0-9.-]+(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?",
+    "an image reference",
+    "like debian:bookworm or nvidia/cuda:12.2.2-devel-ubuntu22.04, maybe @sha256:<digest>",
+)
+_option = _whole(
+    r"--?[A-Za-z0-9][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:/+=@%-]*)?",
+    "a configure option like --with-cuda=/usr/local/cuda",
+    "letters, digits and _.,:/+=@%- only: no spaces, quotes or shell characters",
+)
+_env_value = _whole(
+    r"[A-Za-z0-9_.,:/+=@%^-]*", "a plain value", "letters, digits and _.,:/+=@%^- only: no spaces, quotes or $"
+)
+_env_name = _whole(r"[A-Z_][A-Z0-9_]{0,127}", "a variable name like HOROVOD_WITH_MPI", "A-Z, 0-9 and _")
 
 
 def _line(value: Any) -> str:
