@@ -114,6 +114,19 @@ BAD_HOSTFILES = [
     b"a:\n",
     b"\n\n# only comments\n",
 ]
+BAD_REFS = [
+    "local\n",
+    "",
+    " ",
+    "../../etc/passwd",
+    "x" * 5000,
+    "\x1b[31m",
+    "loc*",
+    "/dev/null",
+    "/",
+    "-",
+    "cpu-local\x00",
+]
 BAD_TIMES = ["10\n", "٣٠", "1:2:3:4", "9" * 30, "$(x)", "10;x", "", " 10", "10:6", "\x1b[31m"]
 BAD_NODE_LISTS = ["1-10000000000", "0", "2-1", "1-200000", "", "٣", "1,,2", HUGE, "1-4,a", "-1"]
 BAD_SIZES = ["0", "٣M", "²", HUGE, "1T", "-1", "17G", "", "M"]
@@ -186,10 +199,11 @@ def cases() -> list[Case]:
         found.append(Case(f"sbatch --nodes {value!r}", ["sbatch", "--nodes", value, "-o", "j.sh", "--", "python"]))
         found.append(Case(f"sbatch --tasks-per-node {value!r}", [*sbatch[:5], "--tasks-per-node", value, *sbatch[5:]]))
         found.append(Case(f"doctor --timeout {value!r}", ["doctor", "--timeout", value]))
-        found.append(
-            Case(f"launch --timeout {value!r}", ["launch", "--np", "2", "--exec", "--timeout", value, "--", "x"])
-        )
+        found.append(Case(f"launch --timeout {value!r}", ["launch", "--np", "2", "--timeout", value, "--", "x"]))
         found.append(Case(f"scaling --repeat {value!r}", _plan("--nodes", "1-2", "--repeat", value)))
+    for ref in BAD_REFS:
+        found.append(Case(f"--site {ref!r}", ["sbatch", "--site", ref, "--nodes", "1", "--", "python"]))
+        found.append(Case(f"render {ref!r}", ["render", ref, "--format", "docker"]))
     for value in BAD_HOSTS:
         found.append(Case(f"launch --hosts {value!r}", _launch("--hosts", value)))
         found.append(Case(f"doctor --hosts {value!r}", ["doctor", "--hosts", value]))

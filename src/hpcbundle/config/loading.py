@@ -211,11 +211,11 @@ def named_file(ref: str, directory: Path, kind: str) -> Path:
     if ref.endswith((".yaml", ".yml")) or "/" in ref:
         return Path(ref)
     path = directory / f"{ref}.yaml"
-    if not path.exists():
+    if not _WORD.fullmatch(ref) or not path.exists():
         names = [p.stem for p in sorted(directory.glob("*.yaml"))]
         raise UserError.at(
             str(directory),
-            ref,
+            key_text(ref),
             f"no such {kind}",
             did_you_mean(ref, names, f"known {kind}s") if names else f"{directory} has no {kind}s",
         )
