@@ -106,3 +106,18 @@ def test_printed_lines_quote_control_characters_and_bash_reads_back_every_byte()
     assert line.isprintable() and "\x1b" not in line
     parsed = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True).stdout
     assert parsed.split(b"\0")[:-1] == [os.fsencode(word) for word in words]
+
+
+def test_a_site_whose_name_ends_in_a_newline_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "evil\n.yaml"
+    path.write_text('name: "evil\\n"\ndescription: d\n')
+    result = hpcbundle("sbatch", "--site", str(path), "--nodes", "1", "--", "python")
+    assert result.returncode == 2 and "name: not a name" in result.stderr and "#SBATCH" not in result.stdout
+
+
+def test_scaling_report_checks_both_outputs_before_writing_either(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_text('{"points": [{"mode": "strong", "nodes": 1, "ranks": 1, "batch_per_rank": 8}]}')
+    os.mkfifo(tmp_path / "scaling.png")
+    result = hpcbundle("scaling", "report", str(tmp_path))
+    assert result.returncode == 2 and "not a regular file" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "scaling.png"]

@@ -246,6 +246,8 @@ def report_command(directory: Path) -> None:
     outputs = {p.name: _read(directory / f"{p.name}.out") for p in points}
     rows = results(points, outputs)
     fitted = fits(rows)
+    for name in (CSV, PNG):  # both targets checked before either is written
+        output_target(directory / name, "DIRECTORY")
     write_atomic(directory / CSV, csv_text(rows, fitted))
     study = document.get("study", {})
     title = (
