@@ -56,22 +56,22 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent):
-            raise _refused(
+            raise _Refused(
                 "uses a YAML alias (*name)", event.start_mark, "write the value out; aliases are not accepted"
             )
         if getattr(event, "tag", None) not in (None, "!"):
-            raise _refused(
+            raise _Refused(
                 f"uses the YAML tag {clip(event.tag)}", event.start_mark, "drop the tag; write the plain value"
             )
         self._depth += 1
         if self._depth > MAX_DEPTH:
-            raise _refused(f"nests deeper than {MAX_DEPTH} levels", event.start_mark)
+            raise _Refused(f"nests deeper than {MAX_DEPTH} levels", event.start_mark)
         node = super().compose_node(parent, index)
         self._depth -= 1
         if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) and len(node.value) > MAX_ITEMS:
-            raise _refused(f"has more than {MAX_ITEMS} items in one list or mapping", node.start_mark)
+            raise _Refused(f"has more than {MAX_ITEMS} items in one list or mapping", node.start_mark)
         if isinstance(node, yaml.ScalarNode) and "\x00" in node.value:
-            raise _refused("holds a NUL character, which no command line can carry", node.start_mark, "remove it")
+            raise _Refused("holds a NUL character, which no command line can carry", node.start_mark, "remove it")
         if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG and node.style is None:
             _check_integer(node)
         return node
@@ -80,13 +80,9 @@ class _StrictLoader(yaml.SafeLoader):
 class _Refused(yaml.MarkedYAMLError):
     """Valid YAML this loader does not accept, with the fix."""
 
-    def __init__(self, problem: str, mark: yaml.Mark | None, fix: str) -> None:
+    def __init__(self, problem: str, mark: yaml.Mark | None, fix: str = "give the intended file") -> None:
         super().__init__(problem=problem, problem_mark=mark)
         self.fix = fix
-
-
-def _refused(problem: str, mark: yaml.Mark | None, fix: str = "give the intended file") -> _Refused:
-    return _Refused(problem, mark, fix)
 
 
 def _check_integer(node: yaml.ScalarNode) -> None:
@@ -94,19 +90,19 @@ def _check_integer(node: yaml.ScalarNode) -> None:
     text = node.value
     if not _DECIMAL.fullmatch(text):
         shown = text[:20]
-        raise _refused(f"{shown} is a different number to YAML 1.1 (010 is 8)", node.start_mark, f'quote it: "{shown}"')
+        raise _Refused(f"{shown} is a different number to YAML 1.1 (010 is 8)", node.start_mark, f'quote it: "{shown}"')
     if len(text.lstrip("+-")) > MAX_DIGITS:
-        raise _refused(f"has an integer of more than {MAX_DIGITS} digits", node.start_mark, "give a smaller number")
+        raise _Refused(f"has an integer of more than {MAX_DIGITS} digits", node.start_mark, "give a smaller number")
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         if not isinstance(key_node, yaml.ScalarNode):
-            raise _refused("has a list or mapping as a key", key_node.start_mark, "keys are plain words")
+            raise _Refused("has a list or mapping as a key", key_node.start_mark, "keys are plain words")
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            raise _refused(f"key {clip(key)} is given twice", key_node.start_mark, "keep one of them")
+            raise _Refused(f"key {clip(key)} is given twice", key_node.start_mark, "keep one of them")
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Callable, Literal, NamedTuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
 
-from .errors import UserError
+from .errors import UserError, clip
 from .fields import Line, Name, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
@@ -50,7 +50,7 @@ def _matching(regex: str, what: str) -> AfterValidator:
 
     def check(value: str) -> str:
         if not re.fullmatch(regex, value):
-            raise ValueError(f"{value!r} is not {what}")
+            raise ValueError(f"{clip(value)} is not {what}")
         return value
 
     return AfterValidator(check)
