@@ -86,8 +86,8 @@ def _renders(data: dict[str, Any]) -> dict[str, str] | None:
         if recipe.route_problem():
             return None
         return {fmt: render_image(recipe, fmt, _env(), _kb()) for fmt in ("docker", "singularity", "shell")}
-    except UserError as exc:
-        assert all("\n" not in line for line in exc.lines)
+    except UserError as exc:  # one line each, blaming the recipe's key, never a template of containers/
+        assert all("\n" not in line and "containers/" not in line for line in exc.lines)
         return None
 
 
