@@ -95,4 +95,6 @@ def hostfile_slots(text: str, where: str) -> int:
             )
         slots = next((option.group(2) for option in options if option and option.group(1) == "slots"), None)
         total += _slots(slots or match.group(2), f"{where}:{number}", "slots")
+    if not total:
+        raise UserError.at(where, "", "names no host", "write one `host slots=N` or `host:N` line per node")
     return total
