@@ -58,7 +58,7 @@ def _matching(regex: str, what: str) -> AfterValidator:
 
 Scalar = Annotated[str, BeforeValidator(_scalar)]
 EnvName = Annotated[str, _matching(r"^[A-Za-z_][A-Za-z0-9_]*$", "a variable name")]
-Word = Annotated[str, _matching(r"^[^\s]+$", "one word without spaces")]
+Word = Annotated[str, _matching(r"^[^\s\x00-\x1f\x7f]+$", "one word without spaces or control characters")]
 McaName = Annotated[str, _matching(r"^[a-z][a-z0-9_]*$", "an MCA parameter name like btl_tcp_if_include")]
 Bind = Annotated[str, _matching(r"^/[^\s:]*(:/[^\s:]*)?$", "an absolute path or SRC:DST")]
 SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
