@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -125,14 +126,14 @@ def test_a_hostile_recipe_value_is_refused_or_rendered_inert(path: Path_, value:
     if not _steers(path, value):
         assert dockerfile_instructions(rendered["docker"]) == dockerfile_instructions(clean["docker"])
         assert def_sections(rendered["singularity"]) == def_sections(clean["singularity"])
-    box = sandbox()
-    box.run_lines(new_lines(dockerfile_run_lines(rendered["docker"]), dockerfile_run_lines(clean["docker"])))
-    box.run_lines(new_lines(def_script_lines(rendered["singularity"]), def_script_lines(clean["singularity"])))
-    script_lines = [line.strip() for line in rendered["shell"].splitlines()]
-    box.run_lines(new_lines(script_lines, [line.strip() for line in clean["shell"].splitlines()]))
-    (box.root / "install.sh").write_text(rendered["shell"], encoding="utf-8")
-    assert box.run("/bin/bash -n install.sh").returncode == 0
-    assert not box.pwned, (path, value)
+    with sandbox() as box:
+        box.run_lines(new_lines(dockerfile_run_lines(rendered["docker"]), dockerfile_run_lines(clean["docker"])))
+        box.run_lines(new_lines(def_script_lines(rendered["singularity"]), def_script_lines(clean["singularity"])))
+        script_lines = [line.strip() for line in rendered["shell"].splitlines()]
+        box.run_lines(new_lines(script_lines, [line.strip() for line in clean["shell"].splitlines()]))
+        (box.root / "install.sh").write_text(rendered["shell"], encoding="utf-8")
+        assert box.run("/bin/bash -n install.sh").returncode == 0
+        assert not box.pwned, (path, value)
 
 
 def _site(data: dict[str, Any], directory: Path):
@@ -150,26 +151,26 @@ def _site(data: dict[str, Any], directory: Path):
 
 def _launch_round_trips(site, program: list[str], image: str | None) -> None:
     """The sbatch script runs only the launcher, with exactly the argv; the printed line parses back to it."""
-    box = sandbox()
     try:
         script = sbatch_script(site, BatchJob(nodes=2), program, image, script_environment(ROOT / "scripts"))
         command = build_command(site, Layout(np=2 * site.node.slots, in_allocation=True), program, image)
     except UserError as exc:  # refused (e.g. an image that starts with '-'): one line, nothing run
         assert all("\n" not in line for line in exc.lines)
         return
-    box.run(script)
-    launched = [argv for argv in box.recorded() if argv[:1] == bytes_of(command.argv[:1])]
-    assert not box.pwned
-    assert launched and launched[-1] == bytes_of(command.argv)
-    box.run(f"printf '%s\\0' {command.display()} > argv")
-    assert (box.root / "argv").read_bytes().split(b"\0")[:-1] == bytes_of(command.argv)
+    with sandbox() as box:
+        box.run(script)
+        launched = [argv for argv in box.recorded() if argv[:1] == bytes_of(command.argv[:1])]
+        assert not box.pwned
+        assert launched and launched[-1] == bytes_of(command.argv)
+        box.run(f"printf '%s\\0' {command.display()} > argv")
+        assert (box.root / "argv").read_bytes().split(b"\0")[:-1] == bytes_of(command.argv)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(SITE_PATHS), value=hostile_text)
 def test_a_hostile_site_value_is_refused_or_launched_exactly(path: Path_, value: str) -> None:
-    box = sandbox()
-    site = _site(with_value(BASE_SITE, path, value), box.root)
+    with tempfile.TemporaryDirectory(prefix="hpcbundle-site-") as directory:
+        site = _site(with_value(BASE_SITE, path, value), Path(directory))
     if site is not None:
         _launch_round_trips(site, ["python", "train.py"], "horovod.sif")
 

@@ -4,13 +4,14 @@ a recorder so that only a payload's own command could leave a marker file."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 from hypothesis import strategies as st
@@ -120,9 +121,11 @@ class Sandbox:
         return commands
 
 
-def sandbox() -> Sandbox:
-    """A fresh Sandbox in a new temporary directory (hypothesis examples cannot share tmp_path)."""
-    return Sandbox(Path(tempfile.mkdtemp(prefix="hpcbundle-untrusted-")))
+@contextlib.contextmanager
+def sandbox() -> Iterator[Sandbox]:
+    """A fresh Sandbox in a temporary directory removed afterwards (hypothesis examples cannot share tmp_path)."""
+    with tempfile.TemporaryDirectory(prefix="hpcbundle-untrusted-") as directory:
+        yield Sandbox(Path(directory))
 
 
 def dockerfile_instructions(text: str) -> list[str]:
