@@ -12,7 +12,6 @@ renderer refuses anything else, naming the snippet.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,6 +21,7 @@ import jinja2
 from .. import __version__
 from ..config.errors import UserError
 from ..config.recipes import Recipe
+from ..quoting import shell_quote
 from ..rules.knowledge import KnowledgeBase
 from .imagespec import ImageSpec, image_spec
 
@@ -70,7 +70,7 @@ def template_environment(containers_dir: Path) -> jinja2.Environment:
     env.filters.update(
         run_chain=" && \\\n    ".join,  # Dockerfile: one RUN from a step's lines
         continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
-        shquote=shlex.quote,
+        shquote=shell_quote,
         assignments=assignments,
         install_time=install_time,
     )
@@ -176,7 +176,7 @@ def install_time(value: str) -> str:
     "${HPCBUNDLE_VENV}"'/bin:${PATH}'
     """
     parts = re.split(r"(\$\{HPCBUNDLE_[A-Z_]+\})", value)
-    return "".join(f'"{part}"' if part.startswith("${HPCBUNDLE_") else shlex.quote(part) for part in parts if part)
+    return "".join(f'"{part}"' if part.startswith("${HPCBUNDLE_") else shell_quote(part) for part in parts if part)
 
 
 _OPERATORS = ("&&", "||", ";;", "<<-", "<<", ">>", ">&", "<&", "&>", "|", ";", "&", "(", ")", "<", ">")

@@ -16,7 +16,8 @@ from ..rules.engine import Result, exit_status
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
 from .launch import site_option
-from .outputs import write_atomic
+from .options import seconds
+from .outputs import OUTPUT_HELP, write_atomic
 
 _STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
@@ -49,7 +50,7 @@ def print_results(results: list[Result], err: bool = False) -> None:
     "--no-checksum", is_flag=True, help="Do not hash the image on every node (hashing a large image takes a while)."
 )
 @click.option(
-    "--timeout", type=click.IntRange(min=1), default=30, show_default=True, help="Seconds each node may take to answer."
+    "--timeout", type=seconds(3600), default=30, show_default=True, help="Seconds each node may take to answer."
 )
 @pass_bundle
 @click.pass_context
@@ -64,7 +65,9 @@ def doctor_command(
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
     """
     model = load_site(site, bundle.get().sites_dir)
-    results = doctor(model, image, parse_hosts(hosts) if hosts else (), checksum=not no_checksum, timeout=timeout)
+    results = doctor(
+        model, image, parse_hosts(hosts) if hosts is not None else (), checksum=not no_checksum, timeout=timeout
+    )
     print_results(results)
     ctx.exit(exit_status(results))
 
@@ -79,7 +82,7 @@ def site_group() -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the draft here (atomically); its name is the file's stem.",
+    help=f"Write the draft here (atomically; {OUTPUT_HELP}); its name is the file's stem.",
 )
 @click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
 @click.option(
@@ -94,7 +97,7 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
       hpcbundle site detect --hosts node2,node3 -o site_configs/mycluster.yaml
     """
     site_name = name or (output.stem if output else "detected")
-    peers = [h for h, _ in parse_hosts(hosts)] if hosts else []
+    peers = [h for h, _ in parse_hosts(hosts)] if hosts is not None else []
     text = draft_site(observe(peers), site_name, list(knowledge_base().gpu_capability))
     where = str(output or "site detect")
     validate(Site, parse_yaml(text, where), where)  # a draft that does not load is a bug

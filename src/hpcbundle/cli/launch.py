@@ -11,12 +11,14 @@ from pathlib import Path
 import click
 
 from ..config.errors import UserError
+from ..config.loading import read_text
 from ..config.sites import Site
 from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
 from ..launch.batch import BatchJob, GateStep, parse_job_id, sbatch_script, script_environment
 from ..launch.execute import run_bounded, run_captured
 from . import main, pass_bundle
-from .outputs import write_atomic
+from .options import Count, seconds
+from .outputs import OUTPUT_HELP, echo_text, write_atomic
 
 DEFAULT_SITE = "local"
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -77,16 +79,14 @@ def sites_command(bundle) -> None:
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--np", "np_", type=click.IntRange(min=1), required=True, help="Number of ranks.")
+@click.option("--np", "np_", type=Count(1), required=True, help="Number of ranks.")
 @click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option(
     "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
 )
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
-@click.option(
-    "--timeout", type=click.IntRange(min=1), help="Seconds --exec may run (default: the site's launcher.timeout)."
-)
+@click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
 @no_doctor_option
 @gate_option
 @program_argument
@@ -189,17 +189,12 @@ def gate_first(ctx: click.Context, model: Site, layout: Layout, image: str | Non
 
 def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
     """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
-    if hosts and hostfile:
+    if hosts is not None and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
-    slots = None
-    if hostfile is not None:
-        try:
-            slots = hostfile_slots(hostfile.read_text(encoding="utf-8"), str(hostfile))
-        except OSError as exc:
-            raise UserError.at(str(hostfile), "", f"cannot read: {exc.strerror}", "check the --hostfile path") from None
+    slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
     return Layout(
         np=np_,
-        hosts=parse_hosts(hosts) if hosts else (),
+        hosts=parse_hosts(hosts) if hosts is not None else (),
         hostfile=str(hostfile) if hostfile else None,
         hostfile_slots=slots,
         in_allocation="SLURM_JOB_ID" in os.environ,
@@ -209,18 +204,16 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--nodes", type=click.IntRange(min=1), required=True, help="Nodes to allocate.")
+@click.option("--nodes", type=Count(1), required=True, help="Nodes to allocate.")
 @click.option(
-    "--tasks-per-node",
-    type=click.IntRange(min=1),
-    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
+    "--tasks-per-node", type=Count(1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores)."
 )
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
 @click.option(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the script here (atomically) instead of standard output.",
+    help=f"Write the script here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
 @no_doctor_option
@@ -262,7 +255,7 @@ def sbatch_command(
         write_atomic(output, text, mode=0o755)
         click.echo(f"wrote {output} (site {model.name}, {nodes} node(s))", err=True)
     elif not submit:
-        click.echo(text, nl=False)
+        echo_text(text)
     if submit:
         if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
             doctor_first(ctx, model, image, (), "login")

@@ -1,32 +1,73 @@
-"""Write outputs atomically: a reader sees the old file or the whole new one, never half."""
+"""Write outputs atomically: a reader sees the old file or the whole new one, never half.
+
+An -o path that is a symlink writes the file it points to (as shell redirection does, a dangling
+one included), and that file keeps its mode; a FIFO, device, socket or directory is refused, as
+is an empty path. Text is encoded as UTF-8 with surrogateescape, so argv bytes that were not
+UTF-8 are written back as the same bytes.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+import click
+
 from ..config.errors import UserError
 
+OUTPUT_HELP = "a symlink writes its target, an existing file keeps its mode"
+"""What every -o help says about where the bytes go."""
 
-def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
-    """Write `text` (or bytes, e.g. a PNG) to `path` through a temp file in the same directory and a rename."""
+
+def output_target(path: Path, option: str = "-o") -> tuple[Path, int | None]:
+    """The file `path` writes (a symlink's target) and that file's mode if it exists; refuses
+    anything that is not a regular file or a new name."""
+    text = str(path)
+    if not text or text == "." or text.endswith("/") or path.name in ("", ".", ".."):
+        raise UserError.at(repr(text) if not text else text, option, "names no file", "give a file name")
+    target = Path(os.path.realpath(path))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        info = target.stat()
+    except FileNotFoundError:
+        return target, None
+    except OSError as exc:
+        raise UserError.at(text, option, f"cannot write: {exc.strerror}", "check the path") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise UserError.at(text, option, "is a directory", "give a file name inside it")
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError.at(text, option, "is not a regular file (a FIFO, device or socket)", "give a regular file")
+    return target, stat.S_IMODE(info.st_mode)
+
+
+def write_atomic(path: Path, text: str | bytes, mode: int = 0o644, option: str = "-o") -> None:
+    """Write `text` (or bytes, e.g. a PNG) to `path` through a temp file in the same directory and a rename.
+
+    A new file gets `mode`; an existing one keeps its own.
+    """
+    target, existing = output_target(path, option)
+    data = text if isinstance(text, bytes) else text.encode("utf-8", errors="surrogateescape")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as exc:
         raise UserError.at(
-            str(path), "", f"cannot write: {exc.strerror}", "check the directory and its permissions"
+            str(path), option, f"cannot write: {exc.strerror}", "check the directory and its permissions"
         ) from None
     try:
-        if isinstance(text, bytes):
-            with os.fdopen(fd, "wb") as binary:
-                binary.write(text)
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, existing if existing is not None else mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError.at(str(path), option, f"cannot write: {exc.strerror}", "check the disk and the path") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def echo_text(text: str) -> None:
+    """Print generated text to stdout byte for byte (argv bytes that were not UTF-8 included)."""
+    click.echo(text.encode("utf-8", errors="surrogateescape"), nl=False)

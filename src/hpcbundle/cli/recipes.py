@@ -17,7 +17,7 @@ from ..rules.engine import failed
 from ..rules.facts import check_declared
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
-from .outputs import write_atomic
+from .outputs import OUTPUT_HELP, write_atomic
 
 
 def _stack_summary(recipe) -> dict[str, object]:
@@ -86,7 +86,7 @@ def recipes_command(bundle, fmt: str) -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write here (atomically) instead of standard output.",
+    help=f"Write here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
 @pass_bundle
 def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:

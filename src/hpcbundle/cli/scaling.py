@@ -9,6 +9,7 @@ import click
 
 from .. import __version__
 from ..config.errors import UserError
+from ..config.loading import parse_json, read_text
 from ..launch.batch import script_environment
 from ..perf.scaling import (
     MODELS,
@@ -25,7 +26,8 @@ from ..perf.scaling import (
 )
 from . import main, pass_bundle
 from .launch import PROGRAM_SETTINGS, doctor_first, no_doctor_option, site_for, site_option, submit_script
-from .outputs import write_atomic
+from .options import Count
+from .outputs import output_target, write_atomic
 
 PLAN = "plan.json"
 CSV = "scaling.csv"
@@ -65,47 +67,27 @@ def scaling_group() -> None:
     help="strong: fixed --global-batch split over the ranks; weak: fixed --batch-per-rank.",
 )
 @click.option(
-    "--tasks-per-node",
-    type=click.IntRange(min=1),
-    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
+    "--tasks-per-node", type=Count(1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores)."
 )
 @click.option(
     "--global-batch",
-    type=click.IntRange(min=1),
+    type=Count(1),
     default=64,
     show_default=True,
     help="Images per step over all ranks (strong mode); a multiple of every rank count.",
 )
 @click.option(
-    "--batch-per-rank",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Images per step on each rank (weak mode).",
+    "--batch-per-rank", type=Count(1), default=32, show_default=True, help="Images per step on each rank (weak mode)."
 )
 @click.option(
     "--model", type=click.Choice(MODELS), default="resnet", show_default=True, help="The benchmark's --model."
 )
 @click.option(
-    "--image-size",
-    type=click.IntRange(min=4),
-    default=32,
-    show_default=True,
-    help="Height and width of the synthetic images.",
+    "--image-size", type=Count(4), default=32, show_default=True, help="Height and width of the synthetic images."
 )
-@click.option(
-    "--warmup", type=click.IntRange(min=0), default=5, show_default=True, help="Untimed batches before timing."
-)
-@click.option(
-    "--batches-per-iter", type=click.IntRange(min=1), default=5, show_default=True, help="Batches per timed iteration."
-)
-@click.option(
-    "--iters",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Timed iterations (their spread is the +-).",
-)
+@click.option("--warmup", type=Count(0), default=5, show_default=True, help="Untimed batches before timing.")
+@click.option("--batches-per-iter", type=Count(1), default=5, show_default=True, help="Batches per timed iteration.")
+@click.option("--iters", type=Count(1), default=5, show_default=True, help="Timed iterations (their spread is the +-).")
 @click.option("--time", "time_", help="Time limit of each job, e.g. 00:20:00 (default: the site's slurm.time).")
 @click.option(
     "--python",
@@ -115,7 +97,7 @@ def scaling_group() -> None:
 )
 @click.option(
     "--repeat",
-    type=click.IntRange(min=1),
+    type=Count(1),
     default=1,
     show_default=True,
     help="Run the whole study this many times, round after round; report takes each point's median.",
@@ -129,7 +111,7 @@ def scaling_group() -> None:
     "-o",
     "--output",
     "outdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(file_okay=False),
     required=True,
     help="Directory for the scripts, plan.json and the jobs' outputs (on storage the nodes share).",
 )
@@ -157,7 +139,7 @@ def plan_command(
     python: str,
     repeat: int,
     concurrent: bool,
-    outdir: Path,
+    outdir: str,
     submit: bool,
     no_doctor: bool,
     extra: tuple[str, ...],
@@ -173,7 +155,9 @@ def plan_command(
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
     model_site = site_for(bundle, site)
-    directory = outdir.resolve()
+    if not outdir:
+        raise UserError.at("''", "-o", "names no directory", "give the study's directory, e.g. -o study")
+    directory = Path(outdir).resolve()
     if any(c.isspace() or c == "%" for c in str(directory)):
         raise UserError.at(
             str(outdir),
@@ -216,6 +200,9 @@ def plan_command(
             "exists from an earlier run, and `report` would read it",
             "use a new -o directory, or delete the .out files to measure again",
         )
+    for name in texts:  # every target checked before the first is written: all or nothing
+        output_target(directory / f"{name}.sh")
+    output_target(directory / PLAN)
     for name, text in texts.items():
         write_atomic(directory / f"{name}.sh", text, mode=0o755)
     document = plan_document(model_site, study, points, image, __version__)
@@ -246,16 +233,11 @@ def report_command(directory: Path) -> None:
     from ..perf.plot import render_png
 
     plan_path = directory / PLAN
-    try:
-        document = json.loads(plan_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not plan_path.exists():
         raise UserError.at(
             str(plan_path), "", "not found", f"plan the study first: hpcbundle scaling plan ... -o {directory}"
-        ) from None
-    except (OSError, ValueError) as exc:
-        raise UserError.at(
-            str(plan_path), "", f"cannot be read as JSON ({exc})", "write the plan again with `hpcbundle scaling plan`"
-        ) from None
+        )
+    document = parse_json(read_text(plan_path), str(plan_path))
     if not isinstance(document, dict):
         raise UserError.at(
             str(plan_path), "", "is not a plan (a JSON object)", "write the plan again with `hpcbundle scaling plan`"
@@ -264,6 +246,8 @@ def report_command(directory: Path) -> None:
     outputs = {p.name: _read(directory / f"{p.name}.out") for p in points}
     rows = results(points, outputs)
     fitted = fits(rows)
+    for name in (CSV, PNG):  # both targets checked before either is written
+        output_target(directory / name, "DIRECTORY")
     write_atomic(directory / CSV, csv_text(rows, fitted))
     study = document.get("study", {})
     title = (
@@ -284,9 +268,9 @@ def report_command(directory: Path) -> None:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UserError.at(str(path), "", f"cannot read: {exc.strerror}", "check the directory's permissions") from None
+    """A job's output (bounded, undecodable bytes replaced), None when the job has written none yet."""
+    return read_text(path, limit=OUTPUT_LIMIT, lenient=True) if path.exists() or path.is_symlink() else None
+
+
+OUTPUT_LIMIT = 256 << 20
+"""The largest job output `report` reads (the benchmark prints a few KiB; a log may be long)."""

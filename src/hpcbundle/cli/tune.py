@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import shlex
+import re
 import socket
 from pathlib import Path
 
 import click
 
-from ..config.errors import UserError
+from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
 from ..launch import Layout, build_command, load_site
@@ -27,18 +27,22 @@ from ..perf.tune import (
     sweep,
     tuned_site_text,
 )
+from ..quoting import shell_join
 from . import main, pass_bundle
 from .launch import doctor_first, image_option, layout_from, no_doctor_option, site_option
-from .outputs import write_atomic
+from .options import Count, seconds
+from .outputs import OUTPUT_HELP, write_atomic
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+MAX_SIZE = 16 << 30
+"""The largest --size (bytes every rank allocates twice)."""
 
 
 def parse_size(text: str) -> int:
     """'64M' -> 67108864 (K/M/G are KiB/MiB/GiB); a plain number is bytes."""
     number, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in _UNITS else (text, "")
-    if not number.isdigit() or int(number) <= 0:
-        raise UserError.at("", "--size", f"{text!r} is not a size", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
+    if not re.fullmatch(r"[0-9]{1,12}", number) or not 0 < int(number) * _UNITS.get(unit, 1) <= MAX_SIZE:
+        raise UserError.at("", "--size", f"{clip(text)} is not a size up to 16G", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
     return int(number) * _UNITS.get(unit, 1)
 
 
@@ -83,11 +87,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 @site_option
 @image_option
 @click.option(
-    "--np",
-    "np_",
-    type=click.IntRange(min=2),
-    required=True,
-    help="Number of ranks (at least 2: an allreduce needs peers).",
+    "--np", "np_", type=Count(2), required=True, help="Number of ranks (at least 2: an allreduce needs peers)."
 )
 @click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option(
@@ -96,7 +96,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 @click.option("--size", default="64M", show_default=True, help="Bytes allreduced per step (K/M/G = KiB/MiB/GiB).")
 @click.option(
     "--tensors",
-    type=click.IntRange(min=1),
+    type=Count(1),
     default=1,
     show_default=True,
     help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).",
@@ -109,11 +109,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     ),
 )
 @click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Runs per candidate, interleaved; the median counts.",
+    "--repeat", type=Count(1), default=3, show_default=True, help="Runs per candidate, interleaved; the median counts."
 )
 @click.option(
     "--python",
@@ -127,7 +123,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 )
 @click.option(
     "--timeout",
-    type=click.IntRange(min=1),
+    type=seconds(86400),
     default=180,
     show_default=True,
     help="Seconds one run may take before it is killed (and counts as failed).",
@@ -136,7 +132,8 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml); its name is the file's stem.",
+    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml; "
+    f"{OUTPUT_HELP}); its name is the file's stem.",
 )
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
 @no_doctor_option
@@ -206,7 +203,7 @@ def tune_command(
     if plan:
         for knob in chosen:
             click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates))
-        click.echo(shlex.join(command(start)))
+        click.echo(shell_join(command(start)))
         return
     if not no_doctor:
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")

@@ -48,3 +48,17 @@ def did_you_mean(name: str, choices: list[str] | tuple[str, ...], noun: str = "k
     if near:
         return f"did you mean {near[0]}?"
     return f"{noun}: " + ", ".join(choices)
+
+
+CLIP = 40
+"""The most characters of a user's value an error echoes (a mistaken file is not printed back)."""
+
+
+def clip(value: object, limit: int = CLIP) -> str:
+    """`value` as repr() text of at most about `limit` characters, e.g. for a key or value in an error.
+
+    >>> clip("root:x:0:0:root:/root:/bin/bash" * 3, 20)
+    "'root:x:0:0:root:/ro…"
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"

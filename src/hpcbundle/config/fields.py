@@ -1,41 +1,109 @@
-"""Validated scalar types shared by recipes and sites: versions, checksums, URLs, names."""
+"""Validated scalar types shared by recipes and sites: versions, checksums, URLs, names, shell-safe words.
+
+Every pattern is ASCII and matched whole (fullmatch: a trailing newline never passes), so a value
+that reaches a generated Dockerfile, .def or shell script cannot add a line or run a command.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 from packaging.version import Version as _PkgVersion
 from pydantic import AfterValidator, BeforeValidator
 
-_VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+from .errors import clip
+
+_VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}")
 
 
 def _version(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         raise ValueError(f'write versions as quoted strings, e.g. "{value}" (YAML reads 12.10 as the number 12.1)')
-    if not isinstance(value, str) or not _VERSION.match(value):
-        raise ValueError(f'not a version like "4.1.6": {value!r}')
+    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        raise ValueError(f'not a version like "4.1.6": {clip(value)}')
     return value
 
 
-def _sha256(value: Any) -> str:
-    if not isinstance(value, str) or not _SHA256.match(value):
-        raise ValueError("a sha256 is 64 lowercase hex digits (run sha256sum on the file)")
+def _whole(pattern: str, what: str, rule: str = "") -> Callable[[Any], str]:
+    """A validator: the value is a string that `pattern` matches whole, else 'not <what>: <value> (<rule>)'."""
+    regex = re.compile(pattern)
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise ValueError(f"not {what}: {clip(value)}" + (f" ({rule})" if rule else ""))
+        return value
+
+    return check
+
+
+_sha256 = _whole(r"[0-9a-f]{64}", "a sha256", "64 lowercase hex digits: run sha256sum on the file")
+_url = _whole(
+    r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/+%-]+",
+    "an https URL to a file",
+    "https://host/path, letters, digits and ._~/+%- only",
+)
+_name = _whole(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}",
+    "a name",
+    "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
+)
+# An image reference as Docker's reference grammar spells it: [registry[:port]/]path[:tag][@sha256:<64 hex>].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?:[A-Za-z0-9.-]+(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[^@]*))?"
+)
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _image(value: Any) -> str:
+    """An image reference, whole; a digest is sha256 with 64 lowercase hex digits and follows a tag."""
+    match = _IMAGE.fullmatch(value) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(
+            f"{clip(value)} is not an image reference like debian:bookworm or nvidia/cuda:12.2.2-devel-ubuntu22.04"
+        )
+    digest = match.group("digest")
+    if digest is not None and not _DIGEST.fullmatch(digest):
+        raise ValueError(
+            f"{clip(digest)} is not a digest: write @sha256: and the 64 lowercase hex digits "
+            "(`docker buildx imagetools inspect IMAGE:TAG` prints it)"
+        )
+    if digest is not None and match.group("tag") is None:
+        raise ValueError(
+            f"{clip(value)} has a digest but no tag: write IMAGE:TAG@sha256:... so a reader sees the version"
+        )
     return value
 
 
-def _url(value: Any) -> str:
-    if not isinstance(value, str) or not re.match(r"^https?://[^\s/]+/\S+$", value):
-        raise ValueError(f"not an http(s) URL to a file: {value!r}")
-    return value
+_option = _whole(
+    r"--?[A-Za-z0-9][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:/+=@%-]*)?",
+    "a configure option like --with-cuda=/usr/local/cuda",
+    "letters, digits and _.,:/+=@%- only: no spaces, quotes or shell characters",
+)
+_env_value = _whole(
+    r"[A-Za-z0-9_.,:/+=@%^-]*", "a plain value", "letters, digits and _.,:/+=@%^- only: no spaces, quotes or $"
+)
+_env_name = _whole(r"[A-Z_][A-Z0-9_]{0,127}", "a variable name like HOROVOD_WITH_MPI", "A-Z, 0-9 and _")
 
 
-def _name(value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError("use letters, digits, '.', '_' and '-' only, starting with a letter or digit")
+def image_digest(reference: str) -> str | None:
+    """The digest an image reference pins, if any::
+
+    >>> image_digest("debian:bookworm@sha256:" + "0" * 64)[:12]
+    'sha256:00000'
+    >>> image_digest("debian:bookworm") is None
+    True
+    """
+    return reference.rsplit("@", 1)[1] if "@" in reference else None
+
+
+def _line(value: Any) -> str:
+    if not isinstance(value, str) or not value.isprintable() or not 0 < len(value) <= 200:
+        raise ValueError("one line of printable text of at most 200 characters (no newline or control character)")
+    if value[0] in " %" or "{{" in value:
+        raise ValueError("may not start with a space or %, nor hold {{ (a .def reads those as sections or arguments)")
     return value
 
 
@@ -45,6 +113,16 @@ Version = Annotated[str, BeforeValidator(_version)]
 Sha256 = Annotated[str, BeforeValidator(_sha256)]
 Url = Annotated[str, BeforeValidator(_url)]
 Name = Annotated[str, AfterValidator(_name)]
+Image = Annotated[str, AfterValidator(_image)]
+"""An image reference: [registry[:port]/]path[:tag][@sha256:digest]; one line, no shell characters."""
+ConfigureOption = Annotated[str, AfterValidator(_option)]
+"""One ./configure option, `--name` or `--name=value`, that the install line can carry unquoted."""
+EnvName = Annotated[str, AfterValidator(_env_name)]
+"""An upper-case environment variable name, as Dockerfile ENV and `export` take it."""
+EnvValue = Annotated[str, AfterValidator(_env_value)]
+"""A variable's value that means the same unquoted, double-quoted, in a Dockerfile and in sh."""
+Line = Annotated[str, AfterValidator(_line)]
+"""One line of printable text (descriptions, labels): nothing can follow it onto a new line."""
 
 
 def parse_version(text: str) -> _PkgVersion:

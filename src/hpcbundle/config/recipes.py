@@ -7,14 +7,13 @@ any cluster: interfaces and MCA choices belong to sites.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .errors import UserError
-from .fields import Name, Sha256, Url, Version
+from .fields import ConfigureOption, EnvName, EnvValue, Image, Line, Name, Sha256, Url, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -25,34 +24,6 @@ PLAIN_IMAGES: dict[str, str] = {
     "debian12": "debian:bookworm",
 }
 """The plain OS image of each base OS (the wheels route builds FROM these)."""
-
-
-# An image reference as Docker's reference grammar spells it: [registry[:port]/]path[:tag][@sha256:<64 hex>].
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REF = re.compile(
-    rf"^(?:[A-Za-z0-9.-]+(?::\d+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[^@]*))?$"
-)
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def _image_ref(value: str) -> str:
-    """Refuse what is not an image reference, and any digest that is not sha256 with 64 lowercase hex digits."""
-    match = _IMAGE_REF.match(value)
-    if not match:
-        raise ValueError(f"{value!r} is not an image reference like nvidia/cuda:12.2.2-devel-ubuntu22.04")
-    digest = match.group("digest")
-    if digest is not None and not _DIGEST.match(digest):
-        raise ValueError(
-            f"{digest!r} is not a digest: write @sha256: and the 64 lowercase hex digits "
-            "(`docker buildx imagetools inspect IMAGE:TAG` prints it)"
-        )
-    if digest is not None and match.group("tag") is None:
-        raise ValueError(f"{value!r} has a digest but no tag: write IMAGE:TAG@sha256:... so a reader sees the version")
-    return value
-
-
-ImageRef = Annotated[str, AfterValidator(_image_ref)]
 
 
 def image_digest(reference: str) -> str | None:
@@ -74,8 +45,8 @@ class Base(StrictModel):
     """
 
     os: OsName
-    build_image: ImageRef = Field(min_length=1, description="FROM of the build stage, e.g. a CUDA devel image")
-    runtime_image: ImageRef = Field(min_length=1, description="FROM of the slim runtime stage")
+    build_image: Image = Field(description="FROM of the build stage, e.g. a CUDA devel image")
+    runtime_image: Image = Field(description="FROM of the slim runtime stage")
 
 
 CudaSource = Literal["image", "wheels"]
@@ -124,7 +95,9 @@ class Mpi(StrictModel):
     version: Version
     install: Literal["source", "distro", "pip"]
     source: Tarball | None = None
-    configure: list[str] = Field(default_factory=list, description="extra ./configure options for install: source")
+    configure: list[ConfigureOption] = Field(
+        default_factory=list, description="extra ./configure options for install: source"
+    )
 
     @model_validator(mode="after")
     def _install_fits(self) -> "Mpi":
@@ -150,7 +123,7 @@ class Ucx(StrictModel):
 
     version: Version
     source: Tarball
-    configure: list[str] = Field(default_factory=list)
+    configure: list[ConfigureOption] = Field(default_factory=list)
 
 
 class TensorFlow(StrictModel):
@@ -191,7 +164,7 @@ class Horovod(StrictModel):
     )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
-    build_env: dict[str, str] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
+    build_env: dict[EnvName, EnvValue] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
 
     @field_validator("build_env")
     @classmethod
@@ -206,7 +179,7 @@ class Recipe(StrictModel):
     """One matched stack. See recipes/*.yaml for complete examples."""
 
     name: Name
-    description: str = Field(min_length=1)
+    description: Line
     base: Base
     python: Version
     gpu: Gpu | None = None

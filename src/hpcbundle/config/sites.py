@@ -22,13 +22,14 @@ runtime registries add theirs (hpcbundle.launch.load_site).
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveFloat, PositiveInt, PrivateAttr
 
-from .errors import UserError
-from .fields import Name, Version
+from .errors import UserError, clip
+from .fields import Line, Name, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -48,8 +49,8 @@ def _matching(regex: str, what: str) -> AfterValidator:
     """A validator that refuses text not matching `regex`, saying what was expected."""
 
     def check(value: str) -> str:
-        if not re.match(regex, value):
-            raise ValueError(f"{value!r} is not {what}")
+        if not re.fullmatch(regex, value):
+            raise ValueError(f"{clip(value)} is not {what}")
         return value
 
     return AfterValidator(check)
@@ -57,11 +58,11 @@ def _matching(regex: str, what: str) -> AfterValidator:
 
 Scalar = Annotated[str, BeforeValidator(_scalar)]
 EnvName = Annotated[str, _matching(r"^[A-Za-z_][A-Za-z0-9_]*$", "a variable name")]
-Word = Annotated[str, _matching(r"^[^\s]+$", "one word without spaces")]
+Word = Annotated[str, _matching(r"^[^\s\x00-\x1f\x7f]+$", "one word without spaces or control characters")]
 McaName = Annotated[str, _matching(r"^[a-z][a-z0-9_]*$", "an MCA parameter name like btl_tcp_if_include")]
 Bind = Annotated[str, _matching(r"^/[^\s:]*(:/[^\s:]*)?$", "an absolute path or SRC:DST")]
-AbsPath = Annotated[str, _matching(r"^/[^\s:]*$", "an absolute path")]
-SLURM_TIME = r"^(\d+-)?\d+(:\d\d){0,2}$"
+AbsPath = Annotated[str, _matching(r"^/[^\s:\x00-\x1f\x7f]*$", "an absolute path")]
+SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
@@ -94,7 +95,9 @@ class Launcher(StrictModel):
     pmi: Word | None = Field(None, description="srun --mpi plugin, e.g. pmix")
     gloo: bool = Field(False, description="horovodrun --gloo instead of MPI")
     args: list[str] = Field(default_factory=list, description="extra launcher options, verbatim")
-    timeout: PositiveInt = Field(3600, description="seconds `launch --exec` may run before the job is killed")
+    timeout: PositiveInt = Field(
+        3600, le=7 * 24 * 3600, description="seconds `launch --exec` may run before the job is killed"
+    )
 
 
 class Container(StrictModel):
@@ -173,7 +176,7 @@ class Site(StrictModel):
     """One cluster. See site_configs/*.yaml for complete examples."""
 
     name: Name
-    description: Annotated[str, _matching(r"^[^\n]+$", "one line of text")]
+    description: Line
     mpi: HostMpi
     launcher: Launcher
     container: Container = Field(default_factory=Container)
@@ -207,6 +210,10 @@ def site_problems(site: Site) -> list[Problem]:
         for k, v in site.env.items()
         if "\n" in v
     ]
+    if "plm_rsh_agent" in site.mca and _unsplittable(site.mca["plm_rsh_agent"]):
+        found.append(
+            Problem("mca.plm_rsh_agent", "has an unbalanced quote or backslash", "write the agent as shell words")
+        )
     if site.mca and site.mpi.flavour != "openmpi":
         found.append(
             Problem(
@@ -297,6 +304,15 @@ def fabric_problems(site: Site) -> list[Problem]:
             Problem("mca.btl", f"selects the openib btl (InfiniBand verbs), {but}", f"use self,vader,tcp, or {fix}")
         )
     return found
+
+
+def _unsplittable(words: str) -> bool:
+    """Whether `words` cannot be split as shell words (an unbalanced quote, a trailing backslash)."""
+    try:
+        shlex.split(words)
+    except ValueError:
+        return True
+    return False
 
 
 # Site keys that name network interfaces, in the order interface_settings reports them.

@@ -7,7 +7,6 @@ the allocation (srun, or mpirun taking the hosts from SLURM); the template quote
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -16,8 +15,9 @@ import jinja2
 
 from .. import __version__
 from ..build.render import template_environment
-from ..config.errors import UserError
+from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
+from ..quoting import shell_quote
 from . import Layout, build_command
 
 TEMPLATE = "sbatch.sh.j2"
@@ -51,7 +51,7 @@ class GateStep:
 def script_environment(scripts_dir: Path) -> jinja2.Environment:
     """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
     env = template_environment(scripts_dir)
-    env.filters["shquote"] = shlex.quote
+    env.filters["shquote"] = shell_quote
     return env
 
 
@@ -59,8 +59,8 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', ...]."""
     slurm = site.slurm
     time = job.time or slurm.time
-    if time is not None and not re.match(SLURM_TIME, time):
-        raise UserError.at("", "--time", f"{time!r} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+    if time is not None and not (len(time) <= 20 and re.fullmatch(SLURM_TIME, time)):
+        raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
     values = {
         "job-name": job.job_name or slurm.job_name,
         "nodes": str(job.nodes),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from ..config.sites import Site
+from ..quoting import shell_join
 
 Segment = Literal["env", "launcher", "wrapper", "runtime", "program"]
 
@@ -53,8 +53,8 @@ class Command:
         return [token for part in self.parts for token in part.tokens]
 
     def display(self) -> str:
-        """One shell line that bash parses back into exactly `argv`."""
-        return shlex.join(self.argv)
+        """One shell line that bash parses back into exactly `argv` (control characters as $'...')."""
+        return shell_join(self.argv)
 
     def segments(self) -> list[list[str]]:
         """The tokens grouped by segment (env, launcher, wrappers, runtime, program): a script's lines."""
@@ -70,6 +70,6 @@ class Command:
     def explain(self) -> list[str]:
         """`tokens  <- source: why`, one line per part, e.g.
         `-x NCCL_SOCKET_IFNAME=^virbr0,lo  <- site ib-v100 env.NCCL_SOCKET_IFNAME: keep NCCL off ...`."""
-        shown = [shlex.join(part.tokens) if part.tokens else "(nothing)" for part in self.parts]
+        shown = [shell_join(part.tokens) if part.tokens else "(nothing)" for part in self.parts]
         width = min(max(map(len, shown), default=0), 40)
         return [f"{text:<{width}}  <- {part.source}: {part.why}" for text, part in zip(shown, self.parts, strict=True)]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..config.errors import UserError
+from ..config.errors import UserError, clip
 
-_HOST = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?::(\d+))?$")
+_HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,252})(?::([0-9]+))?")
+MAX_SLOTS = 100_000
+"""The most slots one host may have (a typo such as 10000000000 is refused, not launched)."""
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,21 @@ def parse_hosts(text: str) -> tuple[tuple[str, int], ...]:
     """
     hosts = []
     for item in text.split(","):
-        match = _HOST.match(item.strip())
-        if not match or match.group(2) == "0":
-            raise UserError.at("", "--hosts", f"{item!r} is not HOST or HOST:SLOTS", "e.g. --hosts f1:2,f2:2")
-        hosts.append((match.group(1), int(match.group(2) or 1)))
+        match = _HOST.fullmatch(item.strip())
+        if not match:
+            raise UserError.at("", "--hosts", f"{clip(item)} is not HOST or HOST:SLOTS", "e.g. --hosts f1:2,f2:2")
+        hosts.append((match.group(1), _slots(match.group(2), "", "--hosts")))
     return tuple(hosts)
+
+
+def _slots(digits: str | None, where: str, key: str) -> int:
+    """A host's slot count from its ASCII digits (None: one slot), between 1 and MAX_SLOTS."""
+    if digits is None:
+        return 1
+    count = int(digits[-7:]) if len(digits.lstrip("0")) <= 6 else MAX_SLOTS + 1
+    if not 1 <= count <= MAX_SLOTS:
+        raise UserError.at(where, key, f"{clip(digits, 12)} slots", f"give 1 to {MAX_SLOTS} slots per host")
+    return count
 
 
 def hostfile_slots(text: str, where: str) -> int:
@@ -75,11 +87,14 @@ def hostfile_slots(text: str, where: str) -> int:
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        slots = re.search(r"\bslots=(\d+)", line)
-        match = _HOST.match(words[0])
-        if not match:
+        match = _HOST.fullmatch(words[0])
+        options = [re.fullmatch(r"(slots|max_slots|max-slots)=([0-9]+)", word) for word in words[1:]]
+        if not match or not all(options) or (match.group(2) and any(options)):
             raise UserError.at(
-                f"{where}:{number}", "", f"{words[0]!r} is not a host", "write `host slots=N` or `host:N`"
+                f"{where}:{number}", "", f"{clip(line, 24)} is not a hostfile line", "write `host slots=N` or `host:N`"
             )
-        total += int(slots.group(1)) if slots else int(match.group(2) or 1)
+        slots = next((option.group(2) for option in options if option and option.group(1) == "slots"), None)
+        total += _slots(slots or match.group(2), f"{where}:{number}", "slots")
+    if not total:
+        raise UserError.at(where, "", "names no host", "write one `host slots=N` or `host:N` line per node")
     return total

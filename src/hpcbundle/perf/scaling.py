@@ -31,7 +31,7 @@ from typing import Iterable, Mapping, Sequence
 import jinja2
 import numpy as np
 
-from ..config.errors import UserError
+from ..config.errors import UserError, clip
 from ..config.sites import Site
 from ..launch.batch import BatchJob, sbatch_script
 
@@ -114,12 +114,26 @@ def parse_nodes(text: str) -> tuple[int, ...]:
     """
     counts: set[int] = set()
     for part in text.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        match = re.fullmatch(r"\s*([0-9]{1,6})\s*(?:-\s*([0-9]{1,6})\s*)?", part)
         if not match or int(match.group(1)) < 1 or (match.group(2) and int(match.group(2)) < int(match.group(1))):
-            raise UserError.at("", "--nodes", f"{text!r} is not a list of node counts", "e.g. 1-4, 1,2,4,8 or 1-2,4")
-        first = int(match.group(1))
-        counts.update(range(first, int(match.group(2) or first) + 1))
+            raise UserError.at(
+                "", "--nodes", f"{clip(text)} is not a list of node counts", "e.g. 1-4, 1,2,4,8 or 1-2,4"
+            )
+        first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+        if last - first >= MAX_POINTS or len(counts) >= MAX_POINTS or last > MAX_NODES:
+            raise UserError.at(
+                "", "--nodes", f"{clip(text)} names too many points", f"at most {MAX_POINTS} counts up to {MAX_NODES}"
+            )
+        counts.update(range(first, last + 1))
+    if len(counts) > MAX_POINTS:
+        raise UserError.at("", "--nodes", f"{clip(text)} names too many points", f"at most {MAX_POINTS} counts")
     return tuple(sorted(counts))
+
+
+MAX_POINTS = 256
+"""The most jobs one study may plan (node counts x modes x rounds)."""
+MAX_NODES = 100_000
+"""The largest node count a study may name."""
 
 
 def plan(study: Study) -> list[Point]:
@@ -137,6 +151,13 @@ def plan(study: Study) -> list[Point]:
     if study.repeat < 1:
         raise UserError.at("", "--repeat", f"is {study.repeat}", "run every point at least once")
     once = _points(study)
+    if len(once) * study.repeat > MAX_POINTS:
+        raise UserError.at(
+            "",
+            "--nodes",
+            f"{len(once) * study.repeat} jobs (node counts x modes x --repeat)",
+            f"plan at most {MAX_POINTS} jobs",
+        )
     if study.repeat == 1:
         return once
     return [replace(p, round=r) for r in range(1, study.repeat + 1) for p in once]
@@ -276,23 +297,33 @@ def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:
     """The points a plan.json describes; a damaged file is a UserError naming the key."""
     try:
         rows = document["points"]
-        return [
+        points = [
             Point(
                 str(r["mode"]),
-                int(r["nodes"]),
-                int(r["ranks"]),
-                int(r["batch_per_rank"]),
-                None if r.get("round") is None else int(r["round"]),
+                _bounded(r["nodes"], MAX_NODES),
+                _bounded(r["ranks"], MAX_NODES * 1024),
+                _bounded(r["batch_per_rank"], 1 << 30),
+                None if r.get("round") is None else _bounded(r["round"], MAX_POINTS),
             )
-            for r in rows
+            for r in rows[: MAX_POINTS + 1]
         ]
+        if len(points) > MAX_POINTS or any(p.mode not in MODES for p in points):
+            raise ValueError(f"more than {MAX_POINTS} points, or a mode other than {' or '.join(MODES)}")
+        return points
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError.at(
             where,
             "points",
-            f"is not a plan's list of points ({type(exc).__name__}: {exc})",
+            f"is not a plan's list of points ({type(exc).__name__}: {clip(str(exc), 80)})",
             "write the plan again with `hpcbundle scaling plan`",
         ) from None
+
+
+def _bounded(value: object, most: int) -> int:
+    """A positive JSON integer no larger than `most` (a plan's counts), else ValueError."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise ValueError(f"{clip(value)} is not a whole number from 1 to {most}")
+    return value
 
 
 # --- results ---------------------------------------------------------------------------------
@@ -321,8 +352,10 @@ def parse_output(text: str) -> Measurement | None:
         try:
             data = json.loads(line)
             if data.get("metric") == METRIC:
-                found = Measurement(float(data["total"]), float(data.get("total_spread", 0.0)), int(data["ranks"]))
-        except (ValueError, KeyError, TypeError):
+                measured = Measurement(float(data["total"]), float(data.get("total_spread", 0.0)), int(data["ranks"]))
+                if 0 < measured.img_per_sec < math.inf and measured.ranks >= 1 and math.isfinite(measured.spread):
+                    found = measured
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
             continue
     return found
 

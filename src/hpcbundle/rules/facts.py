@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import __version__
-from ..config.fields import parse_version
-from ..config.recipes import Recipe, image_digest
+from ..config.fields import image_digest, parse_version
+from ..config.recipes import Recipe
 from ..config.sites import Site
 from .engine import Facts, Result, evaluate
 from .knowledge import KnowledgeBase
