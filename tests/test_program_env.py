@@ -73,6 +73,12 @@ def test_ranks_with_the_login_interpreter_fail_naming_node_interpreter_and_fix()
     )
 
 
+def test_nodes_that_found_the_same_interpreter_are_named_together():
+    login = rank("n", "/usr/bin/python3", horovod=None, torch=None)
+    line = judge({"node2": login, "node3": login, "node4": rank("node4", torch="2.12.0")})
+    assert "python3 on node2, node3: /usr/bin/python3 (no horovod, no torch); python3 on node4: " in line
+
+
 def test_a_different_framework_version_or_a_missing_program_fails_too():
     assert "torch 2.12.0" in judge({"node2": rank("node2", torch="2.12.0")}, export=["PATH"])
     assert "install the same venv" in judge({"node2": rank("node2", torch="2.12.0")}, export=["PATH"])
@@ -143,6 +149,15 @@ def test_container_line_keeps_the_images_environment():
         "containers (drop VIRTUAL_ENV from export: the image provides the program's environment)"
     ]
     assert build_command(venv, Layout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"]).argv[-2:] == ["python", "t.py"]
+
+
+def test_charliecloud_keeps_the_images_path_only_with_set_env():
+    ch = load_site("local-charliecloud", SITES).model_copy(update={"export": ["PATH"]})
+    line = build_command(ch, Layout(2), ["python3", "t.py"], "/img").display()
+    assert "-x PATH " in line and "ch-run --set-env /img -- python3 t.py" in line
+    bare = ch.model_copy(update={"container": ch.container.model_copy(update={"args": []})})
+    with pytest.raises(UserError, match=r"export\[0\]: PATH of the launching shell would replace the image's own"):
+        build_command(bare, Layout(2), ["python3", "t.py"], "/img")
 
 
 def test_site_detect_drafts_the_program_environment_to_export_marked_confirm():

@@ -101,16 +101,26 @@ def program_modules(source: str) -> list[str]:
 
 
 def parse_probe(output: str) -> list[dict[str, Any]]:
-    """The probe lines in a launch's output, one dict per rank (lines of anything else are ignored)."""
+    r"""The probe records in a launch's output, one dict per rank; anything else is ignored.
+
+    Records are found by their mark, not by line: mpirun forwards a rank's output in chunks, and a
+    record's newline may arrive after the next rank's record (seen with Open MPI 4.1 over ssh)::
+
+        >>> [r["host"] for r in parse_probe('HPCBUNDLE-PROBE\tpython\t{"host": "n1", "rank": "0"}'
+        ...     'HPCBUNDLE-PROBE\tmissing\tn2\t1\t/usr/bin\n\nnoise\n')]
+        ['n1', 'n2']
+    """
     found = []
-    for line in output.splitlines():
-        fields = line.split("\t")
-        if len(fields) < 3 or fields[0] != MARK:
-            continue
-        kind = fields[1]
+    for chunk in output.split(MARK)[1:]:
+        fields = chunk.split("\n", 1)[0].split("\t")
+        kind = fields[1] if len(fields) > 1 else ""
         if kind == "python":
-            found.append({"kind": kind, **json.loads(fields[2])})
-        elif len(fields) == 5:
+            try:
+                data, _ = json.JSONDecoder().raw_decode(chunk.split("\t", 2)[2])
+            except ValueError:
+                continue
+            found.append({"kind": kind, **data})
+        elif kind in ("missing", "found") and len(fields) == 5:
             key = "path" if kind == "missing" else "executable"
             found.append({"kind": kind, "host": fields[2], "rank": fields[3], key: fields[4]})
     return found

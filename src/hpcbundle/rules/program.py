@@ -51,7 +51,10 @@ def program_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
     nodes = probe["nodes"]
     bad = {h: n for h, n in nodes.items() if "error" not in n and not _same(n, here)}
     silent = {h: n["error"] for h, n in nodes.items() if "error" in n}
-    evidence = [f"{argv0} on {h}: {_describe(n)}" for h, n in bad.items()]
+    groups: dict[str, list[str]] = {}  # nodes that found the same thing are named together
+    for host, node in bad.items():
+        groups.setdefault(_describe(node), []).append(host)
+    evidence = [f"{argv0} on {', '.join(hosts)}: {found}" for found, hosts in groups.items()]
     evidence += [f"{h}: {e}" for h, e in silent.items()]
     if evidence:
         reference = f"this node: {_describe(here)}"
