@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hpcbundle_testbed import SshCluster
+from hpcbundle_testbed.netns_cluster import ip
+from hpcbundle_testbed.procs import pid_alive
 from hpcbundle_testbed.sites import ssh_site
 
 from .helpers import ROOT
@@ -80,11 +83,20 @@ def test_without_the_environment_remote_ranks_cannot_import_the_framework(
     cluster: SshCluster, venv: Path, tmp_path: Path
 ):
     site = ssh_site(tmp_path, cluster, "ssh-bare")
+    # Each node's daemon also writes its ranks' output to files: mpirun, aborting the job, may drop
+    # a dying rank's last lines before they reach its own stdout.
+    logs = tmp_path / "ranks"
+    data = yaml.safe_load(site.read_text())
+    data["launcher"]["args"] = ["--output-filename", str(logs)]
+    site.write_text(yaml.safe_dump(data))
     result = launch_on_node1(cluster, venv, site, TRAIN, "--no-doctor", "--timeout", "120")
     assert result.returncode != 0, result.stdout[-2000:]
-    assert re.search(r"ModuleNotFoundError: No module named '(horovod|torch)'", result.stdout + result.stderr), (
-        result.stdout[-2000:] + result.stderr[-2000:]
-    )
+    remote = {p.parent.name: p.read_text(errors="replace") for p in logs.rglob("stderr")}
+    assert any(
+        re.search(r"ModuleNotFoundError: No module named '(horovod|torch)'", text)
+        for name, text in remote.items()
+        if name != "rank.0"
+    ), remote
     assert "final:" not in result.stdout
 
 
@@ -138,3 +150,14 @@ def test_program_found_only_in_the_launching_shell_is_refused_naming_the_node(
     assert "hvd-train on node2, node3: not found on PATH" in fail
     assert f"this node: {tools}/hvd-train" in fail
     assert not (tmp_path / "ran").exists()
+
+
+def test_teardown_stops_every_sshd_by_pid_and_deletes_the_namespaces_also_after_a_failure(cluster_tools: None):
+    with pytest.raises(RuntimeError, match="the test failed here"):
+        with SshCluster(2) as small:
+            pids, names = dict(small.sshd_pids), {small.netns(n) for n in ["switch", *small.nodes]}
+            assert sorted(pids) == ["node1", "node2"] and all(pid_alive(pid) for pid in pids.values())
+            raise RuntimeError("the test failed here")
+    assert not [pid for pid in pids.values() if pid_alive(pid)]
+    assert not names & {line.split()[0] for line in ip("netns", "list").splitlines() if line.strip()}
+    assert not small.workdir.exists()
