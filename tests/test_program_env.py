@@ -19,7 +19,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import draft_site
-from hpcbundle.diagnose.program import parse_probe, probe_words, program_modules
+from hpcbundle.diagnose.program import SHELL_PROBE, parse_probe, probe_words, program_modules
 from hpcbundle.launch import Layout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
 from hpcbundle.rules.knowledge import knowledge_base
@@ -27,6 +27,7 @@ from hpcbundle.rules.knowledge import knowledge_base
 from .helpers import ROOT
 from .test_detect import observed
 from .test_doctor import SITE
+from .test_render_lint import shellcheck
 
 SITES = find_bundle(None, ROOT).sites_dir
 VENV = {"kind": "python", "executable": "/srv/venv/bin/python3", "prefix": "/srv/venv"}
@@ -38,9 +39,9 @@ def rank(host: str, executable: str = "/srv/venv/bin/python3", **modules) -> dic
     return {"kind": "python", "host": host, "rank": "0", "executable": executable, "prefix": prefix, "modules": found}
 
 
-def judge(nodes: dict, *, export=(), here=None, image=None, runtime="none") -> str:
+def judge(nodes: dict, *, export=(), here=None, image=None, runtime="none", reference="this node") -> str:
     data = {**copy.deepcopy(SITE), "export": list(export), "container": {"runtime": runtime}}
-    probe = {"argv0": "python3", "launching": here or rank("node1"), "nodes": nodes}
+    probe = {"argv0": "python3", "reference": reference, "launching": here or rank("node1"), "nodes": nodes}
     facts = Facts(site=Site.model_validate(data), observed=True, program=probe, image_path=image)
     return next(r.line() for r in evaluate(facts, knowledge_base()) if r.rule == "program-env")
 
@@ -61,6 +62,10 @@ def test_probe_run_here_reports_the_interpreter_and_versions_it_resolves():
     assert found["modules"]["no_such_module_x"] is None
     missing = subprocess.run(probe_words("no-such-program-x", []), capture_output=True, text=True, timeout=60)
     assert parse_probe(missing.stdout)[0]["kind"] == "missing"
+
+
+def test_the_probes_shell_passes_shellcheck():
+    assert shellcheck(SHELL_PROBE, "sh") == []
 
 
 def test_ranks_with_the_login_interpreter_fail_naming_node_interpreter_and_fix():
@@ -86,6 +91,18 @@ def test_a_different_framework_version_or_a_missing_program_fails_too():
     assert "python3 on node3: not found on PATH" in judge({"node3": missing})
     assert "node2: the probe rank did not report (exit 1)" in judge(
         {"node2": {"error": "the probe rank did not report (exit 1): x"}}
+    )
+
+
+def test_in_an_image_the_first_nodes_rank_is_the_reference_and_the_fix_is_the_image():
+    in_image = rank("node1", "/opt/venv/bin/python3")
+    reference = "node1 (the image as the launcher starts it)"
+    nodes = {"node1": in_image, "node2": rank("node2", "/opt/venv/bin/python3", torch="2.1.2")}
+    line = judge(nodes, here=in_image, image="/img.sif", runtime="singularity", reference=reference)
+    assert line == (
+        "FAIL  program-env          python3 on node2: /opt/venv/bin/python3 (horovod 0.28.1, torch 2.1.2) "
+        f"(as the launcher starts it; {reference}: /opt/venv/bin/python3 (horovod 0.28.1, torch 2.13.0)); "
+        "use an image that has the program at that path, the same image on every node"
     )
 
 

@@ -3,7 +3,8 @@
 The launching shell on node1 has the venv activated (PATH, VIRTUAL_ENV); a remote rank starts in
 root's login environment as sshd makes it, which has no venv. So a site that forwards nothing
 fails on the remote nodes with ModuleNotFoundError, doctor refuses that launch before starting
-anything, and the site that exports the program environment trains on all three nodes.
+anything, and the site that exports the program environment (as `site detect` drafts it from the
+activated shell) trains on all three nodes.
 """
 
 from __future__ import annotations
@@ -132,6 +133,24 @@ def test_site_exporting_the_venv_passes_doctor_and_trains_on_three_nodes_over_ss
     assert re.search(r"^final: accuracy=[\d.]+ loss=[\d.]+ images/sec=[\d.]+ ranks=3$", result.stdout, re.M), (
         result.stdout[-3000:]
     )
+
+
+def test_site_detect_in_the_activated_shell_drafts_a_site_that_runs_on_three_nodes_over_ssh(
+    cluster: SshCluster, venv: Path, tmp_path: Path
+):
+    draft = tmp_path / "drafted.yaml"
+    # How this cluster reaches its nodes, as a user's ssh set-up would: detect records OMPI_MCA_ variables.
+    env = activated(venv, OMPI_MCA_plm_rsh_agent=cluster.rsh_agent_value())
+    detect = cli_on_node1(cluster, venv, "site", "detect", "--hosts", "node2,node3", "-o", str(draft), env=env)
+    assert detect.returncode == 0, detect.stderr
+    text = draft.read_text()
+    assert "export:  # CONFIRM: what the launching shell holds (mpirun -x)" in text
+    assert f"  - VIRTUAL_ENV  # {venv}\n" in text
+    assert {"PATH", "VIRTUAL_ENV"} <= set(yaml.safe_load(text)["export"])
+    program = ["python3", "examples/allreduce_check.py", "--frameworks", "torch"]
+    result = launch_on_node1(cluster, venv, draft, program)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "allreduce_check: OK size=3 " in result.stdout, result.stdout[-3000:]
 
 
 def test_program_found_only_in_the_launching_shell_is_refused_naming_the_node(

@@ -52,7 +52,7 @@ def program_probe(
     words = probe_words(program[0], modules)
     names = [h for h, _ in hosts]
     layout = Layout(np=len(names), hosts=tuple((h, 1) for h in names))
-    return ProgramProbe(build_command(site, layout, words, image).argv, words, names)
+    return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
 
 
 def doctor_first(

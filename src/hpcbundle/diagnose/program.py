@@ -29,7 +29,7 @@ FRAMEWORKS = ("torch", "tensorflow", "keras", "mxnet")
 # Runs in the rank: resolve the program's first word with the rank's PATH, as the launcher does;
 # a Python interpreter then runs PYTHON_PROBE, anything else is reported as found or missing.
 SHELL_PROBE = r"""host=$(hostname)
-rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-${SLURM_PROCID:-}}}}
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-${HOROVOD_RANK:-${SLURM_PROCID:-}}}}}
 if ! exe=$(command -v "$1"); then
     printf '@MARK@\t%s\t%s\t%s\t%s\n' missing "$host" "$rank" "$PATH"
     exit 0
@@ -65,11 +65,14 @@ time.sleep(0.1)
 
 class ProgramProbe(NamedTuple):
     """What doctor runs: `launch_argv` (the job's launch line with `words` as its program), and
-    `hosts`, the node of each rank in order (rank i runs on hosts[i])."""
+    `hosts`, the node of each rank in order (rank i runs on hosts[i]). `in_image`: the ranks run in
+    a container, whose environment is the image's: the first node's rank is the reference, not
+    this node's own shell."""
 
     launch_argv: list[str]
     words: list[str]
     hosts: list[str]
+    in_image: bool = False
 
 
 def probe_words(argv0: str, modules: Sequence[str]) -> list[str]:
@@ -150,19 +153,23 @@ def _run(argv: Sequence[str], timeout: float, stop: threading.Event | None = Non
 
 
 def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = None) -> dict[str, Any]:
-    """Run the probe here (the reference) and through the launch line; facts for the program-env rule.
+    """Run the probe through the launch line and, without an image, here (the reference).
 
-    {'argv0', 'launching': rank facts here, 'nodes': {host: rank facts or {'error'}}, 'error'?}.
-    `stop` ends the launch early (doctor sets it when the nodes already failed, e.g. a wrong
-    interface, where the launch line would only hang until `timeout`).
+    {'argv0', 'reference': where the reference ran, 'launching': its rank facts, 'nodes': {host:
+    rank facts or {'error'}}, 'error'?}. `stop` ends the launch early (doctor sets it when the
+    nodes already failed, e.g. a wrong interface, where the launch line would only hang until `timeout`).
     """
     argv0 = probe.words[4]
-    _, here = _run(probe.words, timeout)
-    launching = next(iter(parse_probe(here)), {"kind": "missing", "host": "this node", "path": os.environ.get("PATH")})
+    reference = f"{probe.hosts[0]} (the image as the launcher starts it)" if probe.in_image else "this node"
+    launching: dict[str, Any] = {}
+    if not probe.in_image:
+        _, here = _run(probe.words, timeout)
+        launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
+    facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}
     try:
         status, out = _run(probe.launch_argv, timeout, stop)
     except OSError as exc:
-        return {"argv0": argv0, "launching": launching, "nodes": {}, "error": f"{probe.launch_argv[0]}: {exc.strerror}"}
+        return {**facts, "error": f"{probe.launch_argv[0]}: {exc.strerror}"}
     ranks = {int(r["rank"]): r for r in parse_probe(out) if r.get("rank", "").isdigit()}
     nodes: dict[str, dict[str, Any]] = {}
     for index, host in enumerate(probe.hosts):
@@ -172,4 +179,6 @@ def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = 
             why = f"no answer within {timeout:g} s" if status is None else f"exit {status}"
             tail = [line for line in out.strip().splitlines() if line.strip()][-1:] or [""]
             nodes[host] = {"error": f"the probe rank did not report ({why}): {tail[0].strip()[:200]}"}
-    return {"argv0": argv0, "launching": launching, "nodes": nodes}
+    if probe.in_image:
+        facts["launching"] = nodes[probe.hosts[0]]
+    return {**facts, "nodes": nodes}

@@ -29,16 +29,18 @@ def program_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """Every rank, started by the launcher, finds the program's first word where the launching
     node does, and, for Python, the same interpreter with the same horovod and frameworks."""
     probe, site = facts.program or {}, facts.site
-    argv0, here = probe["argv0"], probe["launching"]
+    argv0, here, reference = probe["argv0"], probe["launching"], probe.get("reference", "this node")
     if probe.get("error"):
         return Verdict("FAIL", f"the probe launch did not run: {probe['error']}", "check the launcher on this node")
+    if "error" in here:
+        return Verdict("FAIL", f"{reference}: {here['error']}", "run the job's launch line with --exec to see why")
+    container = site.container.runtime != "none" and facts.image_path
     if here.get("kind") == "missing":
         return Verdict(
             "FAIL",
-            f"{argv0} is not found on this node either (PATH={here.get('path')})",
-            "give the program's path, or activate its venv before launching",
+            f"{argv0} is not found on {reference} (PATH={here.get('path')})",
+            "give the program's path in the image" if container else "give its path, or activate its venv first",
         )
-    container = site.container.runtime != "none" and facts.image_path
     if container:
         fix = "use an image that has the program at that path, the same image on every node"
     elif "PATH" in site.export:
@@ -57,6 +59,6 @@ def program_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
     evidence = [f"{argv0} on {', '.join(hosts)}: {found}" for found, hosts in groups.items()]
     evidence += [f"{h}: {e}" for h, e in silent.items()]
     if evidence:
-        reference = f"this node: {_describe(here)}"
-        return Verdict("FAIL", "; ".join(evidence) + f" (as the launcher starts it; {reference})", fix)
-    return Verdict("PASS", f"{argv0} -> {_describe(here)} on {', '.join(nodes)}, as on this node")
+        seen = f"{reference}: {_describe(here)}"
+        return Verdict("FAIL", "; ".join(evidence) + f" (as the launcher starts it; {seen})", fix)
+    return Verdict("PASS", f"{argv0} -> {_describe(here)} on {', '.join(nodes)}, as on {reference}")
