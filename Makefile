@@ -102,12 +102,13 @@ demo: setup ## The main job: a real 2-rank Horovod training run on the default `
 
 BENCH_OUT ?= $(BUILD)/bench
 
-bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), launch overhead, launch gate, scaling
+bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), launch overhead, launch gate, scaling, doctor's program check
 	mkdir -p $(BENCH_OUT)
 	$(BIN)/python bench/allreduce.py --tuned | tee $(BENCH_OUT)/allreduce.txt
 	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt
 	$(BIN)/python bench/gate.py | tee $(BENCH_OUT)/gate.txt
 	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt
+	$(BIN)/python bench/doctor_program.py | tee $(BENCH_OUT)/doctor_program.txt
 
 clean: ## Remove build outputs (keeps the venv and the cache)
 	rm -rf $(BUILD)

@@ -49,7 +49,15 @@ def test_every_rule_runs_from_each_front_end_that_has_its_facts():
     from_check = {r.name for r in applicable(declared_facts(recipe, site, KB))}
     from_doctor = {
         r.name
-        for r in applicable(observed_facts(site, observed_as_declared(recipe, site), image="/img", hosts={"node1": 1}))
+        for r in applicable(
+            observed_facts(
+                site,
+                observed_as_declared(recipe, site),
+                image="/img",
+                hosts={"node1": 1},
+                program_env={"argv0": "python3", "launching": {}, "nodes": {}},
+            )
+        )
     }
     for r in RULES:
         if r.needs <= DECLARABLE:

@@ -19,8 +19,8 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev cmake g++ make python3-dev python3-venv python3-yaml
     # SLURM tests
     slurm-wlm munge
-    # fake clusters from network namespaces (ip, nsenter, unshare), bandwidth checks
-    iproute2 util-linux iperf3
+    # fake clusters from network namespaces (ip, nsenter, unshare), bandwidth checks, a real sshd per node
+    iproute2 util-linux iperf3 openssh-server openssh-client
     # linters and base-image bootstrap
     shellcheck debootstrap
     # container engines

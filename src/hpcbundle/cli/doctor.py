@@ -15,7 +15,7 @@ from ..launch import load_site, parse_hosts
 from ..rules.engine import Result, exit_status
 from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
-from .launch import site_option
+from .launch import PROGRAM_SETTINGS, program_probe, site_option
 from .options import seconds
 from .outputs import OUTPUT_HELP, write_atomic
 
@@ -38,7 +38,7 @@ def print_results(results: list[Result], err: bool = False) -> None:
             click.echo(r.line(), err=err)
 
 
-@main.command("doctor")
+@main.command("doctor", context_settings=PROGRAM_SETTINGS)
 @site_option
 @click.option("--image", help="The image to check (.sif, directory image, or Docker name).")
 @click.option(
@@ -52,22 +52,34 @@ def print_results(results: list[Result], err: bool = False) -> None:
 @click.option(
     "--timeout", type=seconds(3600), default=30, show_default=True, help="Seconds each node may take to answer."
 )
+@click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
 def doctor_command(
-    ctx: click.Context, bundle, site: str, image: str | None, hosts: str | None, no_checksum: bool, timeout: int
+    ctx: click.Context,
+    bundle,
+    site: str,
+    image: str | None,
+    hosts: str | None,
+    no_checksum: bool,
+    timeout: int,
+    program: tuple[str, ...],
 ) -> None:
     """Check SITE (and IMAGE) on this node or on --hosts: PASS/WARN/FAIL with evidence and fix.
+
+    With `-- PROGRAM ...` (as given to `launch`), also start the program's first word on every
+    host through the site's launch line and compare its interpreter and modules with this node's.
 
     \b
     Exit status: 0 all PASS, 1 a WARN, 2 a FAIL. Examples:
       hpcbundle doctor
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
+      hpcbundle doctor --site mycluster --hosts n1,n2,n3 -- python train.py
     """
     model = load_site(site, bundle.get().sites_dir)
-    results = doctor(
-        model, image, parse_hosts(hosts) if hosts is not None else (), checksum=not no_checksum, timeout=timeout
-    )
+    placed = parse_hosts(hosts) if hosts is not None else ()
+    probe = program_probe(model, placed, program, image)
+    results = doctor(model, image, placed, checksum=not no_checksum, timeout=timeout, probe=probe)
     print_results(results)
     ctx.exit(exit_status(results))
 

@@ -13,7 +13,8 @@ import click
 from ..config.errors import UserError
 from ..config.loading import read_text
 from ..config.sites import Site
-from ..launch import Layout, build_command, hostfile_slots, load_site, parse_hosts
+from ..diagnose.program import ProgramProbe, probe_words, program_modules
+from ..launch import LAUNCHERS, Layout, build_command, hostfile_slots, load_site, parse_hosts
 from ..launch.batch import BatchJob, GateStep, parse_job_id, sbatch_script, script_environment
 from ..launch.execute import run_bounded, run_captured
 from . import main, pass_bundle
@@ -40,13 +41,39 @@ gate_option = click.option(
 )
 
 
-def doctor_first(ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str) -> None:
+def program_probe(
+    site: Site, hosts: tuple[tuple[str, int], ...], program: tuple[str, ...], image: str | None
+) -> ProgramProbe | None:
+    """The job's own launch line, one rank on each remote host, running the program-environment
+    probe instead of `program` (None when no rank leaves this node or the launcher places ranks itself).
+
+    The program's imports are read here, at the edge: `python3 train.py` probes horovod and the
+    frameworks train.py imports.
+    """
+    remote = [h for h, _ in hosts if h not in ("localhost", socket.gethostname())]
+    launcher = LAUNCHERS.get(site.launcher.name)
+    if not program or not remote or launcher is None or not launcher.takes_hosts:
+        return None
+    modules = ["horovod"]
+    script = Path(program[1]) if len(program) > 1 else None
+    if script and script.suffix == ".py" and script.is_file():
+        modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
+    words = probe_words(program[0], modules)
+    names = [h for h, _ in hosts]
+    layout = Layout(np=len(names), hosts=tuple((h, 1) for h in names))
+    return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
+
+
+def doctor_first(
+    ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str, program: tuple[str, ...] = ()
+) -> None:
     """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
     from ..diagnose.doctor import doctor
     from ..rules.engine import exit_status
     from .doctor import print_results
 
-    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20)
+    probe = program_probe(model, hosts, program, image)
+    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe)
     shown = [r for r in results if r.status in ("WARN", "FAIL")]
     print_results(shown, err=True)
     if exit_status(results) == 2:
@@ -118,7 +145,8 @@ def launch_command(
     """
     model = site_for(bundle, site)
     layout = layout_from(np_, hosts, hostfile)
-    command = build_command(model, layout, program, image)
+    # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
+    command = build_command(model, layout, program, image, os.environ if execute else None)
     if gate and not execute:
         gate_first(ctx, model, layout, image, program)
     if not execute:
@@ -129,7 +157,7 @@ def launch_command(
     for line in command.explain() if explain else ():
         click.echo(line, err=True)
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program)
     if gate:
         gate_first(ctx, model, layout, image, program)
     limit, source = (

@@ -206,7 +206,7 @@ def tune_command(
         click.echo(shell_join(command(start)))
         return
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes")
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", tuple(program))
 
     def measure(settings: Settings) -> float | None:
         ran = run_captured(command(settings), timeout)

@@ -66,6 +66,13 @@ SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
+# The variables that choose a program's interpreter, its modules and their libraries: what a
+# launching shell with an activated venv or conda env holds, and what a rank on another node lacks
+# unless the launcher forwards it (site `export`). `site detect` drafts the ones that are set;
+# exported into a container they would replace the image's own.
+PROGRAM_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME")
+
+
 class Problem(NamedTuple):
     """One bad combination: the site key, what is wrong, how to fix it."""
 

@@ -20,6 +20,8 @@ import re
 import socket
 from typing import Any
 
+from ..config.sites import PROGRAM_ENV
+
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
 
 
@@ -101,6 +103,7 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
             else "no container runtime found on PATH"
         ),
     ]
+    lines += _export_lines(observed.get("program_env") or {}, launcher)
     ompi_env = observed.get("ompi_env") or {}
     if is_ompi and ompi_env:
         lines.append("mca:")
@@ -143,6 +146,23 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     return "\n".join(lines) + "\n"
 
 
+def _export_lines(program_env: dict[str, str], launcher: str) -> list[str]:
+    """`export:` of the program environment the launching shell holds (PROGRAM_ENV order), marked CONFIRM."""
+    names = [name for name in PROGRAM_ENV if program_env.get(name)]
+    if not names:
+        return []
+    how = "mpirun -x" if launcher.startswith("mpirun") else f"{launcher} forwards its environment"
+    lines = [
+        f"export:  # CONFIRM: what the launching shell holds ({how}): over ssh a rank otherwise gets the "
+        "login PATH, not your venv; the same paths must exist on every node"
+    ]
+    for name in names:
+        value = program_env[name]
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        lines.append(f"  - {name}  # {_q(shown)[1:-1]}")
+    return lines
+
+
 def observe(hosts: list[str]) -> dict[str, Any]:
     """Gather the facts draft_site needs, on this node (the edge: runs ip, nvidia-smi, mpirun, sinfo)."""
     from . import probes
@@ -164,4 +184,5 @@ def observe(hosts: list[str]) -> dict[str, Any]:
         "host_routes": {h: probes.route_interface(h) for h in hosts},
         "slurm": probes.slurm(),
         "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")},
+        "program_env": {name: os.environ[name] for name in PROGRAM_ENV if os.environ.get(name)},
     }

@@ -16,14 +16,17 @@ same rule judges a node that was observed and the node a site declares. For exam
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Mapping
 
 from ..config.sites import Site
-from ..rules.engine import Facts, Result, evaluate
+from ..rules.engine import Facts, Result, evaluate, failed
 from ..rules.fabric import named_interfaces
 from ..rules.facts import manifest_facts
 from ..rules.knowledge import knowledge_base
-from . import fanout
+from . import fanout, program
 
 
 def image_manifest(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str] | None, str]:
@@ -44,6 +47,7 @@ def observed_facts(
     hosts: Mapping[str, int] | None = None,
     checksum: bool = False,
     scope: Literal["nodes", "login"] = "nodes",
+    program_env: Mapping[str, Any] | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read."""
     labels, source = image_manifest(nodes)
@@ -58,6 +62,7 @@ def observed_facts(
         image_path=image,
         checksum=checksum,
         scope=scope,
+        program=program_env,
     )
 
 
@@ -69,9 +74,28 @@ def doctor(
     checksum: bool,
     scope: Literal["nodes", "login"] = "nodes",
     timeout: float = 30.0,
+    probe: program.ProgramProbe | None = None,
 ) -> list[Result]:
-    """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run."""
+    """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
+
+    With `probe` (the job's launch line running a probe, built by the caller), the program's
+    environment on every node is observed at the same time, through the launcher; it is judged
+    when nothing else failed (otherwise the probe's launch is stopped: it would hang or fail for
+    the same reason, and the FAIL already says why).
+    """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
-    nodes, reach = fanout.gather(dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout)
-    facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
-    return evaluate(facts, knowledge_base())
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        seen = pool.submit(program.observe, probe, timeout, stop) if probe else None
+        nodes, reach = fanout.gather(
+            dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout
+        )
+        facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
+        results = evaluate(facts, knowledge_base())
+        if seen is None:
+            return results
+        if failed(results):  # the launch line would fail or hang for the same reason: stop it
+            stop.set()
+            seen.result()
+            return results
+        return evaluate(dataclasses.replace(facts, program=seen.result()), knowledge_base())

@@ -151,6 +151,8 @@ class Runtime:
     """Starts one container per rank (or, with `wraps_launcher`, one container holding the launcher).
 
     `userns`: runs unprivileged in a user namespace by default (site container.userns overrides).
+    `image_keeps`: variables of the launching environment that never reach the program inside the
+    container (the image's own value wins); every other exported variable replaces the image's.
     """
 
     name: ClassVar[str]
@@ -159,9 +161,14 @@ class Runtime:
     needs_image: ClassVar[bool] = True
     userns: ClassVar[bool] = False
     wraps_launcher: ClassVar[bool] = False
+    image_keeps: ClassVar[frozenset[str]] = frozenset()
 
     def problems(self, site: Site) -> list[Problem]:
         return []
+
+    def keeps_image_env(self, site: Site) -> frozenset[str]:
+        """The variables whose image value the program sees whatever the launching shell exports."""
+        return self.image_keeps
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         """The words before the program: command, options, image (None only for runtime none)."""

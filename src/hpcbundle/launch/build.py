@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..config import sites
 from ..config.errors import UserError
-from ..config.sites import Problem, Site
+from ..config.sites import PROGRAM_ENV, Problem, Site
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -131,6 +131,13 @@ def check_layout(
             f"needs more than one {site.name} node ({per} ranks each) but no hosts were given",
             f"add --hosts node1:{per},node2:{per} or --hostfile FILE, or launch inside a SLURM allocation",
         )
+    for index, name in enumerate(site.export if image else ()):
+        if name in PROGRAM_ENV and name not in runtime.keeps_image_env(site):
+            raise site.problem(
+                f"export[{index}]",
+                f"{name} of the launching shell would replace the image's own in {runtime.name} containers",
+                f"drop {name} from export: the image provides the program's environment",
+            )
     if (
         image
         and runtime.wraps_launcher
@@ -144,8 +151,34 @@ def check_layout(
         )
 
 
-def build_command(site: Site, layout: Layout, program: Sequence[str], image: str | None = None) -> Command:
-    """The launch command for `program` on `site`, every token explained.
+_ACTIVATE = {
+    "VIRTUAL_ENV": "activate the venv (source VENV/bin/activate)",
+    "CONDA_PREFIX": "activate the conda env (conda activate ENV)",
+}
+
+
+def check_environment(site: Site, environment: Mapping[str, str]) -> None:
+    """Refuse a site that exports a variable the launching shell does not have (`environment`,
+    read at the edge): the ranks would miss it, or the launcher refuse the whole line."""
+    for index, name in enumerate(site.export):
+        if name not in environment:
+            fix = _ACTIVATE.get(name, f"set {name}")
+            raise site.problem(
+                f"export[{index}]",
+                f"{name} is not set in the launching shell",
+                f"{fix} in the launching shell, or drop {name} from export",
+            )
+
+
+def build_command(
+    site: Site,
+    layout: Layout,
+    program: Sequence[str],
+    image: str | None = None,
+    environment: Mapping[str, str] | None = None,
+) -> Command:
+    """The launch command for `program` on `site`, every token explained. With `environment`
+    (the launching shell's, read by the caller), every variable the site exports must be set there.
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
@@ -159,11 +192,15 @@ def build_command(site: Site, layout: Layout, program: Sequence[str], image: str
     """
     launcher, runtime = _parts_for(site)
     check_layout(site, launcher, runtime, layout, image, program)
+    if environment is not None:
+        check_environment(site, environment)
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)
     for index, name in enumerate(site.export):
         tokens = launcher.export(site, name)
         why = reasons.export(name) if tokens else f"{launcher.name} passes the launching environment to every rank"
+        if image and name in runtime.keeps_image_env(site):
+            why += f"; on the host only: {runtime.name} keeps the image's own {name} inside"
         main.site(f"export[{index}]", tokens, why)
     # The site's own variables and MCA parameters in its order, then what network.interfaces derives.
     derivable = set(sites.derived_interfaces(site)) & launcher.interface_keys

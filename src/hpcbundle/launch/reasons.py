@@ -14,7 +14,12 @@ LAUNCHER: dict[str, str] = {
 
 ENV: dict[str, str] = {
     "LD_LIBRARY_PATH": "remote ranks get the launching shell's library path",
-    "PATH": "remote ranks find the same programs (the runtime, python) as the launching shell",
+    "PATH": "remote ranks find the same programs (the runtime, python) as the launching shell: "
+    "over ssh a rank starts with the login shell's PATH, without the launching shell's venv",
+    "VIRTUAL_ENV": "remote ranks run in the launching shell's virtualenv (the same path on every node)",
+    "CONDA_PREFIX": "remote ranks run in the launching shell's conda env (the same path on every node)",
+    "PYTHONPATH": "remote ranks import modules from the same places as the launching shell",
+    "PYTHONHOME": "remote ranks use the launching shell's Python installation",
     "NCCL_SOCKET_IFNAME": "the interfaces NCCL's bootstrap and socket transport may use",
     "NCCL_IB_HCA": "the InfiniBand/RoCE adapters NCCL may use",
     "NCCL_IB_DISABLE": "NCCL moves data over sockets, not InfiniBand verbs",

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from .knowledge import KnowledgeBase
 
 # One module per family of rules, in the order their results are shown.
-FAMILIES = ("base", "nodes", "gpu", "frameworks", "mpi", "containers", "fabric")
+FAMILIES = ("base", "nodes", "program", "gpu", "frameworks", "mpi", "containers", "fabric")
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
-Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts"]
+Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class Facts:
     hosts       ranks per host of the planned launch (doctor --hosts)
     reach, image_path, checksum, scope: what only doctor observes (TCP probes between the nodes,
                 the image path it looked for, whether it hashed it, and whether it ran on a login node)
+    program     the program's environment on every node as the launcher starts it, and on the
+                launching node (diagnose/program.py); only doctor observes it
     """
 
     site: Site | None
@@ -85,6 +87,7 @@ class Facts:
     image_path: str | None = None
     checksum: bool = False
     scope: Literal["nodes", "login"] = "nodes"
+    program: Mapping[str, Any] | None = None
 
     def available(self) -> set[str]:
         """The kinds of facts present (what a rule's `needs` is matched against)."""
@@ -95,6 +98,7 @@ class Facts:
             "nodes": self.nodes,
             "hosts": self.hosts,
             "observed": self.observed or None,
+            "program": self.program,
         }
         return {name for name, value in present.items() if value is not None}
 

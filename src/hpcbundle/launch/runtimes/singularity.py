@@ -14,10 +14,13 @@ class Singularity(Runtime):
         mpirun -np 4 ... singularity exec --nv --bind /scratch horovod.sif python train.py
 
     container.gpu adds --nv, container.binds one --bind each. The host environment reaches the
-    program unchanged. Installed setuid by default, so no user namespace (container.userns).
+    program, except PATH and LD_LIBRARY_PATH: the image's own win (Singularity and Apptainer omit
+    them from the host's, internal/pkg/util/env/clean.go), so exporting them only finds singularity
+    on the remote nodes. Installed setuid by default, so no user namespace (container.userns).
     """
 
     name = command = "singularity"
+    image_keeps = frozenset({"PATH", "LD_LIBRARY_PATH"})
     summary = "one container per rank: the launcher starts it on every node, MPI wires the ranks from outside"
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:

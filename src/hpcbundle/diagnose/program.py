@@ -1,0 +1,184 @@
+"""The program's environment on every node, as the launcher starts it: the job's own launch line
+with the program replaced by a probe, one rank per node.
+
+Doctor's own fan-out reaches a node its own way; a rank reaches it through the launcher (ssh with
+the login shell's PATH, a container, srun's environment). So the probe runs through the very
+command `launch` generates: its first word resolved as the rank resolves it, and, for a Python
+interpreter, the interpreter found there and the versions of horovod and the frameworks the
+program imports. The launching node runs the same probe locally as the reference::
+
+    /bin/sh -c SCRIPT sh python3 PROBE horovod torch     # what replaces `python3 train.py`
+    HPCBUNDLE-PROBE<TAB>python<TAB>{"host": "node2", "rank": "1", "executable": "/usr/bin/python3", ...}
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, NamedTuple, Sequence
+
+MARK = "HPCBUNDLE-PROBE"
+# The frameworks a Horovod program may import; horovod itself is always probed.
+FRAMEWORKS = ("torch", "tensorflow", "keras", "mxnet")
+
+# Runs in the rank: resolve the program's first word with the rank's PATH, as the launcher does;
+# a Python interpreter then runs PYTHON_PROBE, anything else is reported as found or missing.
+SHELL_PROBE = r"""host=$(hostname)
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-${HOROVOD_RANK:-${SLURM_PROCID:-}}}}}
+if ! exe=$(command -v "$1"); then
+    printf '@MARK@\t%s\t%s\t%s\t%s\n' missing "$host" "$rank" "$PATH"
+    exit 0
+fi
+case ${exe##*/} in
+    python*) exec "$exe" -c "$2" "$host" "$rank" "$@" ;;
+esac
+printf '@MARK@\t%s\t%s\t%s\t%s\n' found "$host" "$rank" "$exe"
+""".replace("@MARK@", MARK)
+
+# argv: -c HOST RANK ARGV0 PROBE MODULE...; versions from package metadata and modules found, not
+# imported (importing torch costs seconds on every node).
+PYTHON_PROBE = r"""import importlib.metadata as md, importlib.util as iu, json, sys, time
+host, rank, mods = sys.argv[1], sys.argv[2], sys.argv[5:]
+found = {}
+for m in mods:
+    try:
+        spec = iu.find_spec(m)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        found[m] = None
+        continue
+    try:
+        found[m] = md.version(m)
+    except md.PackageNotFoundError:
+        found[m] = getattr(__import__(m), "__version__", "?")
+info = {"host": host, "rank": rank, "executable": sys.executable, "prefix": sys.prefix, "modules": found}
+print("@MARK@\tpython\t" + json.dumps(info), flush=True)
+time.sleep(0.1)
+""".replace("@MARK@", MARK)
+
+
+class ProgramProbe(NamedTuple):
+    """What doctor runs: `launch_argv` (the job's launch line with `words` as its program), and
+    `hosts`, the node of each rank in order (rank i runs on hosts[i]). `in_image`: the ranks run in
+    a container, whose environment is the image's: the first node's rank is the reference, not
+    this node's own shell."""
+
+    launch_argv: list[str]
+    words: list[str]
+    hosts: list[str]
+    in_image: bool = False
+
+
+def probe_words(argv0: str, modules: Sequence[str]) -> list[str]:
+    """The program that replaces the job's: resolve `argv0` and, for Python, report `modules`.
+
+    >>> probe_words("python3", ["horovod"])[:2] + probe_words("python3", ["horovod"])[3:5]
+    ['/bin/sh', '-c', 'sh', 'python3']
+    """
+    return ["/bin/sh", "-c", SHELL_PROBE, "sh", argv0, PYTHON_PROBE, *modules]
+
+
+def program_modules(source: str) -> list[str]:
+    """horovod and the frameworks that a program's source imports at top level (pure).
+
+    >>> program_modules("import horovod.torch as hvd\\nimport torch.nn as nn\\nfrom tensorflow import keras")
+    ['horovod', 'torch', 'tensorflow']
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ["horovod"]
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return ["horovod"] + [name for name in FRAMEWORKS if name in names]
+
+
+def parse_probe(output: str) -> list[dict[str, Any]]:
+    r"""The probe records in a launch's output, one dict per rank; anything else is ignored.
+
+    Records are found by their mark, not by line: mpirun forwards a rank's output in chunks, and a
+    record's newline may arrive after the next rank's record (seen with Open MPI 4.1 over ssh)::
+
+        >>> [r["host"] for r in parse_probe('HPCBUNDLE-PROBE\tpython\t{"host": "n1", "rank": "0"}'
+        ...     'HPCBUNDLE-PROBE\tmissing\tn2\t1\t/usr/bin\n\nnoise\n')]
+        ['n1', 'n2']
+    """
+    found = []
+    for chunk in output.split(MARK)[1:]:
+        fields = chunk.split("\n", 1)[0].split("\t")
+        kind = fields[1] if len(fields) > 1 else ""
+        if kind == "python":
+            try:
+                data, _ = json.JSONDecoder().raw_decode(chunk.split("\t", 2)[2])
+            except ValueError:
+                continue
+            found.append({"kind": kind, **data})
+        elif kind in ("missing", "found") and len(fields) == 5:
+            key = "path" if kind == "missing" else "executable"
+            found.append({"kind": kind, "host": fields[2], "rank": fields[3], key: fields[4]})
+    return found
+
+
+def _run(argv: Sequence[str], timeout: float, stop: threading.Event | None = None) -> tuple[int | None, str]:
+    """(exit status, stdout + stderr) of a bounded command; None when the bound or `stop` ended it
+    (its process group is killed then)."""
+    proc = subprocess.Popen(  # noqa: S603 - argv lists only
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            out, _ = proc.communicate(timeout=0.1)
+            return proc.returncode, out
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                return None, out
+
+
+def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = None) -> dict[str, Any]:
+    """Run the probe through the launch line and, without an image, here (the reference).
+
+    {'argv0', 'reference': where the reference ran, 'launching': its rank facts, 'nodes': {host:
+    rank facts or {'error'}}, 'error'?}. `stop` ends the launch early (doctor sets it when the
+    nodes already failed, e.g. a wrong interface, where the launch line would only hang until `timeout`).
+    """
+    argv0 = probe.words[4]
+    reference = f"{probe.hosts[0]} (the image as the launcher starts it)" if probe.in_image else "this node"
+    launching: dict[str, Any] = {}
+    if not probe.in_image:
+        _, here = _run(probe.words, timeout)
+        launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
+    facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}
+    try:
+        status, out = _run(probe.launch_argv, timeout, stop)
+    except OSError as exc:
+        return {**facts, "error": f"{probe.launch_argv[0]}: {exc.strerror}"}
+    ranks = {int(r["rank"]): r for r in parse_probe(out) if r.get("rank", "").isdigit()}
+    nodes: dict[str, dict[str, Any]] = {}
+    for index, host in enumerate(probe.hosts):
+        if index in ranks:
+            nodes[host] = ranks[index]
+        else:
+            why = f"no answer within {timeout:g} s" if status is None else f"exit {status}"
+            tail = [line for line in out.strip().splitlines() if line.strip()][-1:] or [""]
+            nodes[host] = {"error": f"the probe rank did not report ({why}): {tail[0].strip()[:200]}"}
+    if probe.in_image:
+        facts["launching"] = nodes[probe.hosts[0]]
+    return {**facts, "nodes": nodes}
