@@ -26,17 +26,6 @@ PLAIN_IMAGES: dict[str, str] = {
 """The plain OS image of each base OS (the wheels route builds FROM these)."""
 
 
-def image_digest(reference: str) -> str | None:
-    """The digest an image reference pins, if any::
-
-    >>> image_digest("debian:bookworm@sha256:" + "0" * 64)[:12]
-    'sha256:00000'
-    >>> image_digest("debian:bookworm") is None
-    True
-    """
-    return reference.rsplit("@", 1)[1] if "@" in reference else None
-
-
 class Base(StrictModel):
     """The images the two stages start FROM; both must be the same OS (same python, same libc).
 

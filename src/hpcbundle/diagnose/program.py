@@ -16,11 +16,11 @@ from __future__ import annotations
 import ast
 import json
 import os
-import signal
-import subprocess
 import threading
-import time
 from typing import Any, NamedTuple, Sequence
+
+from ..config.errors import UserError
+from ..launch.execute import run_captured
 
 MARK = "HPCBUNDLE-PROBE"
 # The frameworks a Horovod program may import; horovod itself is always probed.
@@ -129,29 +129,6 @@ def parse_probe(output: str) -> list[dict[str, Any]]:
     return found
 
 
-def _run(argv: Sequence[str], timeout: float, stop: threading.Event | None = None) -> tuple[int | None, str]:
-    """(exit status, stdout + stderr) of a bounded command; None when the bound or `stop` ended it
-    (its process group is killed then)."""
-    proc = subprocess.Popen(  # noqa: S603 - argv lists only
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            out, _ = proc.communicate(timeout=0.1)
-            return proc.returncode, out
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
-                os.killpg(proc.pid, signal.SIGKILL)
-                out, _ = proc.communicate()
-                return None, out
-
-
 def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = None) -> dict[str, Any]:
     """Run the probe through the launch line and, without an image, here (the reference).
 
@@ -163,13 +140,15 @@ def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = 
     reference = f"{probe.hosts[0]} (the image as the launcher starts it)" if probe.in_image else "this node"
     launching: dict[str, Any] = {}
     if not probe.in_image:
-        _, here = _run(probe.words, timeout)
+        ran = run_captured(probe.words, timeout)
+        here = ran.stdout + ran.stderr
         launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
     facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}
     try:
-        status, out = _run(probe.launch_argv, timeout, stop)
-    except OSError as exc:
-        return {**facts, "error": f"{probe.launch_argv[0]}: {exc.strerror}"}
+        ran = run_captured(probe.launch_argv, timeout, grace=1.0, stop=stop)
+    except UserError as exc:
+        return {**facts, "error": str(exc)}
+    status, out = ran.status, ran.stdout + ran.stderr
     ranks = {int(r["rank"]): r for r in parse_probe(out) if r.get("rank", "").isdigit()}
     nodes: dict[str, dict[str, Any]] = {}
     for index, host in enumerate(probe.hosts):

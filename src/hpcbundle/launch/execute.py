@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,23 +52,31 @@ class Captured:
     stderr: str
 
 
-def run_captured(argv: Sequence[str], timeout: float, grace: float = 5.0) -> Captured:
-    """Like run_bounded, but stdin is /dev/null and the output is returned, not shown.
+def run_captured(
+    argv: Sequence[str], timeout: float, grace: float = 5.0, stop: threading.Event | None = None
+) -> Captured:
+    """Like run_bounded, but stdin is /dev/null and the output is returned, not shown; `stop`, when
+    set by another thread, ends the run early as the bound does.
 
     >>> run_captured(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
     Captured(status=3, stdout='out\\n', stderr='err\\n')
     """
     proc = _start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(proc, grace)
-        out, err = proc.communicate()
-        return Captured(None, out, err)
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                out, err = proc.communicate(timeout=min(left, 0.1) if stop is not None else left)
+                return Captured(_status(proc.returncode), out, err)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline or (stop is not None and stop.is_set()):
+                    kill_group(proc, grace)
+                    out, err = proc.communicate()
+                    return Captured(None, out, err)
     except KeyboardInterrupt:
         kill_group(proc, grace)
         raise
-    return Captured(_status(proc.returncode), out, err)
 
 
 def _start(argv: Sequence[str], **popen: object) -> subprocess.Popen:
