@@ -326,3 +326,9 @@ def test_an_image_without_ucx_or_verbs_fails_on_an_infiniband_ucx_site():
     results = by_rule(diagnose(ucx_site, {"n1": node("n1", image=image, ib=["mlx5_0"])}, image="/img"))
     assert results["pml-ucx"].status == "FAIL" and "has no UCX" in results["pml-ucx"].evidence
     assert results["fabric-libs"].status == "FAIL" and "NET/Socket" in results["fabric-libs"].evidence
+
+
+@pytest.mark.parametrize("nodes", ["0-99999999999999", "٠", "1-0x10", "all"])
+def test_a_numactl_node_list_too_long_or_not_in_ascii_digits_is_skipped_not_expanded(nodes):
+    results = diagnose(site(wrappers=[["numactl", "-m", nodes]]), {"n1": {**node("n1"), "numa": {"0": 1}}})
+    assert by_rule(results)["numa-memory"].status == "SKIP"

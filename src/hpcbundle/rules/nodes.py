@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from .engine import Facts, Verdict, rule
@@ -68,6 +69,7 @@ def _gpus(node: Mapping[str, Any], declared: int) -> int:
     return len(gpu.get("gpus", [])) if gpu.get("present") else declared
 
 
+MAX_NUMA_NODES = 1024  # numactl node lists beyond this are not judged (a Linux kernel has at most 1024)
 NUMACTL_MEMORY = {"-p": "--preferred", "-m": "--membind", "-i": "--interleave"}
 
 
@@ -99,13 +101,15 @@ def numactl_memory_nodes(wrapper: list[str]) -> list[tuple[str, list[int]]]:
 
 
 def _node_list(text: str) -> list[int]:
-    """'1' -> [1]; '0,2-3' -> [0, 2, 3]; anything else -> []."""
+    """'1' -> [1]; '0,2-3' -> [0, 2, 3]; anything else (or more than MAX_NUMA_NODES) -> []."""
     nodes: list[int] = []
     for part in text.split(","):
         low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
+        if not re.fullmatch(r"[0-9]{1,4}", low) or (high and not re.fullmatch(r"[0-9]{1,4}", high)):
             return []
         nodes += range(int(low), int(high or low) + 1)
+        if len(nodes) > MAX_NUMA_NODES:
+            return []
     return nodes
 
 
