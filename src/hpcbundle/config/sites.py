@@ -26,7 +26,7 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, NamedTuple
 
-from pydantic import AfterValidator, BeforeValidator, Field, PositiveFloat, PositiveInt, PrivateAttr
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
 
 from .errors import UserError, clip
 from .fields import Line, Name, Version
@@ -147,15 +147,21 @@ class Network(StrictModel):
         description="TCP interfaces MPI and NCCL may use: "
         "btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME unless the site sets them",
     )
-    link_gbps: PositiveFloat | None = Field(
-        None, description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against"
+    link_gbps: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        allow_inf_nan=False,
+        description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against",
     )
 
 
 class Gate(StrictModel):
     """The launch gate (`launch --gate`, `sbatch --gate`): a short allreduce that proves the fabric first."""
 
-    threshold: float = Field(0.5, description="the least busbw the gate accepts, as a fraction of network.link_gbps")
+    threshold: float = Field(
+        0.5, allow_inf_nan=False, description="the least busbw the gate accepts, as a fraction of network.link_gbps"
+    )
     timeout: PositiveInt = Field(30, description="seconds the gate may take before it is killed (a hung interface)")
 
 
