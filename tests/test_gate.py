@@ -200,6 +200,18 @@ def test_gate_threshold_outside_zero_to_one_is_a_one_line_error(tmp_path: Path, 
     ), lines[0]
 
 
+@pytest.mark.parametrize("gate", [{"timeout": 3601}, {"timeout": 10**17}, {"threshold": float("inf")}])
+def test_gate_timeout_over_an_hour_or_an_infinite_threshold_is_a_one_line_error(tmp_path: Path, gate: dict) -> None:
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    data["gate"] = gate
+    path = tmp_path / "local.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = hpcbundle("launch", "--site", str(path), "--np", "2", "--gate", "--exec", "--", "python3", "t.py")
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"hpcbundle: error: {path}: gate.{next(iter(gate))}: "), line
+
+
 def test_gate_in_a_python_without_mpi4py_or_horovod_says_what_it_needs(tmp_path: Path) -> None:
     for package in ("mpi4py", "horovod"):  # shadowed by packages that fail to import, as in a bare image
         (tmp_path / package).mkdir()

@@ -162,7 +162,9 @@ class Gate(StrictModel):
     threshold: float = Field(
         0.5, allow_inf_nan=False, description="the least busbw the gate accepts, as a fraction of network.link_gbps"
     )
-    timeout: PositiveInt = Field(30, description="seconds the gate may take before it is killed (a hung interface)")
+    timeout: PositiveInt = Field(
+        30, le=3600, description="seconds the gate may take before it is killed (a hung interface)"
+    )
 
 
 class Slurm(StrictModel):
