@@ -1,10 +1,15 @@
-"""Allreduce rank-valued tensors through Horovod (PyTorch and/or TensorFlow, on CPU) and check the sums.
+"""Allreduce rank-valued tensors through Horovod (PyTorch or TensorFlow, on CPU) and check the sums.
 
 Every rank contributes a tensor filled with its rank; the sum must be 0 + 1 + ... + (size - 1) in
 every element. Rank 0 prints one line; any rank with a wrong sum exits 1.
 
+One framework per process: horovod.torch and horovod.tensorflow each carry their own copy of
+Horovod's core, and Horovod does not support both in one process (horovod#709, #1074). Measured
+here with both: 1 run in 30 segfaulted in Horovod's shutdown at exit under CPU load. Check the
+other framework with a second run.
+
     mpirun -np 2 python examples/allreduce_check.py
-    horovodrun -np 2 python examples/allreduce_check.py --frameworks torch
+    mpirun -np 2 python examples/allreduce_check.py --framework tensorflow
 """
 
 from __future__ import annotations
@@ -45,22 +50,19 @@ def tensorflow_sum() -> tuple[int, int, list[float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--frameworks", nargs="+", choices=FRAMEWORKS, help="default: every framework that is installed"
-    )
+    parser.add_argument("--framework", choices=FRAMEWORKS, help="default: torch if it is installed, else tensorflow")
     args = parser.parse_args(argv)
-    chosen = args.frameworks or [name for name in FRAMEWORKS if importlib.util.find_spec(name)]
-    if not chosen:
+    framework = args.framework or next((name for name in FRAMEWORKS if importlib.util.find_spec(name)), None)
+    if framework is None:
         print("allreduce_check: neither torch nor tensorflow is installed", file=sys.stderr)
         return 2
-    results = {name: {"torch": torch_sum, "tensorflow": tensorflow_sum}[name]() for name in chosen}
-    rank, size, _ = results[chosen[0]]
+    rank, size, values = {"torch": torch_sum, "tensorflow": tensorflow_sum}[framework]()
     expected = float(size * (size - 1) // 2)
-    wrong = {name: values for name, (_, _, values) in results.items() if any(v != expected for v in values)}
+    wrong = any(v != expected for v in values)
     if rank == 0 or wrong:
-        status = "FAIL " + " ".join(f"{name}={values}" for name, values in wrong.items()) if wrong else "OK"
+        status = f"FAIL {values}" if wrong else "OK"
         print(
-            f"allreduce_check: {status} size={size} expected={expected:g} frameworks={','.join(chosen)} (rank {rank})",
+            f"allreduce_check: {status} size={size} expected={expected:g} framework={framework} (rank {rank})",
             flush=True,
         )
     return 1 if wrong else 0

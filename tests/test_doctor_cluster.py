@@ -216,7 +216,7 @@ def test_site_detect_on_a_node_writes_a_site_that_runs_horovod_on_three_nodes(cl
             "--",
             str(VENV_PYTHON),
             str(ROOT / "examples" / "allreduce_check.py"),
-            "--frameworks",
+            "--framework",
             "torch",
         ),
         env={"OMP_NUM_THREADS": "1"},

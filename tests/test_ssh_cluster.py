@@ -147,7 +147,7 @@ def test_site_detect_in_the_activated_shell_drafts_a_site_that_runs_on_three_nod
     assert "export:  # CONFIRM: what the launching shell holds (mpirun -x)" in text
     assert f"  - VIRTUAL_ENV  # {venv}\n" in text
     assert {"PATH", "VIRTUAL_ENV"} <= set(yaml.safe_load(text)["export"])
-    program = ["python3", "examples/allreduce_check.py", "--frameworks", "torch"]
+    program = ["python3", "examples/allreduce_check.py", "--framework", "torch"]
     result = launch_on_node1(cluster, venv, draft, program)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "allreduce_check: OK size=3 " in result.stdout, result.stdout[-3000:]
