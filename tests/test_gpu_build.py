@@ -19,7 +19,7 @@ import pytest
 from hpcbundle.build.imagespec import image_spec
 from hpcbundle.rules.knowledge import knowledge_base
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
-from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall
+from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall, run_install_script
 
 pytestmark = pytest.mark.gpu_build
 
@@ -95,3 +95,20 @@ def test_horovod_wheel_is_cached_by_versions(gpu_host_install: HostInstall) -> N
         assert "Horovod: building" in gpu_host_install.log
     else:
         assert "Horovod: building" not in gpu_host_install.log, "a cached wheel was there, yet Horovod was built"
+
+
+def test_script_builds_against_a_cuda_toolkit_the_host_names(
+    pytestconfig: pytest.Config, gpu_host_install: HostInstall, cuda_host_venv: CudaStack, tmp_path: Path
+) -> None:
+    """HPCBUNDLE_CUDA_HOME names a CUDA 13.0 toolkit already there (here the venv's own nvcc tree, a
+    real toolkit, as /usr/local/cuda or a `module load cuda` would be): the script asks pip for no
+    toolkit wheel, builds against that toolkit and writes its lib64 into the env file."""
+    venv = gpu_host_install.venv
+    toolkit = site_packages(venv) / "nvidia" / "cu13"
+    assert (toolkit / "bin" / "nvcc").is_file(), f"no nvcc in {toolkit}"
+    log, _ = run_install_script(pytestconfig, cuda_host_venv, tmp_path, {"HPCBUNDLE_CUDA_HOME": str(toolkit)})
+    assert f"CUDA toolkit: {toolkit}\n" in log
+    assert "nvidia-cuda-nvcc" not in log, "pip was asked for the toolkit wheels although a toolkit was named"
+    assert f"{toolkit}/lib64${{LD_LIBRARY_PATH" in (venv / "hpcbundle-env.sh").read_text()
+    marks = check_build_marks(_in_venv(venv, ["horovodrun", "--check-build"]))
+    assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks

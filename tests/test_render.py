@@ -429,13 +429,40 @@ def test_install_script_reuses_the_host_wheels_works_offline_and_caches_horovod_
     assert 'HPCBUNDLE_VENV="${1:-${HPCBUNDLE_VENV:-./horovod-venv}}"' in script
     assert "venv_args+=(--system-site-packages)" in script and '-m venv ${venv_args[@]+"${venv_args[@]}"}' in script
     # exact pins: a no-op where the host already has them; pip reads PIP_NO_INDEX / PIP_FIND_LINKS itself
-    assert '"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88' in script
+    assert '\n"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0\n' in script
+    # the toolkit wheels only where no host toolkit is named (HPCBUNDLE_CUDA_HOME)
+    assert (
+        'if [ -z "${HPCBUNDLE_CUDA_HOME}" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install nvidia-cuda-nvcc=='
+        in script
+    )
     assert "--find-links" not in script and "--no-cache-dir" not in script
     key = horovod_key(recipe("cuda13.0-torch2.11"))
     cache = f"${{HPCBUNDLE_CACHE}}/horovod/{key}-py${{HPCBUNDLE_PYVER}}"
     assert f'hvd_wheel="$(find "{cache}" -maxdepth 1 -name \'horovod-*.whl\' -print -quit)"' in script
     assert 'export HOROVOD_NCCL_HOME="${HPCBUNDLE_BUILD}/nccl"' in script  # a link to torch's NCCL, host untouched
     assert "horovodrun --check-build" in script and script.count("printf '\\n==> [") == 5
+
+
+def test_install_script_refuses_a_host_cuda_home_without_the_recipes_nvcc_before_making_anything(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "install.sh"
+    script.write_text(rendered("cuda13.0-torch2.11", "shell"))
+    venv = tmp_path / "venv"
+    run = subprocess.run(
+        ["bash", str(script), str(venv)],
+        env={**os.environ, "HPCBUNDLE_CUDA_HOME": str(tmp_path / "no-cuda")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr == (
+        f"install.sh: HPCBUNDLE_CUDA_HOME={tmp_path / 'no-cuda'}: nvcc release not found there, the recipe needs 13.0 "
+        "(name a CUDA 13.0 toolkit, or unset HPCBUNDLE_CUDA_HOME to install the toolkit wheels)\n"
+    )
+    assert not venv.exists() and run.stdout == ""
 
 
 def test_horovod_cache_key_changes_with_every_version_the_wheel_depends_on() -> None:

@@ -171,6 +171,52 @@ def installed_wheel(venv: Path, name: str = "horovod") -> Path | None:
     return None
 
 
+def run_install_script(
+    config: pytest.Config, stack: CudaStack, work: Path, extra_env: dict[str, str] | None = None
+) -> tuple[str, float]:
+    """Render `GPU_RECIPE --format shell` into `work` and run it unchanged on the stack's host venv,
+    offline (PIP_NO_INDEX=1, the wheelhouse as PIP_FIND_LINKS): (its log, seconds). Fails the test
+    with the log's tail unless it exits 0."""
+    assert stack.venv is not None
+    script = work / "install.sh"
+    hpcbundle = Path(sys.executable).parent / "hpcbundle"
+    render = subprocess.run(
+        [str(hpcbundle), "render", GPU_RECIPE, "--format", "shell", "-o", str(script)],
+        cwd=config.rootpath,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if render.returncode:
+        pytest.fail(f"hpcbundle render {GPU_RECIPE} --format shell: {render.stderr.strip()}", pytrace=False)
+    env = {
+        **os.environ,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(stack.wheelhouse.path),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "HPCBUNDLE_CACHE": str(cuda_wheels.cache_dir()),
+        **(extra_env or {}),
+    }
+    log = work / "install.log"
+    t0 = time.monotonic()
+    try:
+        status = cuda_wheels.run_logged(
+            ["bash", str(script), str(stack.venv.path)],
+            log,
+            env=env,
+            cwd=work,
+            timeout=1800,
+            progress=terminal_progress(config, "install.sh"),
+            show=_script_lines,
+        )
+    except TimeoutError as exc:
+        pytest.fail(f"the rendered install script: {exc}\n{cuda_wheels.tail(log, 60)}", pytrace=False)
+    if status:
+        pytest.fail(f"the rendered install script failed ({status}):\n{cuda_wheels.tail(log, 60)}", pytrace=False)
+    return log.read_text(errors="replace"), time.monotonic() - t0
+
+
 @pytest.fixture(scope="session")
 def gpu_host_install(
     pytestconfig: pytest.Config, cuda_host_venv: CudaStack, gpu_report: list[str], tmp_path_factory
@@ -180,53 +226,17 @@ def gpu_host_install(
     script must install it: cold it compiles (~220 s), warm it takes its cached wheel."""
     venv = cuda_host_venv.venv
     assert venv is not None
-    work = tmp_path_factory.mktemp("gpu-install")
-    script = work / "install.sh"
-    hpcbundle = Path(sys.executable).parent / "hpcbundle"
-    render = subprocess.run(
-        [str(hpcbundle), "render", GPU_RECIPE, "--format", "shell", "-o", str(script)],
-        cwd=pytestconfig.rootpath,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if render.returncode:
-        pytest.fail(f"hpcbundle render {GPU_RECIPE} --format shell: {render.stderr.strip()}", pytrace=False)
     py = str(venv.path / "bin" / "python")
     subprocess.run([py, "-m", "pip", "uninstall", "--yes", "horovod"], capture_output=True, timeout=300, check=False)
     torch_record = cuda_wheels.dist_record(venv.path, "torch")
-    env = {
-        **os.environ,
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(cuda_host_venv.wheelhouse.path),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "HPCBUNDLE_CACHE": str(cuda_wheels.cache_dir()),
-    }
-    log = work / "install.log"
-    t0 = time.monotonic()
-    try:
-        status = cuda_wheels.run_logged(
-            ["bash", str(script), str(venv.path)],
-            log,
-            env=env,
-            cwd=work,
-            timeout=1800,
-            progress=terminal_progress(pytestconfig, "install.sh"),
-            show=_script_lines,
-        )
-    except TimeoutError as exc:
-        pytest.fail(f"the rendered install script: {exc}\n{cuda_wheels.tail(log, 60)}", pytrace=False)
-    seconds = time.monotonic() - t0
-    if status:
-        pytest.fail(f"the rendered install script failed ({status}):\n{cuda_wheels.tail(log, 60)}", pytrace=False)
+    log, seconds = run_install_script(pytestconfig, cuda_host_venv, tmp_path_factory.mktemp("gpu-install"))
     installed = installed_wheel(venv.path)
     if installed is None:
         pytest.fail("the install script left no Horovod installed from a wheel file", pytrace=False)
     cached = host_horovod_cache(cuda_host_venv.recipe, venv.path) / installed.name
     how = "its cached wheel" if installed == cached else "a fresh build"
     gpu_report.append(f"install script on the host venv: {seconds:.0f} s (Horovod from {how})")
-    return HostInstall(venv.path, cached, installed, log.read_text(errors="replace"), seconds, torch_record)
+    return HostInstall(venv.path, cached, installed, log, seconds, torch_record)
 
 
 def host_horovod_cache(recipe: Recipe, venv: Path) -> Path:

@@ -17,6 +17,9 @@
 #   HPCBUNDLE_CACHE=DIR               Horovod wheels, one per versions key (default ~/.cache/hpcbundle):
 #                                     a wheel there is installed instead of building (minutes -> seconds)
 #   PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR offline, from a wheelhouse (pip reads its own variables)
+#   HPCBUNDLE_CUDA_HOME=DIR           a CUDA 13.0 toolkit already on the host (DIR/bin/nvcc, e.g.
+#                                     /usr/local/cuda or a `module load cuda`'s): used instead of the
+#                                     toolkit wheels (its nvcc must be release 13.0)
 #
 # The host provides what the images get from their OS packages: a C++ compiler, make,
 # the Python headers and venv module, the MPI compiler wrappers (mpicc); on Debian/Ubuntu:
@@ -46,6 +49,14 @@ if [ "$gcc_major" -gt 15 ]; then
     echo "install.sh: GCC $gcc_major: nvcc 13.0 accepts GCC <= 15 (put an older g++ first on PATH, or use a recipe with a newer CUDA)" >&2
     exit 1
 fi
+HPCBUNDLE_CUDA_HOME="${HPCBUNDLE_CUDA_HOME:-}"
+if [ -n "$HPCBUNDLE_CUDA_HOME" ]; then
+    nvcc_release="$({ "$HPCBUNDLE_CUDA_HOME/bin/nvcc" --version 2>/dev/null || true; } | sed -n 's/^.*release \([0-9]*\.[0-9]*\),.*$/\1/p')"
+    if [ "$nvcc_release" != 13.0 ]; then
+        echo "install.sh: HPCBUNDLE_CUDA_HOME=$HPCBUNDLE_CUDA_HOME: nvcc release ${nvcc_release:-not found there}, the recipe needs 13.0 (name a CUDA 13.0 toolkit, or unset HPCBUNDLE_CUDA_HOME to install the toolkit wheels)" >&2
+        exit 1
+    fi
+fi
 
 printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi
@@ -54,7 +65,8 @@ HPCBUNDLE_PYVER="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sys; print("%d.%d" 
 "${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1 cmake==4.4.4
 
 printf '\n==> [%d/%d] %s\n' 2 5 'frameworks and the CUDA 13.0 toolkit wheels'
-"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96
+"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0
+if [ -z "${HPCBUNDLE_CUDA_HOME}" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96; fi
 
 printf '\n==> [%d/%d] %s\n' 3 5 'a CUDA home and an NCCL home from the NVIDIA wheels for Horovod'"'"'s build'
 HPCBUNDLE_NCCL_DIR="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-nccl-cu13"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "libnccl.so.2"))')"
@@ -62,11 +74,11 @@ echo "NCCL (torch's wheel): ${HPCBUNDLE_NCCL_DIR}"
 mkdir -p "${HPCBUNDLE_BUILD}/nccl/lib"
 ln -sfn "${HPCBUNDLE_NCCL_DIR}/include" "${HPCBUNDLE_BUILD}/nccl/include"
 ln -sf "${HPCBUNDLE_NCCL_DIR}/lib/libnccl.so.2" "${HPCBUNDLE_BUILD}/nccl/lib/libnccl.so"
-HPCBUNDLE_CUDA_HOME="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-cuda-nvcc"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "nvcc"))')"
+if [ -z "${HPCBUNDLE_CUDA_HOME}" ]; then HPCBUNDLE_CUDA_HOME="$("${HPCBUNDLE_VENV}/bin/python" -c 'import importlib.metadata as m, pathlib; d = m.distribution("nvidia-cuda-nvcc"); print(next(pathlib.Path(d.locate_file(f)).resolve().parent.parent for f in d.files if f.name == "nvcc"))')"; fi
 if [ ! -f "${HPCBUNDLE_CUDA_HOME}/include/cuda_runtime.h" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install --no-deps --ignore-installed nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96; fi
-echo "CUDA toolkit (PyPI wheels): ${HPCBUNDLE_CUDA_HOME}"
+echo "CUDA toolkit: ${HPCBUNDLE_CUDA_HOME}"
 if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib64" ]; then ln -s lib "${HPCBUNDLE_CUDA_HOME}/lib64"; fi
-if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so" ]; then ln -s libcudart.so.13 "${HPCBUNDLE_CUDA_HOME}/lib/libcudart.so"; fi
+if [ ! -e "${HPCBUNDLE_CUDA_HOME}/lib64/libcudart.so" ]; then ln -s libcudart.so.13 "${HPCBUNDLE_CUDA_HOME}/lib64/libcudart.so"; fi
 
 printf '\n==> [%d/%d] %s\n' 4 5 'Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build'
 mkdir -p "${HPCBUNDLE_BUILD}" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-709f4fa67c92-py${HPCBUNDLE_PYVER}"
@@ -78,7 +90,7 @@ if [ -z "$hvd_wheel" ]; then tar -xzf "${HPCBUNDLE_BUILD}/horovod-0.28.1.tar.gz"
 if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f"; done; fi
 if [ -z "$hvd_wheel" ]; then for f in horovod/common/common.h horovod/common/group_table.h horovod/torch/handle_manager.cc; do test -f "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f" || { echo "gcc13 patch: $f is missing" >&2; exit 1; }; sed -i -e '1i #include <stdexcept>' -e '1i #include <string>' "${HPCBUNDLE_BUILD}/horovod-0.28.1/$f"; done; fi
 export PATH="${HPCBUNDLE_VENV}/bin:${HPCBUNDLE_CUDA_HOME}/bin:${PATH}"
-export LD_LIBRARY_PATH="${HPCBUNDLE_NCCL_DIR}/lib:${HPCBUNDLE_CUDA_HOME}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+export LD_LIBRARY_PATH="${HPCBUNDLE_NCCL_DIR}/lib:${HPCBUNDLE_CUDA_HOME}/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 export HOROVOD_WITHOUT_TENSORFLOW="1"
 export HOROVOD_WITH_PYTORCH="1"
 export HOROVOD_WITHOUT_MXNET="1"
@@ -110,6 +122,6 @@ printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
 {
     echo "# Written by install.sh (hpcbundle recipe cuda13.0-torch2.11): source it to run Horovod from this venv."
     printf 'export PATH="%s"\n' "${HPCBUNDLE_VENV}"'/bin:${PATH}'
-    printf 'export LD_LIBRARY_PATH="%s"\n' "${HPCBUNDLE_NCCL_DIR}"/lib:"${HPCBUNDLE_CUDA_HOME}"'/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}'
+    printf 'export LD_LIBRARY_PATH="%s"\n' "${HPCBUNDLE_NCCL_DIR}"/lib:"${HPCBUNDLE_CUDA_HOME}"'/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}'
 } > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
 echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"

@@ -283,7 +283,7 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
         check_build=_check_build(recipe),
         imports=tuple(f"horovod.{'torch' if name == 'pytorch' else name}" for name in recipe.frameworks.names),
         copies=(VENV, *([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else [])),
-        runtime_env=_search_env(recipe, layout, _wheel_libs(recipe, cuda_home, nccl_dir)),
+        runtime_env=_search_env(recipe, layout, _wheel_libs(recipe, layout, cuda_home, nccl_dir)),
         labels=labels,
         manifest=_manifest(recipe, labels),
     )
@@ -355,7 +355,7 @@ def _purged(recipe: Recipe) -> Packages:
     return Packages(("libnccl-dev", "libnccl2"), runtime)
 
 
-def _wheel_libs(recipe: Recipe, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
+def _wheel_libs(recipe: Recipe, layout: Layout, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
     """Library directories of the NVIDIA wheels that must be found at run time (one NCCL, one cuDNN)."""
     libs = []
     if nccl_dir:
@@ -364,7 +364,8 @@ def _wheel_libs(recipe: Recipe, cuda_home: str | None, nccl_dir: str | None) -> 
             # TensorFlow's pip wheel dlopens libcudnn.so.8: it finds torch's cuDNN wheel here.
             libs.append(nccl_dir.rsplit("/", 1)[0] + "/cudnn/lib")
     if recipe.gpu and recipe.gpu.source == "wheels" and cuda_home:
-        libs.append(f"{cuda_home}/lib")
+        # lib64: the install script's toolkit may be the host's (HPCBUNDLE_CUDA_HOME), which has no lib/.
+        libs.append(f"{cuda_home}/{'lib64' if layout.host else 'lib'}")
     return tuple(libs)
 
 
@@ -441,7 +442,7 @@ def _horovod_env(
     wheels = recipe.gpu is not None and recipe.gpu.source == "wheels"
     stub = (f"{layout.build_dir}/cuda-stubs",) if recipe.gpu and not wheels else ()
     env = _search_env(
-        recipe, layout, stub + _wheel_libs(recipe, cuda_home, nccl_dir), (f"{cuda_home}/bin",) if wheels else ()
+        recipe, layout, stub + _wheel_libs(recipe, layout, cuda_home, nccl_dir), (f"{cuda_home}/bin",) if wheels else ()
     )
     wanted = {
         "TENSORFLOW": fw.tensorflow is not None,

@@ -102,14 +102,18 @@ def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
         *(step(f"{b.name} from {b.tarball} into {b.prefix}", "autotools", build=b) for b in spec.source_builds),
     ]
     if spec.mpi_requirements:
-        build.append(step("Intel MPI wheels into the venv", "pip", requirements=spec.mpi_requirements))
+        build.append(step("Intel MPI wheels into the venv", "pip", requirements=spec.mpi_requirements, toolkit=()))
     toolkit = spec.cuda_tree.requirements if spec.cuda_tree else ()
+    # The install script may be given a CUDA toolkit already on the host (HPCBUNDLE_CUDA_HOME): its
+    # toolkit wheels go in a line of their own, run only without one; an image always installs them.
+    separate = toolkit if spec.layout.host else ()
     build.append(
         step(
             "frameworks"
             + (f" and the CUDA {spec.recipe.gpu.cuda} toolkit wheels" if toolkit and spec.recipe.gpu else ""),
             "pip",
-            requirements=(*spec.framework_requirements, *toolkit),
+            requirements=(*spec.framework_requirements, *(() if separate else toolkit)),
+            toolkit=separate,
         )
     )
     if spec.cuda_tree or spec.nccl_dir:
