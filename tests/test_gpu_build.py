@@ -10,8 +10,10 @@ cache, ``$HPCBUNDLE_CACHE/horovod/<key>/``; warm, the script installs that wheel
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,23 @@ def test_script_builds_against_a_cuda_toolkit_the_host_names(
     assert f"{toolkit}/lib64${{LD_LIBRARY_PATH" in (venv / "hpcbundle-env.sh").read_text()
     marks = check_build_marks(_in_venv(venv, ["horovodrun", "--check-build"]))
     assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks
+
+
+def test_script_leaves_the_recipe_where_doctor_reads_an_images(
+    gpu_host_install: HostInstall, cuda_host_venv: CudaStack
+) -> None:
+    venv = gpu_host_install.venv
+    manifest = venv / "etc" / "hpcbundle" / "manifest.json"
+    assert manifest.is_file(), "the install script wrote no manifest into the venv"
+    assert json.loads(manifest.read_text()) == json.loads(image_spec(cuda_host_venv.recipe, knowledge_base()).manifest)
+    hpcbundle = Path(sys.executable).parent / "hpcbundle"
+    run = subprocess.run(
+        [str(hpcbundle), "doctor", "--site", "local", "--image", str(venv), "--no-checksum"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert f"PASS  image-metadata       read {manifest} on " in run.stdout, run.stdout + run.stderr
+    # no GPU here: the CUDA recipe's manifest is judged against this node's (absent) GPUs
+    assert "FAIL  gpu-presence         recipe cuda13.0-torch2.11 is a CUDA stack" in run.stdout, run.stdout

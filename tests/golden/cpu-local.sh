@@ -85,10 +85,14 @@ for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'C
 python -c 'import horovod.tensorflow, horovod.torch'
 rm -rf "${HPCBUNDLE_BUILD}"
 
-printf '\n==> [%d/%d] %s\n' 4 4 'the environment to run it'
+printf '\n==> [%d/%d] %s\n' 4 4 'the environment to run it, and the recipe for doctor'
 # shellcheck disable=SC2016  # ${PATH} and ${LD_LIBRARY_PATH} are for the shell that sources the file
 {
     echo "# Written by install.sh (hpcbundle recipe cpu-local): source it to run Horovod from this venv."
     printf 'export PATH="%s"\n' "${HPCBUNDLE_VENV}"'/bin:${PATH}'
 } > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
+# The recipe, where `hpcbundle doctor --image VENV` reads an image's (driver vs CUDA, GPU archs, MPI).
+mkdir -p "$HPCBUNDLE_VENV"/etc/hpcbundle
+printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-local", "description": "Debian 12, Open MPI 4.1.4 (distro), PyTorch 2.13 CPU + TensorFlow CPU 2.15.1, Horovod 0.28.1 (C++17 patch)", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": {"flavour": "openmpi", "version": "4.1.4", "install": "distro", "source": null, "configure": []}, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": {"version": "2.13.0", "variant": "cpu"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-local", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4", "org.hpcbundle.mpi.install": "distro", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "openib,ucx", "org.hpcbundle.fabric-libs": "psm2,verbs", "org.hpcbundle.ucx.transports": "ib,rdmacm", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > "$HPCBUNDLE_VENV"/etc/hpcbundle/manifest.json
 echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"
+echo "check the nodes: hpcbundle doctor --site SITE --image $HPCBUNDLE_VENV --hosts NODE1,NODE2"

@@ -107,11 +107,15 @@ for want in 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor
 python -c 'import horovod.torch'
 rm -rf "${HPCBUNDLE_BUILD}"
 
-printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
+printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it, and the recipe for doctor'
 # shellcheck disable=SC2016  # ${PATH} and ${LD_LIBRARY_PATH} are for the shell that sources the file
 {
     echo "# Written by install.sh (hpcbundle recipe cuda12.6-torch2.9): source it to run Horovod from this venv."
     printf 'export PATH="%s"\n' "${HPCBUNDLE_VENV}"'/bin:${PATH}'
     printf 'export LD_LIBRARY_PATH="%s"\n' "${HPCBUNDLE_NCCL_DIR}"'/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}'
 } > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
+# The recipe, where `hpcbundle doctor --image VENV` reads an image's (driver vs CUDA, GPU archs, MPI).
+mkdir -p "$HPCBUNDLE_VENV"/etc/hpcbundle
+printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda12.6-torch2.9", "description": "CUDA 12.6, cuDNN 9.10, NCCL 2.27.5, Open MPI 4.1.6, PyTorch 2.9.1 (cu126), Horovod 0.28.1, V100/A100/H100", "base": {"os": "ubuntu22.04", "build_image": "nvidia/cuda:12.6.3-devel-ubuntu22.04", "runtime_image": "nvidia/cuda:12.6.3-base-ubuntu22.04"}, "python": "3.10", "gpu": {"source": "image", "cuda": "12.6", "cudnn": "9.10", "nccl": "2.27.5", "archs": ["7.0", "8.0", "9.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.6", "install": "source", "source": {"url": "https://download.open-mpi.org/release/open-mpi/v4.1/openmpi-4.1.6.tar.bz2", "sha256": "f740994485516deb63b5311af122c265179f5328a0d857a567b85db00b11e415"}, "configure": ["--with-cuda=/usr/local/cuda"]}, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.9.1", "variant": "cu126"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": "/opt/openmpi", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda12.6-torch2.9", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.6", "org.hpcbundle.mpi.install": "source", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "12.6", "org.hpcbundle.cuda.source": "image", "org.hpcbundle.cudnn": "9.10", "org.hpcbundle.nccl": "2.27.5", "org.hpcbundle.gpu-archs": "7.0,8.0,9.0", "org.hpcbundle.mpi.transports": "none", "org.hpcbundle.fabric-libs": "none", "org.hpcbundle.pytorch": "2.9.1+cu126"}}' > "$HPCBUNDLE_VENV"/etc/hpcbundle/manifest.json
 echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"
+echo "check the nodes: hpcbundle doctor --site SITE --image $HPCBUNDLE_VENV --hosts NODE1,NODE2"

@@ -117,11 +117,15 @@ for want in 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor
 python -c 'import horovod.torch'
 rm -rf "${HPCBUNDLE_BUILD}"
 
-printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
+printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it, and the recipe for doctor'
 # shellcheck disable=SC2016  # ${PATH} and ${LD_LIBRARY_PATH} are for the shell that sources the file
 {
     echo "# Written by install.sh (hpcbundle recipe cuda13.0-torch2.11): source it to run Horovod from this venv."
     printf 'export PATH="%s"\n' "${HPCBUNDLE_VENV}"'/bin:${PATH}'
     printf 'export LD_LIBRARY_PATH="%s"\n' "${HPCBUNDLE_NCCL_DIR}"/lib:"${HPCBUNDLE_CUDA_HOME}"'/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}'
 } > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
+# The recipe, where `hpcbundle doctor --image VENV` reads an image's (driver vs CUDA, GPU archs, MPI).
+mkdir -p "$HPCBUNDLE_VENV"/etc/hpcbundle
+printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cuda13.0-torch2.11", "description": "CUDA 13.0 (PyPI wheels), cuDNN 9.19, NCCL 2.28.9, Open MPI 4.1.4, PyTorch 2.11.0, Horovod 0.28.1, T4/A100/L40/H100/B200", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": {"source": "wheels", "cuda": "13.0", "cudnn": "9.19", "nccl": "2.28.9", "archs": ["7.5", "8.0", "8.6", "9.0", "10.0", "12.0"]}, "mpi": {"flavour": "openmpi", "version": "4.1.4", "install": "distro", "source": null, "configure": []}, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.11.0", "variant": "cu130"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17", "gcc13"], "controllers": ["mpi", "gloo"], "tensor_operations": ["nccl", "mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cuda13.0-torch2.11", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4", "org.hpcbundle.mpi.install": "distro", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "nccl,mpi,gloo", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.cuda": "13.0", "org.hpcbundle.cuda.source": "wheels", "org.hpcbundle.cudnn": "9.19", "org.hpcbundle.nccl": "2.28.9", "org.hpcbundle.gpu-archs": "7.5,8.0,8.6,9.0,10.0,12.0", "org.hpcbundle.mpi.transports": "openib,ucx", "org.hpcbundle.fabric-libs": "psm2,verbs", "org.hpcbundle.ucx.transports": "ib,rdmacm", "org.hpcbundle.pytorch": "2.11.0+cu130"}}' > "$HPCBUNDLE_VENV"/etc/hpcbundle/manifest.json
 echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"
+echo "check the nodes: hpcbundle doctor --site SITE --image $HPCBUNDLE_VENV --hosts NODE1,NODE2"

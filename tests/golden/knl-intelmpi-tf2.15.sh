@@ -90,7 +90,7 @@ for want in 'Frameworks: TensorFlow' 'Controllers: MPI' 'Controllers: Gloo' 'Ten
 python -c 'import horovod.tensorflow'
 rm -rf "${HPCBUNDLE_BUILD}"
 
-printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
+printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it, and the recipe for doctor'
 # shellcheck disable=SC2016  # ${PATH} and ${LD_LIBRARY_PATH} are for the shell that sources the file
 {
     echo "# Written by install.sh (hpcbundle recipe knl-intelmpi-tf2.15): source it to run Horovod from this venv."
@@ -99,4 +99,8 @@ printf '\n==> [%d/%d] %s\n' 5 5 'the environment to run it'
     printf 'export I_MPI_ROOT="%s"\n' "${HPCBUNDLE_VENV}"
     printf 'export FI_PROVIDER_PATH="%s"\n' "${HPCBUNDLE_VENV}"/lib/libfabric/prov
 } > "$HPCBUNDLE_VENV/hpcbundle-env.sh"
+# The recipe, where `hpcbundle doctor --image VENV` reads an image's (driver vs CUDA, GPU archs, MPI).
+mkdir -p "$HPCBUNDLE_VENV"/etc/hpcbundle
+printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "knl-intelmpi-tf2.15", "description": "Ubuntu 22.04, Intel MPI 2021.13 (MPICH ABI), TensorFlow CPU 2.15.1 (Keras 2), Horovod 0.28.1, for KNL", "base": {"os": "ubuntu22.04", "build_image": "ubuntu:22.04", "runtime_image": "ubuntu:22.04"}, "python": "3.10", "gpu": null, "mpi": {"flavour": "intelmpi", "version": "2021.13.1", "install": "pip", "source": null, "configure": []}, "ucx": null, "fabric_libs": ["psm2"], "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": null}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": [], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "knl-intelmpi-tf2.15", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "ubuntu22.04", "org.hpcbundle.python": "3.10", "org.hpcbundle.mpi.flavour": "intelmpi", "org.hpcbundle.mpi.version": "2021.13.1", "org.hpcbundle.mpi.install": "pip", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "ofi", "org.hpcbundle.fabric-libs": "psm2", "org.hpcbundle.tensorflow": "2.15.1"}}' > "$HPCBUNDLE_VENV"/etc/hpcbundle/manifest.json
 echo "done: source $HPCBUNDLE_VENV/hpcbundle-env.sh, then e.g. mpirun -np 2 python examples/pytorch_train.py"
+echo "check the nodes: hpcbundle doctor --site SITE --image $HPCBUNDLE_VENV --hosts NODE1,NODE2"
