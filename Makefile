@@ -22,7 +22,7 @@ SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint test demo bench golden clean
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -79,7 +79,7 @@ lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles
 	$(BIN)/ruff check src tests examples bench
 	$(BIN)/ruff format --check src tests examples bench
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
@@ -90,8 +90,11 @@ golden: venv ## Regenerate every golden file after an intended change (review th
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q -m "not cluster and not docker" $(GOLDEN_TESTS)
 	git status --short tests/golden
 
-test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster); no GPU needed
+	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-gpu: venv ## The tests that need an NVIDIA GPU (each skips "no NVIDIA GPU on this host" elsewhere)
+	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
 
 DEMO_ARGS ?= --epochs 5
 

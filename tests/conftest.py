@@ -1,3 +1,8 @@
 """Shared pytest configuration."""
 
-pytest_plugins = ["hpcbundle_testbed.plugin", "hpcbundle_testbed.docker_plugin", "hpcbundle_testbed.gpu_plugin"]
+pytest_plugins = [
+    "hpcbundle_testbed.plugin",
+    "hpcbundle_testbed.docker_plugin",
+    "hpcbundle_testbed.gpu_plugin",
+    "hpcbundle_testbed.gpu_device",
+]

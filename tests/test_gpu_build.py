@@ -11,7 +11,6 @@ cache, ``$HPCBUNDLE_CACHE/horovod/<key>/``; warm, the script installs that wheel
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +20,14 @@ import pytest
 from hpcbundle.build.imagespec import image_spec
 from hpcbundle.rules.knowledge import knowledge_base
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
-from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall, run_install_script
+from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall, in_venv, offline_env, run_install_script
 
 pytestmark = pytest.mark.gpu_build
 
 
 def _in_venv(venv: Path, argv: list[str], timeout: float = 300) -> str:
-    """Run argv as the script tells users to: after sourcing the venv's hpcbundle-env.sh (PATH, and
-    LD_LIBRARY_PATH with torch's nvidia/nccl and the CUDA tree, as in the image's ENV)."""
-    env_file = venv / "hpcbundle-env.sh"
-    assert env_file.is_file(), f"the install script wrote no {env_file.name} into the venv"
-    wrapped = ["bash", "-c", 'source "$0" && exec "$@"', str(env_file), *argv]
-    env = {**os.environ, "PYTHONNOUSERSITE": "1"}
-    res = subprocess.run(wrapped, capture_output=True, text=True, timeout=timeout, env=env, cwd="/", check=False)
+    """argv's output, run in the venv's environment (hpcbundle-env.sh); it must exit 0."""
+    res = in_venv(venv, argv, timeout)
     assert res.returncode == 0, f"{' '.join(argv)} failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
     return res.stdout + res.stderr
 
@@ -108,7 +102,8 @@ def test_script_builds_against_a_cuda_toolkit_the_host_names(
     venv = gpu_host_install.venv
     toolkit = site_packages(venv) / "nvidia" / "cu13"
     assert (toolkit / "bin" / "nvcc").is_file(), f"no nvcc in {toolkit}"
-    log, _ = run_install_script(pytestconfig, cuda_host_venv, tmp_path, {"HPCBUNDLE_CUDA_HOME": str(toolkit)})
+    env = offline_env(cuda_host_venv) | {"HPCBUNDLE_CUDA_HOME": str(toolkit)}
+    log, _ = run_install_script(pytestconfig, venv, tmp_path, env)
     assert f"CUDA toolkit: {toolkit}\n" in log
     assert "nvidia-cuda-nvcc" not in log, "pip was asked for the toolkit wheels although a toolkit was named"
     assert f"{toolkit}/lib64${{LD_LIBRARY_PATH" in (venv / "hpcbundle-env.sh").read_text()

@@ -171,13 +171,9 @@ def installed_wheel(venv: Path, name: str = "horovod") -> Path | None:
     return None
 
 
-def run_install_script(
-    config: pytest.Config, stack: CudaStack, work: Path, extra_env: dict[str, str] | None = None
-) -> tuple[str, float]:
-    """Render `GPU_RECIPE --format shell` into `work` and run it unchanged on the stack's host venv,
-    offline (PIP_NO_INDEX=1, the wheelhouse as PIP_FIND_LINKS): (its log, seconds). Fails the test
-    with the log's tail unless it exits 0."""
-    assert stack.venv is not None
+def run_install_script(config: pytest.Config, venv: Path, work: Path, env: dict[str, str]) -> tuple[str, float]:
+    """Render `GPU_RECIPE --format shell` into `work` and run it unchanged for `venv`, with `env` over
+    this process's: (its log, seconds). Fails the test with the log's tail unless it exits 0."""
     script = work / "install.sh"
     hpcbundle = Path(sys.executable).parent / "hpcbundle"
     render = subprocess.run(
@@ -190,21 +186,13 @@ def run_install_script(
     )
     if render.returncode:
         pytest.fail(f"hpcbundle render {GPU_RECIPE} --format shell: {render.stderr.strip()}", pytrace=False)
-    env = {
-        **os.environ,
-        "PIP_NO_INDEX": "1",
-        "PIP_FIND_LINKS": str(stack.wheelhouse.path),
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "HPCBUNDLE_CACHE": str(cuda_wheels.cache_dir()),
-        **(extra_env or {}),
-    }
     log = work / "install.log"
     t0 = time.monotonic()
     try:
         status = cuda_wheels.run_logged(
-            ["bash", str(script), str(stack.venv.path)],
+            ["bash", str(script), str(venv)],
             log,
-            env=env,
+            env={**os.environ, **env},
             cwd=work,
             timeout=1800,
             progress=terminal_progress(config, "install.sh"),
@@ -215,6 +203,34 @@ def run_install_script(
     if status:
         pytest.fail(f"the rendered install script failed ({status}):\n{cuda_wheels.tail(log, 60)}", pytrace=False)
     return log.read_text(errors="replace"), time.monotonic() - t0
+
+
+def in_venv(
+    venv: Path, argv: list[str], timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run argv as the install script tells users to: after sourcing the venv's hpcbundle-env.sh
+    (PATH, and LD_LIBRARY_PATH with torch's nvidia/nccl and the CUDA tree, as in the image's ENV)."""
+    env_file = venv / "hpcbundle-env.sh"
+    assert env_file.is_file(), f"the install script wrote no {env_file.name} into the venv"
+    return subprocess.run(
+        ["bash", "-c", 'source "$0" && exec "$@"', str(env_file), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONNOUSERSITE": "1", **(env or {})},
+        cwd="/",
+        check=False,
+    )
+
+
+def offline_env(stack: CudaStack) -> dict[str, str]:
+    """The install script's environment on the cached host venv: offline from the stack's wheelhouse."""
+    return {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(stack.wheelhouse.path),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "HPCBUNDLE_CACHE": str(cuda_wheels.cache_dir()),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -229,7 +245,9 @@ def gpu_host_install(
     py = str(venv.path / "bin" / "python")
     subprocess.run([py, "-m", "pip", "uninstall", "--yes", "horovod"], capture_output=True, timeout=300, check=False)
     torch_record = cuda_wheels.dist_record(venv.path, "torch")
-    log, seconds = run_install_script(pytestconfig, cuda_host_venv, tmp_path_factory.mktemp("gpu-install"))
+    log, seconds = run_install_script(
+        pytestconfig, venv.path, tmp_path_factory.mktemp("gpu-install"), offline_env(cuda_host_venv)
+    )
     installed = installed_wheel(venv.path)
     if installed is None:
         pytest.fail("the install script left no Horovod installed from a wheel file", pytrace=False)
