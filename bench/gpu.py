@@ -49,19 +49,20 @@ def parse_size(text: str) -> int:
     return int(text[:-1]) * UNITS[text[-1]] if text[-1:] in UNITS else int(text)
 
 
-def build_model(name: str, num_classes: int) -> tuple[torch.nn.Module, str]:
-    """(model, what it is): torchvision's resnet50 when asked and present, else the example's resnet-wide."""
+def build_model(name: str) -> tuple[torch.nn.Module, str, int, int]:
+    """(model, what it is, image size, classes): torchvision's resnet50 (224 px, 1000 classes) when
+    asked and present, else the example's resnet-wide (32 px, 10 classes)."""
     if name == "resnet50":
         try:
             import torchvision
 
-            return torchvision.models.resnet50(num_classes=num_classes), "torchvision resnet50"
+            return torchvision.models.resnet50(num_classes=1000), "torchvision resnet50", 224, 1000
         except ImportError:
             pass
     sys.path.insert(0, str(EXAMPLES))
-    from pytorch_synthetic_benchmark import MODELS  # noqa: PLC0415  (the example's own models)
+    from pytorch_synthetic_benchmark import MODELS  # the example's own models
 
-    return MODELS["resnet-wide"](3, num_classes, 32), "examples' resnet-wide (torchvision missing)"
+    return MODELS["resnet-wide"](3, 10, 32), "examples' resnet-wide", 32, 10
 
 
 def timed(step: Callable[[], None], count: int) -> float:
@@ -77,12 +78,11 @@ def timed(step: Callable[[], None], count: int) -> float:
 def training(args: argparse.Namespace) -> dict[str, object]:
     """img/s of plain torch vs Horovod's DistributedOptimizer on copies of one model, rounds alternating."""
     torch.manual_seed(1234)
-    plain_model, what = build_model(args.model, 1000)
+    plain_model, what, size, classes = build_model(args.model)
     plain_model = plain_model.cuda()
     hvd_model = copy.deepcopy(plain_model)
-    size = 224 if what.startswith("torchvision") else 32
     data = torch.randn(args.batch_size, 3, size, size, device="cuda")
-    target = torch.randint(0, 1000 if what.startswith("torchvision") else 10, (args.batch_size,), device="cuda")
+    target = torch.randint(0, classes, (args.batch_size,), device="cuda")
     plain_opt = torch.optim.SGD(plain_model.parameters(), lr=0.01, momentum=0.9)
     hvd_opt = hvd.DistributedOptimizer(
         torch.optim.SGD(hvd_model.parameters(), lr=0.01, momentum=0.9), named_parameters=hvd_model.named_parameters()

@@ -19,7 +19,7 @@ from hpcbundle.build.imagespec import image_spec
 from hpcbundle.config.recipes import load_recipe
 from hpcbundle.rules.knowledge import knowledge_base
 from hpcbundle_testbed.cuda_wheels import check_build_marks
-from hpcbundle_testbed.gpu_device import GpuLane, nvidia_gpus
+from hpcbundle_testbed.gpu_device import nvidia_gpus
 from hpcbundle_testbed.gpu_plugin import in_venv
 
 from .helpers import ROOT
@@ -41,16 +41,16 @@ def doctor_rows(out: str) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def drafted_site(gpu_lane: GpuLane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def drafted_site(gpu_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`hpcbundle site detect` on this GPU node, in the lane's environment, used as it is."""
     draft = tmp_path_factory.mktemp("gpu-site") / "gpunode.yaml"
-    run = in_venv(gpu_lane.venv, [*HPCBUNDLE, "site", "detect", "-o", str(draft)], timeout=300)
+    run = in_venv(gpu_venv, [*HPCBUNDLE, "site", "detect", "-o", str(draft)], timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     return draft
 
 
-def test_horovod_built_by_the_install_script_has_nccl(gpu_lane: GpuLane) -> None:
-    run = in_venv(gpu_lane.venv, ["horovodrun", "--check-build"])
+def test_horovod_built_by_the_install_script_has_nccl(gpu_venv: Path) -> None:
+    run = in_venv(gpu_venv, ["horovodrun", "--check-build"])
     assert run.returncode == 0, run.stdout + run.stderr
     marks = check_build_marks(run.stdout)
     assert {"Frameworks: PyTorch", "Tensor Operations: NCCL", "Controllers: MPI"} <= marks, marks
@@ -63,10 +63,9 @@ def test_site_detect_reads_this_nodes_gpus_and_driver(drafted_site: Path) -> Non
     assert re.search(r"^  driver: \"\d+\.\d+", text, re.M), text
 
 
-def test_doctor_passes_the_cuda13_install_on_this_gpu(gpu_lane: GpuLane, drafted_site: Path) -> None:
+def test_doctor_passes_the_cuda13_install_on_this_gpu(gpu_venv: Path, drafted_site: Path) -> None:
     run = in_venv(
-        gpu_lane.venv,
-        [*HPCBUNDLE, "doctor", "--site", str(drafted_site), "--image", str(gpu_lane.venv), "--no-checksum"],
+        gpu_venv, [*HPCBUNDLE, "doctor", "--site", str(drafted_site), "--image", str(gpu_venv), "--no-checksum"]
     )
     rows = doctor_rows(run.stdout)
     for rule in ("gpu-presence", "driver-cuda", "gpu-arch"):
@@ -74,38 +73,36 @@ def test_doctor_passes_the_cuda13_install_on_this_gpu(gpu_lane: GpuLane, drafted
     assert run.returncode in (0, 1), f"doctor found a FAIL on the GPU node:\n{run.stdout}{run.stderr}"
 
 
-def test_doctor_fails_a_recipe_without_code_for_this_gpu(gpu_lane: GpuLane, drafted_site: Path, tmp_path: Path) -> None:
+def test_doctor_fails_a_recipe_without_code_for_this_gpu(gpu_venv: Path, drafted_site: Path, tmp_path: Path) -> None:
     recipe = load_recipe(ARCH_EXCLUDING_RECIPE, ROOT / "recipes")
     image = tmp_path / "image"
     (image / "etc" / "hpcbundle").mkdir(parents=True)
     (image / "etc" / "hpcbundle" / "manifest.json").write_text(image_spec(recipe, knowledge_base()).manifest)
-    run = in_venv(gpu_lane.venv, [*HPCBUNDLE, "doctor", "--site", str(drafted_site), "--image", str(image)])
+    run = in_venv(gpu_venv, [*HPCBUNDLE, "doctor", "--site", str(drafted_site), "--image", str(image)])
     status, evidence = doctor_rows(run.stdout).get("gpu-arch", ("missing", ""))
     assert status == "FAIL", run.stdout
     assert "(compute capability 9.0); the recipe builds 7.0, 8.0" in evidence, evidence
     assert run.returncode == 2
 
 
-def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_lane: GpuLane, drafted_site: Path, tmp_path: Path) -> None:
+def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_site: Path, tmp_path: Path) -> None:
     if len(nvidia_gpus()) != 1:
         pytest.skip(f"this host has {len(nvidia_gpus())} GPUs; the case needs exactly one")
     marker = tmp_path / "started"
     program = ["python", "-c", f"open({str(marker)!r}, 'w')"]
-    run = in_venv(
-        gpu_lane.venv, [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--exec", "--", *program]
-    )
+    run = in_venv(gpu_venv, [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--exec", "--", *program])
     assert run.returncode == 2, run.stdout + run.stderr
     assert "FAIL  oversubscription" in run.stderr and "2 ranks on " in run.stderr and "but 1 GPUs there" in run.stderr
     assert not marker.exists(), "a rank started although the launch was refused"
 
 
 def test_one_rank_trains_on_the_gpu_through_horovods_nccl_allreduce(
-    gpu_lane: GpuLane, drafted_site: Path, tmp_path: Path
+    gpu_venv: Path, drafted_site: Path, tmp_path: Path
 ) -> None:
     program = ["python", str(ROOT / "examples" / "pytorch_train.py"), "--epochs", "5"]
-    nccl_log = gpu_lane.venv.parent / "nccl-train.%h.%p.log"
+    nccl_log = gpu_venv.parent / "nccl-train.%h.%p.log"
     run = in_venv(
-        gpu_lane.venv,
+        gpu_venv,
         [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "1", "--exec", "--", *program],
         timeout=900,
         env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": str(nccl_log)},
@@ -114,6 +111,6 @@ def test_one_rank_trains_on_the_gpu_through_horovods_nccl_allreduce(
     assert "device=cuda:0" in run.stdout, run.stdout[-3000:]
     final = re.search(r"^final: accuracy=([\d.]+) ", run.stdout, re.M)
     assert final and float(final.group(1)) >= 0.9, run.stdout[-3000:]
-    logs = sorted(gpu_lane.venv.parent.glob("nccl-train.*.log"))
+    logs = sorted(gpu_venv.parent.glob("nccl-train.*.log"))
     text = "".join(path.read_text(errors="replace") for path in logs)
     assert "Init COMPLETE" in text, f"NCCL did not start a communicator (logs: {logs})"

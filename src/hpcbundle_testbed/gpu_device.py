@@ -25,8 +25,6 @@ import functools
 import os
 import shutil
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -59,15 +57,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(NO_GPU)
 
 
-@dataclass(frozen=True)
-class GpuLane:
-    """The CUDA 13 recipe installed on this GPU host by its install script."""
-
-    venv: Path
-    log: str
-    seconds: float
-
-
 def host_torch_site(python: str = "python3") -> Path:
     """The site-packages that holds the torch of `python` (fails the test without one)."""
     probe = "import pathlib, torch; print(pathlib.Path(torch.__file__).resolve().parent.parent)"
@@ -78,8 +67,9 @@ def host_torch_site(python: str = "python3") -> Path:
 
 
 @pytest.fixture(scope="session")
-def gpu_lane(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> GpuLane:
-    """`hpcbundle render cuda13.0-torch2.11 --format shell`, run on this GPU host (see the module)."""
+def gpu_venv(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory, gpu_report: list[str]) -> Path:
+    """The venv of `hpcbundle render cuda13.0-torch2.11 --format shell`, run on this GPU host (see the
+    module); its log is install.log beside it."""
     work = Path(os.environ.get("HPCBUNDLE_GPU_LANE_DIR") or tmp_path_factory.mktemp("gpu-lane")).resolve()
     venv = work / "venv"
     if not (venv / "bin" / "python").exists():
@@ -100,6 +90,6 @@ def gpu_lane(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
     nvcc = shutil.which("nvcc")
     if nvcc:
         env["HPCBUNDLE_CUDA_HOME"] = str(Path(nvcc).resolve().parent.parent)
-    log, seconds = run_install_script(pytestconfig, venv, work, env)
-    print(f"gpu lane: install script {seconds:.0f} s, venv {venv}", file=sys.stderr)
-    return GpuLane(venv, log, seconds)
+    _, seconds = run_install_script(pytestconfig, venv, work, env)
+    gpu_report.append(f"install script on this GPU host: {seconds:.0f} s ({venv})")
+    return venv
