@@ -6,7 +6,7 @@
 
 By default it starts the testbed's private Docker engine (hpcbundle_testbed.docker_engine: cached
 data root, debootstrapped local/debian base, wheelhouse from this machine's pip) and builds both
-targets of the rendered Dockerfile through hpcbundle.build.images; with a warm cache that takes seconds.
+targets of the rendered Dockerfile through hpcbundle.image.images; with a warm cache that takes seconds.
 --existing only inspects hpcbundle/RECIPE:build and :latest in the engine DOCKER_HOST names.
 Prints a table, the largest layers of each, and one JSON line (metric image_size_ratio).
 """
@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from hpcbundle.build import images
-from hpcbundle.build.imagespec import image_spec
-from hpcbundle.build.render import render_image, template_environment
 from hpcbundle.config.bundle import Bundle
 from hpcbundle.config.recipes import load_recipe
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.image import images
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.render import render_image, template_environment
+from hpcbundle.knowledge.compat import knowledge_base
 
 ROOT = Path(__file__).resolve().parents[1]
 

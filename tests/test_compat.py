@@ -8,9 +8,9 @@ import pytest
 
 from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe, all_recipes
+from hpcbundle.knowledge.compat import knowledge_base, pytorch_requirement
 from hpcbundle.rules.engine import RULES, applicable, failed
 from hpcbundle.rules.facts import check_declared, declared_facts
-from hpcbundle.rules.knowledge import knowledge_base, pytorch_requirement
 
 from .helpers import RECIPES, recipe_data
 

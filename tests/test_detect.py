@@ -6,7 +6,7 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site, site_problems
 from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.diagnose.probes import parse_gpus
-from hpcbundle.launch.build import check_site
+from hpcbundle.launch.assemble import check_site
 
 
 def iface(name: str, addr: str | None, up: bool = True) -> dict:

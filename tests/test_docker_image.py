@@ -3,7 +3,7 @@
 The engine is private (hpcbundle_testbed.docker_engine) and no registry is used: both stages start
 FROM a debootstrapped `local/debian:bookworm` passed as the BUILD_IMAGE / RUNTIME_IMAGE build
 arguments; torch==2.13.0+cpu comes from a wheelhouse that this machine's pip fills. Builds, tags,
-inspection and export go through hpcbundle.build.images (the Docker SDK). Cold (empty cache) this is
+inspection and export go through hpcbundle.image.images (the Docker SDK). Cold (empty cache) this is
 the slow test of the suite; warm, every layer comes from the cache and the module takes about a
 minute, most of it the in-image Horovod runs.
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hpcbundle.build import images
-from hpcbundle.build.imagespec import EXAMPLES, MANIFEST, image_spec
 from hpcbundle.cli import main
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.image import images
+from hpcbundle.image.imagespec import EXAMPLES, MANIFEST, image_spec
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed.docker_engine import DockerEngine
 from hpcbundle_testbed.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 

@@ -12,9 +12,9 @@ import pytest
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
 from hpcbundle.diagnose.probes import numa_memory, parse_gpus
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
-from hpcbundle.rules.knowledge import knowledge_base
 
 SITE = {
     "name": "t",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.build.imagespec import VENV, WHEELHOUSE, image_layout, image_spec
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.image.imagespec import VENV, WHEELHOUSE, image_layout, image_spec
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd
 from hpcbundle_testbed.docker_engine import DockerEngine

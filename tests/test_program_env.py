@@ -20,9 +20,9 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import draft_site
 from hpcbundle.diagnose.program import SHELL_PROBE, parse_probe, probe_words, program_modules
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import Layout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
-from hpcbundle.rules.knowledge import knowledge_base
 
 from .helpers import ROOT
 from .test_detect import observed

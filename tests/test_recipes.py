@@ -143,8 +143,8 @@ def test_base_image_digest_is_validated_strictly(tmp_path, image, words):
 
 
 def test_a_pinned_base_image_is_recorded_in_the_images_labels(tmp_path):
-    from hpcbundle.rules.facts import image_labels
-    from hpcbundle.rules.knowledge import knowledge_base
+    from hpcbundle.knowledge.compat import knowledge_base
+    from hpcbundle.knowledge.labels import image_labels
 
     data = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
     pinned = f"nvidia/cuda:12.2.2-runtime-ubuntu22.04@{DIGEST}"

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.build.imagespec import horovod_key, image_spec
-from hpcbundle.build.render import (
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.image.imagespec import horovod_key, image_spec
+from hpcbundle.image.render import (
     SUFFIXES,
     Steps,
     assignments,
@@ -25,9 +27,7 @@ from hpcbundle.build.render import (
     shell_line_problem,
     template_environment,
 )
-from hpcbundle.config.errors import UserError
-from hpcbundle.config.recipes import Recipe, load_recipe
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.knowledge.compat import knowledge_base
 
 from .helpers import GOLDEN, ROOT, assert_golden, recipe_data
 

@@ -10,9 +10,9 @@ import yaml
 from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe, all_recipes
 from hpcbundle.config.sites import Site
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.engine import RULES, exit_status
 from hpcbundle.rules.facts import check_declared
-from hpcbundle.rules.knowledge import knowledge_base
 
 from .helpers import RECIPES, recipe_data
 from .test_launch import SITES, hpcbundle

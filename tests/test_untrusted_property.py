@@ -20,13 +20,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.build.render import render_image, template_environment
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.recipes import Recipe
+from hpcbundle.image.render import render_image, template_environment
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import Layout, build_command, load_site
 from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
-from hpcbundle.rules.knowledge import knowledge_base
 
 from .helpers import ROOT
 from .untrusted import (

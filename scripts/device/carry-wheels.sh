@@ -26,9 +26,9 @@ mkdir -p "$dest"
 
 spec_pins=$("$py" - <<'PY'
 from pathlib import Path
-from hpcbundle.build.imagespec import image_spec
+from hpcbundle.image.imagespec import image_spec
 from hpcbundle.config.recipes import load_recipe
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.knowledge.compat import knowledge_base
 spec = image_spec(load_recipe("cuda13.0-torch2.11", Path("recipes")), knowledge_base(), host=True)
 print(" ".join((*spec.horovod_helpers, *spec.build_requirements)))
 PY

@@ -20,11 +20,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from hpcbundle.build.imagespec import image_spec
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.fields import major_minor
 from hpcbundle.config.recipes import Recipe, load_recipe
-from hpcbundle.rules.knowledge import knowledge_base
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.knowledge.compat import knowledge_base
 
 from . import cuda_wheels
 from .cuda_wheels import Prepared

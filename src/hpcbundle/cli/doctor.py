@@ -11,9 +11,9 @@ from ..config.loading import parse_yaml, validate
 from ..config.sites import Site
 from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
+from ..knowledge.compat import knowledge_base
 from ..launch import load_site, parse_hosts
 from ..rules.engine import Result, exit_status
-from ..rules.knowledge import knowledge_base
 from . import main, pass_bundle
 from .launch import PROGRAM_SETTINGS, program_probe, site_option
 from .options import seconds

@@ -6,7 +6,7 @@ same rule judges a node that was observed and the node a site declares. For exam
 
     >>> from hpcbundle.config.sites import Site
     >>> from hpcbundle.rules.engine import evaluate
-    >>> from hpcbundle.rules.knowledge import knowledge_base
+    >>> from hpcbundle.knowledge.compat import knowledge_base
     >>> site = Site.model_validate({"name": "t", "description": "d", "mpi": {"flavour": "openmpi", "version": "4.1.4"},
     ...     "launcher": {"name": "mpirun"}, "node": {"cores": 2}, "network": {"fabric": "ethernet"}})
     >>> answered = {"node1": {"cpus": 2, "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "mpirun"}}}
@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Mapping
 
 from ..config.sites import Site
+from ..knowledge.compat import knowledge_base
+from ..knowledge.labels import manifest_facts
 from ..rules.engine import Facts, Result, evaluate, failed
 from ..rules.fabric import named_interfaces
-from ..rules.facts import manifest_facts
-from ..rules.knowledge import knowledge_base
 from . import fanout, program
 
 

@@ -11,8 +11,8 @@
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
 """
 
+from .assemble import build_command, check_layout, check_site, load_site
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
-from .build import build_command, check_layout, check_site, load_site
 from .command import Command, Part
 from .layout import Layout, hostfile_slots, parse_hosts
 

@@ -14,9 +14,9 @@ from typing import Sequence
 import jinja2
 
 from .. import __version__
-from ..build.render import template_environment
 from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
+from ..image.render import template_environment
 from ..quoting import shell_quote
 from . import Layout, build_command
 

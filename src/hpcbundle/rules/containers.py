@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
+from ..knowledge.compat import KnowledgeBase
 from ..launch import RUNTIMES
 from .engine import Facts, Verdict, rule
-from .knowledge import KnowledgeBase
 
 
 @rule("container-runtime", needs=("site", "nodes", "observed"))

@@ -7,7 +7,7 @@ or observed on the nodes, see rules/facts.py). A rule names the facts it `needs`
 runs it wherever those facts exist, so a rule is written once and runs from every front end that
 can feed it::
 
-    >>> from hpcbundle.rules.knowledge import knowledge_base
+    >>> from hpcbundle.knowledge.compat import knowledge_base
     >>> facts = Facts(site=None)
     >>> [r.rule for r in evaluate(facts, knowledge_base())]   # no recipe, site or nodes: nothing to judge
     []
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Nam
 if TYPE_CHECKING:
     from ..config.recipes import Recipe
     from ..config.sites import Site
-    from .knowledge import KnowledgeBase
+    from ..knowledge.compat import KnowledgeBase
 
 # One module per family of rules, in the order their results are shown.
 FAMILIES = ("base", "nodes", "program", "gpu", "frameworks", "mpi", "containers", "fabric")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from ..config.fields import parse_version
 from ..config.sites import Site, interface_settings
+from ..knowledge.compat import KnowledgeBase
+from ..knowledge.labels import listed
 from .engine import Facts, Verdict, rule
-from .facts import listed
-from .knowledge import KnowledgeBase
 
 
 def named_interfaces(site: Site) -> dict[str, list[str]]:

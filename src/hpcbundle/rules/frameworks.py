@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
+from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 from .gpu import CPU_ONLY
-from .knowledge import KnowledgeBase
 
 
 def _in_range(version: str, bounds: tuple[str, str]) -> bool:

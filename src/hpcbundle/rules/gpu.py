@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..config.fields import major_minor, parse_version
+from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
-from .knowledge import KnowledgeBase
 
 CPU_ONLY = Verdict("SKIP", "CPU-only recipe")
 

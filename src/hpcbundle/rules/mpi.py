@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
+from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
-from .knowledge import KnowledgeBase
 
 
 @rule("mpi-abi", needs=("recipe",))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
-from .knowledge import KnowledgeBase
 
 
 @rule("node-probe", needs=("nodes", "observed"))

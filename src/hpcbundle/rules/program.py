@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
-from .knowledge import KnowledgeBase
 
 
 def _describe(facts: Mapping[str, Any]) -> str:

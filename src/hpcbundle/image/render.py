@@ -21,8 +21,8 @@ import jinja2
 from .. import __version__
 from ..config.errors import UserError
 from ..config.recipes import Recipe
+from ..knowledge.compat import KnowledgeBase
 from ..quoting import shell_quote
-from ..rules.knowledge import KnowledgeBase
 from .imagespec import ImageSpec, image_spec
 
 Format = Literal["docker", "singularity", "shell"]

@@ -19,8 +19,8 @@ from .. import __version__
 from ..config.errors import UserError
 from ..config.fields import major_minor
 from ..config.recipes import Recipe
-from ..rules.facts import MANIFEST, image_labels
-from ..rules.knowledge import CudaWheels, KnowledgeBase, pytorch_requirement
+from ..knowledge.compat import CudaWheels, KnowledgeBase, pytorch_requirement
+from ..knowledge.labels import MANIFEST, image_labels
 
 VENV = "/opt/venv"
 MPI_PREFIX = "/opt/openmpi"

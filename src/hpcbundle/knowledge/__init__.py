@@ -1,0 +1,1 @@
+"""The knowledge below rules and the image stage: compatibility data, and the image-label contract."""
