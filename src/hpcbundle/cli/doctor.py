@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -13,29 +12,11 @@ from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
 from ..knowledge.compat import knowledge_base
 from ..launch import load_site, parse_hosts
-from ..rules.engine import Result, exit_status
+from ..rules.engine import exit_status
 from . import main, pass_bundle
-from .launch import PROGRAM_SETTINGS, program_probe, site_option
-from .options import seconds
-from .outputs import OUTPUT_HELP, write_atomic
-
-_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
-
-
-def print_results(results: list[Result], err: bool = False) -> None:
-    """A rich table on a terminal, one plain line per check otherwise."""
-    stream = sys.stderr if err else sys.stdout
-    if stream.isatty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table("check", "status", "evidence", "fix", show_lines=False)
-        for r in results:
-            table.add_row(r.rule, f"[{_STYLE[r.status]}]{r.status}[/]", r.evidence, r.fix)
-        Console(file=stream).print(table)
-    else:
-        for r in results:
-            click.echo(r.line(), err=err)
+from .options import PROGRAM_SETTINGS, seconds, site_option
+from .outputs import OUTPUT_HELP, print_results, write_atomic
+from .preflight import program_probe
 
 
 @main.command("doctor", context_settings=PROGRAM_SETTINGS)
@@ -119,6 +100,3 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
     write_atomic(output, text)
     confirm = sum("CONFIRM" in line for line in text.splitlines())
     click.echo(f"wrote {output}: {confirm} line(s) marked CONFIRM to check", err=True)
-
-
-__all__ = ["print_results"]

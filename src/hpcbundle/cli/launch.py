@@ -4,90 +4,31 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from ..config.errors import UserError
-from ..config.loading import read_text
 from ..config.sites import Site
-from ..diagnose.program import ProgramProbe, probe_words, program_modules
-from ..launch import LAUNCHERS, Layout, build_command, hostfile_slots, load_site, parse_hosts
-from ..launch.batch import BatchJob, GateStep, parse_job_id, sbatch_script, script_environment
-from ..launch.execute import run_bounded, run_captured
+from ..execute import run_bounded, run_captured
+from ..launch import Layout, build_command, load_site
+from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
 from . import main, pass_bundle
-from .options import Count, seconds
+from .options import (
+    PROGRAM_SETTINGS,
+    Count,
+    gate_option,
+    image_option,
+    layout_from,
+    no_doctor_option,
+    program_argument,
+    seconds,
+    site_for,
+    site_option,
+)
 from .outputs import OUTPUT_HELP, echo_text, write_atomic
-
-DEFAULT_SITE = "local"
-PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
-site_option = click.option(
-    "--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file."
-)
-image_option = click.option(
-    "--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host."
-)
-program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
-no_doctor_option = click.option(
-    "--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted."
-)
-gate_option = click.option(
-    "--gate",
-    is_flag=True,
-    help="First run a short allreduce through the same launch line (the launch gate) and stop, exit 2, when "
-    "its transport is not the site's network.fabric or its busbw is below gate.threshold x network.link_gbps.",
-)
-
-
-def program_probe(
-    site: Site, hosts: tuple[tuple[str, int], ...], program: tuple[str, ...], image: str | None
-) -> ProgramProbe | None:
-    """The job's own launch line, one rank on each remote host, running the program-environment
-    probe instead of `program` (None when no rank leaves this node or the launcher places ranks itself).
-
-    The program's imports are read here, at the edge: `python3 train.py` probes horovod and the
-    frameworks train.py imports.
-    """
-    remote = [h for h, _ in hosts if h not in ("localhost", socket.gethostname())]
-    launcher = LAUNCHERS.get(site.launcher.name)
-    if not program or not remote or launcher is None or not launcher.takes_hosts:
-        return None
-    modules = ["horovod"]
-    script = Path(program[1]) if len(program) > 1 else None
-    if script and script.suffix == ".py" and script.is_file():
-        modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
-    words = probe_words(program[0], modules)
-    names = [h for h, _ in hosts]
-    layout = Layout(np=len(names), hosts=tuple((h, 1) for h in names))
-    return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
-
-
-def doctor_first(
-    ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str, program: tuple[str, ...] = ()
-) -> None:
-    """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
-    from ..diagnose.doctor import doctor
-    from ..rules.engine import exit_status
-    from .doctor import print_results
-
-    probe = program_probe(model, hosts, program, image)
-    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe)
-    shown = [r for r in results if r.status in ("WARN", "FAIL")]
-    print_results(shown, err=True)
-    if exit_status(results) == 2:
-        click.echo(
-            f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
-            f"fix {model.where}, or run with --no-doctor to launch anyway",
-            err=True,
-        )
-        ctx.exit(2)
-
-
-def site_for(bundle, ref: str) -> Site:
-    """The site named `ref`, with every problem in it refused (exit 2)."""
-    return load_site(ref, bundle.get().sites_dir)
+from .preflight import doctor_first
+from .submit import submit_script
 
 
 @main.command("sites")
@@ -215,20 +156,6 @@ def gate_first(ctx: click.Context, model: Site, layout: Layout, image: str | Non
         ctx.exit(2)
 
 
-def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
-    """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
-    if hosts is not None and hostfile:
-        raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
-    slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
-    return Layout(
-        np=np_,
-        hosts=parse_hosts(hosts) if hosts is not None else (),
-        hostfile=str(hostfile) if hostfile else None,
-        hostfile_slots=slots,
-        in_allocation="SLURM_JOB_ID" in os.environ,
-    )
-
-
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
@@ -288,32 +215,3 @@ def sbatch_command(
         if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
             doctor_first(ctx, model, image, (), "login")
         click.echo(submit_script(text, output))
-
-
-def submit_script(text: str, path: Path | None) -> str:
-    """Run sbatch on the written file (or the text on stdin); return the job id."""
-    argv = ["sbatch", "--parsable", *([str(path)] if path else [])]
-    try:
-        result = subprocess.run(
-            argv, input=None if path else text, capture_output=True, text=True, timeout=120, check=False
-        )  # noqa: S603
-    except FileNotFoundError:
-        raise UserError.at(
-            "",
-            "sbatch",
-            "not found on PATH",
-            "run --submit on a SLURM login node, or drop it and copy the script there",
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise UserError.at(
-            "", "sbatch", "did not answer within 120 s", "check that slurmctld is reachable (sinfo)"
-        ) from None
-    if result.returncode:
-        raise UserError.at(
-            "",
-            "sbatch",
-            "refused the job: "
-            f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}",
-            "fix the site's slurm settings or the flags",
-        )
-    return parse_job_id(result.stdout)

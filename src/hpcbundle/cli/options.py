@@ -1,11 +1,19 @@
-"""Bounded option types: counts and seconds in ASCII digits within a range (no 10**30, no '٣')."""
+"""The options commands share: bounded counts and seconds (ASCII digits within a range: no 10**30, no '٣'),
+the site, image and program, and the ranks asked for."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import click
+
+from ..config.errors import UserError
+from ..config.loading import read_text
+from ..config.sites import Site
+from ..launch import Layout, hostfile_slots, load_site, parse_hosts
 
 MAX_COUNT = 1_000_000
 """The largest count an option takes unless it says otherwise (ranks, nodes, repeats, batch sizes)."""
@@ -34,3 +42,42 @@ class Count(click.IntRange):
 def seconds(max: int = MAX_SECONDS) -> Count:  # noqa: A002
     """A timeout in seconds, from 1 to `max` (a week unless given)."""
     return Count(1, max)
+
+
+DEFAULT_SITE = "local"
+PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+site_option = click.option(
+    "--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file."
+)
+image_option = click.option(
+    "--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host."
+)
+program_argument = click.argument("program", nargs=-1, required=True, type=click.UNPROCESSED)
+no_doctor_option = click.option(
+    "--no-doctor", is_flag=True, help="Skip the fast doctor checks run before anything is started or submitted."
+)
+gate_option = click.option(
+    "--gate",
+    is_flag=True,
+    help="First run a short allreduce through the same launch line (the launch gate) and stop, exit 2, when "
+    "its transport is not the site's network.fabric or its busbw is below gate.threshold x network.link_gbps.",
+)
+
+
+def site_for(bundle, ref: str) -> Site:
+    """The site named `ref`, with every problem in it refused (exit 2)."""
+    return load_site(ref, bundle.get().sites_dir)
+
+
+def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
+    """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
+    if hosts is not None and hostfile:
+        raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
+    slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
+    return Layout(
+        np=np_,
+        hosts=parse_hosts(hosts) if hosts is not None else (),
+        hostfile=str(hostfile) if hostfile else None,
+        hostfile_slots=slots,
+        in_allocation="SLURM_JOB_ID" in os.environ,
+    )

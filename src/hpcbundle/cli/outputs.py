@@ -1,4 +1,5 @@
-"""Write outputs atomically: a reader sees the old file or the whole new one, never half.
+"""What commands write: files atomically (a reader sees the old file or the whole new one, never half),
+and check results as a table or plain lines.
 
 An -o path that is a symlink writes the file it points to (as shell redirection does, a dangling
 one included), and that file keeps its mode; a FIFO, device, socket or directory is refused, as
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
 import click
 
 from ..config.errors import UserError
+from ..rules.engine import Result
 
 OUTPUT_HELP = "a symlink writes its target, an existing file keeps its mode"
 """What every -o help says about where the bytes go."""
@@ -71,3 +74,22 @@ def write_atomic(path: Path, text: str | bytes, mode: int = 0o644, option: str =
 def echo_text(text: str) -> None:
     """Print generated text to stdout byte for byte (argv bytes that were not UTF-8 included)."""
     click.echo(text.encode("utf-8", errors="surrogateescape"), nl=False)
+
+
+_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+
+
+def print_results(results: list[Result], err: bool = False) -> None:
+    """A rich table on a terminal, one plain line per check otherwise."""
+    stream = sys.stderr if err else sys.stdout
+    if stream.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("check", "status", "evidence", "fix", show_lines=False)
+        for r in results:
+            table.add_row(r.rule, f"[{_STYLE[r.status]}]{r.status}[/]", r.evidence, r.fix)
+        Console(file=stream).print(table)
+    else:
+        for r in results:
+            click.echo(r.line(), err=err)

@@ -25,9 +25,10 @@ from ..perf.scaling import (
     table,
 )
 from . import main, pass_bundle
-from .launch import PROGRAM_SETTINGS, doctor_first, no_doctor_option, site_for, site_option, submit_script
-from .options import Count
+from .options import PROGRAM_SETTINGS, Count, no_doctor_option, site_for, site_option
 from .outputs import output_target, write_atomic
+from .preflight import doctor_first
+from .submit import submit_script
 
 PLAN = "plan.json"
 CSV = "scaling.csv"

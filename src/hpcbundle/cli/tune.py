@@ -13,8 +13,8 @@ import click
 from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
+from ..execute import run_captured
 from ..launch import Layout, build_command, load_site
-from ..launch.execute import run_captured
 from ..perf.tune import (
     KNOB_NAMES,
     KNOBS,
@@ -29,9 +29,9 @@ from ..perf.tune import (
 )
 from ..quoting import shell_join
 from . import main, pass_bundle
-from .launch import doctor_first, image_option, layout_from, no_doctor_option, site_option
-from .options import Count, seconds
+from .options import Count, image_option, layout_from, no_doctor_option, seconds, site_option
 from .outputs import OUTPUT_HELP, write_atomic
+from .preflight import doctor_first
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = 16 << 30

@@ -20,7 +20,7 @@ import threading
 from typing import Any, NamedTuple, Sequence
 
 from ..config.errors import UserError
-from ..launch.execute import run_captured
+from ..execute import run_captured
 
 MARK = "HPCBUNDLE-PROBE"
 # The frameworks a Horovod program may import; horovod itself is always probed.

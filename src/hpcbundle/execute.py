@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..config.errors import UserError
+from .config.errors import UserError
 
 
 def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int | None:

@@ -1,0 +1,56 @@
+"""The fast doctor checks a command runs before it starts or submits a job (exit 2 on a FAIL, nothing started)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import click
+
+from ..config.sites import Site
+from ..diagnose.program import ProgramProbe, probe_words, program_modules
+from ..launch import LAUNCHERS, Layout, build_command
+from ..rules.engine import exit_status
+from .outputs import print_results
+
+
+def program_probe(
+    site: Site, hosts: tuple[tuple[str, int], ...], program: tuple[str, ...], image: str | None
+) -> ProgramProbe | None:
+    """The job's own launch line, one rank on each remote host, running the program-environment
+    probe instead of `program` (None when no rank leaves this node or the launcher places ranks itself).
+
+    The program's imports are read here, at the edge: `python3 train.py` probes horovod and the
+    frameworks train.py imports.
+    """
+    remote = [h for h, _ in hosts if h not in ("localhost", socket.gethostname())]
+    launcher = LAUNCHERS.get(site.launcher.name)
+    if not program or not remote or launcher is None or not launcher.takes_hosts:
+        return None
+    modules = ["horovod"]
+    script = Path(program[1]) if len(program) > 1 else None
+    if script and script.suffix == ".py" and script.is_file():
+        modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
+    words = probe_words(program[0], modules)
+    names = [h for h, _ in hosts]
+    layout = Layout(np=len(names), hosts=tuple((h, 1) for h in names))
+    return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
+
+
+def doctor_first(
+    ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str, program: tuple[str, ...] = ()
+) -> None:
+    """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
+    from ..diagnose.doctor import doctor  # imported when a check runs: printing a line stays fast
+
+    probe = program_probe(model, hosts, program, image)
+    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe)
+    shown = [r for r in results if r.status in ("WARN", "FAIL")]
+    print_results(shown, err=True)
+    if exit_status(results) == 2:
+        click.echo(
+            f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
+            f"fix {model.where}, or run with --no-doctor to launch anyway",
+            err=True,
+        )
+        ctx.exit(2)

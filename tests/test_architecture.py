@@ -1,0 +1,106 @@
+"""The package's imports follow the documented pipeline (docs/architecture.md): no arrow points up, no cycle.
+
+Each module of src/hpcbundle sits on a floor; a module may import its own package and the floors
+below it, never a floor above it or a sibling stage on its own floor (`image` and `launch` both
+read the floors below, neither reads the other). Every import counts, also one inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hpcbundle
+
+PACKAGE = Path(hpcbundle.__file__).parent
+
+# Bottom first. Stages on one floor are siblings: neither may import the other.
+FLOORS: list[tuple[str, ...]] = [
+    ("hpcbundle",),  # the package's face: its version
+    ("quoting",),
+    ("config",),
+    ("knowledge", "templating", "execute"),  # data and helpers both sides of a fork reach: Jinja2, bounded runs
+    ("network",),
+    ("rules",),
+    ("image", "launch"),
+    ("diagnose",),
+    ("perf",),
+    ("cli",),
+    ("__main__",),
+]
+FLOOR_OF = {stage: level for level, stages in enumerate(FLOORS) for stage in stages}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    relative = Path(*name.split(".")[1:]) if "." in name else Path()
+    return (PACKAGE / relative).with_suffix(".py").is_file() or (PACKAGE / relative / "__init__.py").is_file()
+
+
+def imports_of(path: Path) -> set[str]:
+    """The hpcbundle modules `path` imports, anywhere in the file (`from pkg import mod` names the module)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "hpcbundle"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "hpcbundle":
+                continue
+            for alias in node.names:
+                found.add(f"{target}.{alias.name}" if is_module(f"{target}.{alias.name}") else target)
+    return found - {name}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "hpcbundle"
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(path): imports_of(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_stage_of_the_package_has_a_floor():
+    stages = {stage(module) for module in import_graph()}
+    assert stages - FLOOR_OF.keys() == set()
+
+
+def test_no_import_points_up_the_pipeline_or_across_to_a_sibling_stage():
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if stage(target) != stage(module) and FLOOR_OF[stage(target)] >= FLOOR_OF[stage(module)]
+    ]
+    assert wrong == []
+
+
+def test_no_module_imports_itself_through_a_cycle():
+    graph = import_graph()
+    cycles: list[list[str]] = []
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
