@@ -18,6 +18,7 @@ from hpcbundle.rules.engine import RULES, Facts, registered
 from hpcbundle.rules.loading import load_failures, load_recipe, load_site
 
 from .helpers import RECIPES, ROOT, assert_golden, hpcbundle, recipe_data, write_recipe
+from .test_interfaces import make_site
 from .test_sites import SITES, _bad_site
 
 # One bad site per on_load site rule: (rule, shipped base site, dotted edits).
@@ -128,15 +129,8 @@ def test_rules_read_only_config_and_knowledge_and_config_reads_no_rules():
 
 
 def _site(**keys: Any) -> Site:
-    data: dict[str, Any] = {
-        "name": "demo",
-        "description": "two GPU nodes",
-        "mpi": {"flavour": "openmpi", "version": "4.1.6"},
-        "launcher": {"name": "mpirun"},
-        "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
-        "network": {"fabric": "ethernet"},
-    }
-    return Site.model_validate(data | keys)
+    """A two-node Open MPI GPU site on ethernet that names no interface in network.interfaces."""
+    return make_site(**{"network": {"fabric": "ethernet"}} | keys)
 
 
 def test_the_gate_expects_interfaces_a_site_names_only_through_mca_or_env():
