@@ -81,6 +81,14 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
     "horovod-pytorch": ("cpu-local", _set("horovod.patches", []), "add cxx17 to horovod.patches"),
     "horovod-ops": ("cuda12.6-torch2.9", _set("horovod.tensor_operations", ["mpi", "gloo"]), "add nccl"),
     "mpi-abi": ("cuda12.6-torch2.9", _set("mpi.version", "4.2.0"), "Open MPI 4.2 is not a known series"),
+    "mpi-install": ("cuda11.8-tf2.14-torch2.1", _set("mpi.install", "distro"), "install: distro takes no source"),
+    "ucx-open-mpi": (
+        "cuda12.2-tf2.15-torch2.1-ucx",
+        _set("mpi.flavour", "mpich"),
+        "ucx is built only for an Open MPI built from source",
+    ),
+    "cuda-route": ("cuda12.6-torch2.9", _set("base.runtime_image", "ubuntu:22.04"), "not an nvidia/cuda image"),
+    "verbs-runtime": ("cuda12.2-tf2.15-torch2.1-ucx", _set("fabric_libs", []), "add fabric_libs: [verbs]"),
 }
 
 

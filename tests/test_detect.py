@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from hpcbundle.config.loading import parse_yaml, validate
-from hpcbundle.config.sites import Site, site_problems
+from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.diagnose.probes import parse_gpus
-from hpcbundle.launch.assemble import check_site
+from hpcbundle.rules.engine import Facts
+from hpcbundle.rules.loading import load_failures
 
 
 def iface(name: str, addr: str | None, up: bool = True) -> dict:
@@ -67,7 +68,7 @@ def test_draft_is_a_valid_site_with_the_environments_mca_and_confirm_lines():
         "mine",
     )
     site = validate(Site, parse_yaml(text, "draft"), "draft")
-    assert site_problems(site) == [] and check_site(site) == []
+    assert load_failures(Facts(site=site)) == []
     assert (site.name, site.network.interfaces, site.mca, site.mpi.version) == (
         "mine",
         ["data0"],
@@ -93,7 +94,7 @@ def test_gpus_and_infiniband_are_drafted_from_what_was_seen():
         "535.104.05",
         "infiniband",
     )
-    assert site_problems(site) == []
+    assert load_failures(Facts(site=site)) == []
 
 
 def test_an_h100_hosts_real_nvidia_smi_line_drafts_its_gpus_model_and_driver():

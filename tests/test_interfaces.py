@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from hpcbundle.config.errors import UserError
-from hpcbundle.config.sites import Setting, Site, interface_settings
+from hpcbundle.config.sites import Site
+from hpcbundle.knowledge.network import Setting, interface_settings
 from hpcbundle.launch import Layout, build_command, load_site
 
 from .helpers import ROOT

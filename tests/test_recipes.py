@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpcbundle.config.errors import UserError
-from hpcbundle.config.recipes import all_recipes, load_recipe
+from hpcbundle.rules.loading import all_recipes, load_recipe
 
 from .helpers import RECIPES, recipe_data, write_recipe
 

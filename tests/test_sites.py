@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from hpcbundle.config.errors import UserError
-from hpcbundle.launch import check_site, load_site
+from hpcbundle.launch import load_site
+from hpcbundle.rules.engine import Facts
+from hpcbundle.rules.loading import load_failures
 
 from .test_launch import SHIPPED, SITES, hpcbundle
 
@@ -36,7 +38,7 @@ def _bad_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_each_shipped_site_loads_without_problems(name):
     site = load_site(name, SITES)
-    assert site.name == name and check_site(site) == []
+    assert site.name == name and load_failures(Facts(site=site)) == []
 
 
 def test_sites_command_lists_every_shipped_site():

@@ -27,6 +27,8 @@ from hpcbundle.image.render import render_image, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import Layout, build_command, load_site
 from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
+from hpcbundle.rules.engine import Facts
+from hpcbundle.rules.loading import load_failures
 
 from .helpers import ROOT
 from .untrusted import (
@@ -84,7 +86,7 @@ def _renders(data: dict[str, Any]) -> dict[str, str] | None:
     """The three artifacts of a recipe, or None when it is refused with a clean error."""
     try:
         recipe = validate(Recipe, data, "recipe.yaml")
-        if recipe.route_problem():
+        if load_failures(Facts(site=None, recipe=recipe)):
             return None
         return {fmt: render_image(recipe, fmt, _env(), _kb()) for fmt in ("docker", "singularity", "shell")}
     except UserError as exc:  # one line each, blaming the recipe's key, never a template of containers/

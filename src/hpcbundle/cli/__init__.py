@@ -18,6 +18,7 @@ COMMAND_MODULES = {
     "recipes": "recipes",
     "render": "recipes",
     "check": "recipes",
+    "rules": "rules",
     "sites": "launch",
     "launch": "launch",
     "sbatch": "launch",

@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 
 from ..config.errors import UserError
-from ..config.recipes import load_recipe
 from ..image import images
 from ..image.imagespec import CONTEXT_DIRS, image_spec
 from ..image.render import render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..rules.engine import failed
 from ..rules.facts import check_declared
+from ..rules.loading import load_recipe
 from . import main, pass_bundle
 from .recipes import refuse
 

@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.errors import UserError
-from ..config.recipes import all_recipes, load_recipe
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..launch import load_site
 from ..rules.engine import failed
 from ..rules.facts import check_declared
+from ..rules.loading import all_recipes, load_recipe
 from . import main, pass_bundle
 from .outputs import OUTPUT_HELP, write_atomic
 

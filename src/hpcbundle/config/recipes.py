@@ -88,18 +88,6 @@ class Mpi(StrictModel):
         default_factory=list, description="extra ./configure options for install: source"
     )
 
-    @model_validator(mode="after")
-    def _install_fits(self) -> "Mpi":
-        if self.install == "source" and self.source is None:
-            raise ValueError("install: source needs source.url and source.sha256 (or use install: distro)")
-        if self.install != "source" and (self.source is not None or self.configure):
-            raise ValueError(f"install: {self.install} takes no source/configure (those are for install: source)")
-        if self.install == "pip" and self.flavour != "intelmpi":
-            raise ValueError("install: pip is only for flavour: intelmpi (the impi-devel/impi-rt wheels)")
-        if self.install == "distro" and self.flavour == "intelmpi":
-            raise ValueError("Intel MPI is not an OS package; use install: pip")
-        return self
-
 
 FabricLib = Literal["verbs", "psm2"]
 """Fabric user space a runtime image carries: `verbs` (rdma-core: libibverbs1, ibverbs-providers,
@@ -181,70 +169,18 @@ class Recipe(StrictModel):
     frameworks: Frameworks
     horovod: Horovod
 
-    @model_validator(mode="after")
-    def _combination(self) -> "Recipe":
-        if self.ucx is not None and not (self.mpi.flavour == "openmpi" and self.mpi.install == "source"):
-            raise ValueError("ucx is built only for an Open MPI built from source (mpi.install: source)")
-        return self
-
-    def fabric_problem(self) -> tuple[str, str, str] | None:
-        """(key, problem, fix) when UCX or Open MPI is built with verbs but the runtime image would lack them."""
-        verbs_builds = [
-            f"{key}.configure {option}"
-            for key, options in (("ucx", self.ucx.configure if self.ucx else []), ("mpi", self.mpi.configure))
-            for option in options
-            if option in ("--with-verbs", "--with-rdmacm")
-        ]
-        if verbs_builds and "verbs" not in self.fabric_libs:
-            return (
-                "fabric_libs",
-                f"has no verbs, but {verbs_builds[0]} builds against them and the runtime image then needs them",
-                "add fabric_libs: [verbs]",
-            )
-        return None
-
-    def route_problem(self) -> tuple[str, str, str] | None:
-        """(key, problem, fix) when the base images do not fit where CUDA comes from (the routes do not mix)."""
-        gpu = self.gpu
-        if gpu is None:
-            return None
-        keys = ("build_image", "runtime_image")
-        cuda_images = [key for key in keys if CUDA_IMAGE in getattr(self.base, key)]
-        if gpu.source == "wheels":
-            if cuda_images:
-                return (
-                    f"base.{cuda_images[0]}",
-                    "is an nvidia/cuda image but gpu.source is wheels (CUDA from PyPI's NVIDIA wheels)",
-                    f"use the plain OS image {PLAIN_IMAGES[self.base.os]}, or set gpu.source: image",
-                )
-            if self.frameworks.pytorch is None:
-                return (
-                    "gpu.source",
-                    "wheels takes NCCL and cuDNN from PyTorch's wheel, and the recipe has no frameworks.pytorch",
-                    "add frameworks.pytorch or set gpu.source: image",
-                )
-            return None
-        plain = [key for key in keys if key not in cuda_images]
-        if plain:
-            return (
-                f"base.{plain[0]}",
-                f"is {getattr(self.base, plain[0])}, not an nvidia/cuda image, but gpu.source is image (the default)",
-                "use an nvidia/cuda:<version>-devel-<os> image, or set gpu.source: wheels",
-            )
-        return None
-
     @property
     def is_gpu(self) -> bool:
         return self.gpu is not None
 
 
 def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
-    """Load and validate one recipe by name or path; its `name` must match the file name."""
+    """Load one recipe by name or path and validate its shape; its `name` must match the file name.
+
+    Shape only: hpcbundle.rules.loading.load_recipe also refuses the combinations the rules fail.
+    """
     path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
-    for problem in (recipe.route_problem(), recipe.fabric_problem()):
-        if problem is not None:
-            raise UserError.at(str(path), *problem)
     if recipe.name != path.stem:
         raise UserError.at(
             str(path),
@@ -256,5 +192,5 @@ def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
 
 
 def all_recipes(recipes_dir: Path) -> list[Recipe]:
-    """Every recipe in recipes/, sorted by name; any invalid file is an error."""
+    """Every recipe in recipes/, sorted by name; a file of the wrong shape is an error."""
     return [load_recipe(str(path), recipes_dir) for path in sorted(recipes_dir.glob("*.yaml"))]

@@ -15,16 +15,15 @@ It says nothing about what is inside an image: that belongs to recipes. Example 
     network: {fabric: infiniband}
     why: {env.NCCL_SOCKET_IFNAME: keep NCCL off the libvirt bridge and loopback}
 
-Loading checks the schema and the combinations a site can judge alone; the launcher and
-runtime registries add theirs (hpcbundle.launch.load_site).
+Loading here checks the shape only; every combination of keys is judged by a rule
+(hpcbundle.rules), and hpcbundle.rules.loading.load_site refuses the ones that fail.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
 
@@ -71,14 +70,6 @@ SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00
 # unless the launcher forwards it (site `export`). `site detect` drafts the ones that are set;
 # exported into a container they would replace the image's own.
 PROGRAM_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH", "PYTHONHOME")
-
-
-class Problem(NamedTuple):
-    """One bad combination: the site key, what is wrong, how to fix it."""
-
-    key: str
-    problem: str
-    fix: str = ""
 
 
 class HostMpi(StrictModel):
@@ -139,7 +130,7 @@ class Node(StrictModel):
 
 
 class Network(StrictModel):
-    """The fabric, and the interfaces MPI and NCCL talk over (see interface_settings)."""
+    """The fabric, and the interfaces MPI and NCCL talk over (hpcbundle.knowledge.network derives their settings)."""
 
     fabric: Literal["infiniband", "roce", "ethernet", "omnipath", "loopback"]
     interfaces: list[Word] = Field(
@@ -218,221 +209,16 @@ class Site(StrictModel):
         return UserError.at(self.where, key, problem, fix)
 
 
-def site_problems(site: Site) -> list[Problem]:
-    """Combinations a site can judge alone (the registries add launcher and runtime ones)."""
-    found = [
-        Problem(f"env.{k}", "a value cannot hold a newline", "put it on one line")
-        for k, v in site.env.items()
-        if "\n" in v
-    ]
-    if "plm_rsh_agent" in site.mca and _unsplittable(site.mca["plm_rsh_agent"]):
-        found.append(
-            Problem("mca.plm_rsh_agent", "has an unbalanced quote or backslash", "write the agent as shell words")
-        )
-    if site.mca and site.mpi.flavour != "openmpi":
-        found.append(
-            Problem(
-                "mca",
-                f"MCA parameters are Open MPI's; this site's MPI is {site.mpi.flavour}",
-                "set the MPI's own variables in env",
-            )
-        )
-    for key in sorted(set(site.export) & set(site.env)):
-        found.append(Problem(f"export.{key}", "is both exported and set in env", "keep it in one of them"))
-    if site.node.gpus and site.node.gpu_model is None:
-        found.append(
-            Problem(
-                "node.gpu_model", f"node.gpus is {site.node.gpus} but no GPU model is given", "add e.g. gpu_model: A100"
-            )
-        )
-    if not site.node.gpus and (site.node.gpu_model or site.node.driver or site.container.gpu):
-        key = "container.gpu" if site.container.gpu else "node.gpu_model" if site.node.gpu_model else "node.driver"
-        found.append(Problem(key, "the site has no GPUs (node.gpus: 0)", "set node.gpus or drop it"))
-    for index, wrapper in enumerate(site.wrappers):
-        if wrapper[0].startswith("-"):
-            found.append(
-                Problem(
-                    f"wrappers[{index}]",
-                    f"starts with an option ({wrapper[0]!r}), not a command",
-                    "e.g. [taskset, -c, 0-63]",
-                )
-            )
-    found += fabric_problems(site)
-    if not 0 < site.gate.threshold <= 1:
-        found.append(
-            Problem(
-                "gate.threshold",
-                f"{site.gate.threshold:g} is outside (0, 1]",
-                "give the least busbw the gate accepts as a fraction of network.link_gbps, e.g. 0.5",
-            )
-        )
-    data = site.model_dump()
-    for key in site.why:
-        if not _has_key(data, key):
-            found.append(
-                Problem(
-                    f"why.{key}",
-                    "names no key of this site",
-                    "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]",
-                )
-            )
-    return found
+def load_site(ref: str, sites_dir: Path) -> Site:
+    """Load a site by name or path and validate its shape; its `name` must match the file name.
 
-
-TCP_FABRICS = ("ethernet", "loopback")
-RDMA_ENV = ("NCCL_IB_", "UCX_IB_", "UCX_RC_", "UCX_DC_", "UCX_UD_")
-RDMA_MCA = ("btl_openib_",)
-
-
-def fabric_problems(site: Site) -> list[Problem]:
-    """Settings of an RDMA fabric (verbs adapters, the openib btl) on a site whose fabric is TCP.
-
-    NCCL_IB_DISABLE is the one NCCL_IB_* variable that fits a TCP fabric; UCX_NET_DEVICES may name
-    a TCP interface (eth0) there, never an adapter port (mlx5_0:1).
+    Shape only: hpcbundle.rules.loading.load_site also refuses the combinations the rules fail.
     """
-    fabric = site.network.fabric
-    if fabric not in TCP_FABRICS:
-        return []
-    but = f"but network.fabric is {fabric}"
-    fix = "drop it, or set network.fabric to infiniband or roce if the nodes have that fabric"
-    found = [
-        Problem(f"env.{name}", f"is an InfiniBand/RoCE adapter setting, {but}", fix)
-        for name in site.env
-        if name.startswith(RDMA_ENV) and name != "NCCL_IB_DISABLE"
-    ]
-    ports = [d.strip() for d in site.env.get("UCX_NET_DEVICES", "").split(",") if re.fullmatch(r"\w+:\d+", d.strip())]
-    if ports:
-        found.append(
-            Problem(
-                "env.UCX_NET_DEVICES",
-                f"names the adapter port {ports[0]}, {but}",
-                f"name a TCP interface such as eth0, or {fix}",
-            )
-        )
-    found += [
-        Problem(f"mca.{name}", f"is a setting of the openib btl (InfiniBand verbs), {but}", fix)
-        for name in site.mca
-        if name.startswith(RDMA_MCA)
-    ]
-    if "openib" in site.mca.get("btl", "").split(","):
-        found.append(
-            Problem("mca.btl", f"selects the openib btl (InfiniBand verbs), {but}", f"use self,vader,tcp, or {fix}")
-        )
-    return found
-
-
-def _unsplittable(words: str) -> bool:
-    """Whether `words` cannot be split as shell words (an unbalanced quote, a trailing backslash)."""
-    try:
-        shlex.split(words)
-    except ValueError:
-        return True
-    return False
-
-
-# Site keys that name network interfaces, in the order interface_settings reports them.
-INTERFACE_KEYS = (
-    "network.interfaces",
-    "mca.btl_tcp_if_include",
-    "mca.oob_tcp_if_include",
-    "env.NCCL_SOCKET_IFNAME",
-    "env.GLOO_SOCKET_IFNAME",
-    "env.HOROVOD_GLOO_IFACE",
-)
-
-
-class Setting(NamedTuple):
-    """An effective site value and the site key it came from: the key itself, or network.interfaces."""
-
-    value: str
-    source: str
-
-
-def derived_interfaces(site: Site) -> dict[str, str]:
-    """The settings network.interfaces gives a site that does not set them itself (key -> value).
-
-    btl_tcp_if_include and oob_tcp_if_include on Open MPI sites only (Intel MPI and MPICH have
-    no such parameters), NCCL_SOCKET_IFNAME on GPU sites only (NCCL runs nowhere else). The Gloo
-    variables are never derived: horovodrun sets HOROVOD_GLOO_IFACE itself from its own flag.
-    """
-    names = ",".join(site.network.interfaces)
-    derived: dict[str, str] = {}
-    if names and site.mpi.flavour == "openmpi":
-        derived |= {"mca.btl_tcp_if_include": names, "mca.oob_tcp_if_include": names}
-    if names and site.node.gpus:
-        derived["env.NCCL_SOCKET_IFNAME"] = names
-    return derived
-
-
-def interface_settings(site: Site) -> dict[str, Setting]:
-    """Every interface setting of a site in INTERFACE_KEYS order, key -> (value, source).
-
-    ONE source: a key the site sets itself (mca.*, env.*) wins and is its own source; otherwise
-    it is derived from network.interfaces (see derived_interfaces) and says so. Keys that are
-    neither set nor derived are left out. Launchers pass the derived ones they need (srun starts no
-    daemons, so no oob_tcp_if_include; hydra and horovodrun have their own interface option), and
-    `launch --explain` names the source of each. Example: a GPU site that moves only the
-    launcher's daemons to another interface::
-
-        >>> site = Site.model_validate({"name": "demo", "description": "2 GPU nodes on eth0",
-        ...     "mpi": {"flavour": "openmpi", "version": "4.1.6"}, "launcher": {"name": "mpirun"},
-        ...     "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
-        ...     "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
-        ...     "mca": {"oob_tcp_if_include": "eth1"}})
-        >>> for key, (value, source) in interface_settings(site).items():
-        ...     print(f"{key:23} {value}  <- {source}")
-        network.interfaces      eth0  <- network.interfaces
-        mca.btl_tcp_if_include  eth0  <- network.interfaces
-        mca.oob_tcp_if_include  eth1  <- mca.oob_tcp_if_include
-        env.NCCL_SOCKET_IFNAME  eth0  <- network.interfaces
-    """
-    explicit = {f"mca.{k}": v for k, v in site.mca.items()} | {f"env.{k}": v for k, v in site.env.items()}
-    if site.network.interfaces:
-        explicit["network.interfaces"] = ",".join(site.network.interfaces)
-    derived = derived_interfaces(site)
-    found: dict[str, Setting] = {}
-    for key in INTERFACE_KEYS:
-        if key in explicit:
-            found[key] = Setting(explicit[key], key)
-        elif key in derived:
-            found[key] = Setting(derived[key], "network.interfaces")
-    return found
-
-
-def _has_key(data: Any, dotted: str) -> bool:
-    """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name') names a key present in `data`."""
-    node = data
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
-        if part.startswith("["):
-            index = int(part[1:-1])
-            if not isinstance(node, list) or index >= len(node):
-                return False
-            node = node[index]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            return False
-    return True
-
-
-def load_site(ref: str, sites_dir: Path, checks: Callable[[Site], list[Problem]] | None = None) -> Site:
-    """Load a site by name or path: schema, name = file name, site_problems and `checks`; all errors at once."""
     path = named_file(ref, sites_dir, "site")
     site = validate(Site, read_yaml(path), str(path))
     site._where = str(path)
-    found = site_problems(site) + (checks(site) if checks else [])
     if site.name != path.stem:
-        found.insert(
-            0,
-            Problem(
-                "name", f"is {site.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file"
-            ),
+        raise site.problem(
+            "name", f"is {site.name!r} but the file is {path.name}", f"set name: {path.stem} or rename the file"
         )
-    raise_problems(site, found)
     return site
-
-
-def raise_problems(site: Site, found: list[Problem]) -> None:
-    """Raise every problem as one UserError line each (nothing when the list is empty)."""
-    if found:
-        raise UserError(*(site.problem(*p).lines[0] for p in found))

@@ -24,8 +24,8 @@ from typing import Any, Literal, Mapping
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import manifest_facts
+from ..knowledge.network import named_interfaces
 from ..rules.engine import Facts, Result, evaluate, failed
-from ..rules.fabric import named_interfaces
 from . import fanout, program
 
 

@@ -34,12 +34,14 @@ _OMPI_BML = re.compile(r"mca: bml: Using (\w+) btl for send to \[\[\d+,\d+\],(\d
 class Expect:
     """What the site says the gate must see (built from a site by gateprobe.expect; JSON on the wire).
 
-    `where` is the site file for messages; `link_gbps` None means busbw is reported, not judged.
+    `where` is the site file for messages; `interfaces` the data interfaces the site names, in the site
+    keys `interface_keys`; `link_gbps` None means busbw is reported, not judged.
     """
 
     where: str
     fabric: str
     interfaces: tuple[str, ...] = ()
+    interface_keys: tuple[str, ...] = ("network.interfaces",)
     link_gbps: float | None = None
     threshold: float = DEFAULT_THRESHOLD
     gpu: bool = False
@@ -47,7 +49,8 @@ class Expect:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Expect:
         """The expectations from their JSON form (lists become tuples)."""
-        return cls(**{**data, "interfaces": tuple(data.get("interfaces", ()))})
+        lists = {name: tuple(data[name]) for name in ("interfaces", "interface_keys") if name in data}
+        return cls(**{**data, **lists})
 
 
 @dataclass(frozen=True)
@@ -221,9 +224,10 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdic
         )
     over_tcp = tcp_to or (expect.gpu and nccl == "Socket")
     if over_tcp and expect.interfaces and iface is not None and iface not in expect.interfaces:
+        keys = ", ".join(expect.interface_keys)
         return fail(
-            f"the allreduce went over {iface}, not network.interfaces ({','.join(expect.interfaces)})",
-            "network.interfaces",
+            f"the allreduce went over {iface}, not {keys} ({','.join(expect.interfaces)})",
+            expect.interface_keys[0],
             "name the interface the data should use, and check btl_tcp_if_include/NCCL_SOCKET_IFNAME",
         )
     if fraction is not None and fraction < expect.threshold:

@@ -43,11 +43,19 @@ _MPI_VERBOSE = {"OMPI_MCA_pml_base_verbose": "10", "OMPI_MCA_btl_base_verbose": 
 
 
 def expect(site: Any) -> Expect:
-    """What the gate must see on `site` (a config.sites.Site): fabric, interfaces, link, threshold, GPUs."""
+    """What the gate must see on `site` (a config.sites.Site): fabric, interfaces, link, threshold, GPUs.
+
+    The interfaces are those the site names for data, in network.interfaces, mca or env (the network
+    module says which keys); imported here, not on top, because this file also runs on the nodes alone.
+    """
+    from ..knowledge.network import gate_interfaces
+
+    interfaces, keys = gate_interfaces(site)
     return Expect(
         where=site.where,
         fabric=site.network.fabric,
-        interfaces=tuple(site.network.interfaces),
+        interfaces=interfaces,
+        interface_keys=keys,
         link_gbps=site.network.link_gbps,
         threshold=site.gate.threshold,
         gpu=bool(site.node.gpus),

@@ -11,7 +11,8 @@
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
 """
 
-from .assemble import build_command, check_layout, check_site, load_site
+from ..rules.loading import load_site  # the one loader that refuses: shape, then the rules
+from .assemble import build_command, check_layout
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
 from .layout import Layout, hostfile_slots, parse_hosts
@@ -26,7 +27,6 @@ __all__ = [
     "Runtime",
     "build_command",
     "check_layout",
-    "check_site",
     "hostfile_slots",
     "load_site",
     "parse_hosts",

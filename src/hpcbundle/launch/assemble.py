@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..config import sites
 from ..config.errors import UserError
-from ..config.sites import PROGRAM_ENV, Problem, Site
+from ..config.sites import PROGRAM_ENV, Site
+from ..knowledge import network
+from ..rules.loading import refuse_site
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -28,45 +28,9 @@ _WRAPPER_WHY = {
 }
 
 
-def check_site(site: Site) -> list[Problem]:
-    """What the launcher and runtime registries refuse in `site` (unknown names, bad combinations)."""
-    found: list[Problem] = []
-    launcher = LAUNCHERS.get(site.launcher.name)
-    if launcher is None:
-        found.append(LAUNCHERS.unknown(site.launcher.name, "launcher.name"))
-    elif site.mpi.flavour not in launcher.flavours:
-        fits = [other.name for other in LAUNCHERS.all() if site.mpi.flavour in other.flavours]
-        found.append(
-            Problem(
-                "launcher.name",
-                f"{launcher.name} cannot start {site.mpi.flavour} ranks (mpi.flavour)",
-                "use one of: " + ", ".join(fits),
-            )
-        )
-    else:
-        found += launcher.problems(site)
-        by_mca = "mca.btl_tcp_if_include" in launcher.interface_keys
-        if site.network.interfaces and site.mpi.flavour != "openmpi" and by_mca:
-            found.append(
-                Problem(
-                    "network.interfaces",
-                    f"{launcher.name} confines traffic through Open MPI parameters; "
-                    f"this site's MPI is {site.mpi.flavour}",
-                    "set the MPI's own variable in env",
-                )
-            )
-    runtime = RUNTIMES.get(site.container.runtime)
-    found += runtime.problems(site) if runtime else [RUNTIMES.unknown(site.container.runtime, "container.runtime")]
-    return found
-
-
-def load_site(ref: str, sites_dir: Path) -> Site:
-    """Load a site and refuse every problem in it at once: schema, the site's own rules, the registries'."""
-    return sites.load_site(ref, sites_dir, check_site)
-
-
 def _parts_for(site: Site) -> tuple[Launcher, Runtime]:
-    sites.raise_problems(site, check_site(site))
+    """The site's launcher and runtime, once the rules have passed the site (it may be built in code)."""
+    refuse_site(site)
     launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
     assert launcher is not None and runtime is not None
     return launcher, runtime
@@ -203,13 +167,13 @@ def build_command(
             why += f"; on the host only: {runtime.name} keeps the image's own {name} inside"
         main.site(f"export[{index}]", tokens, why)
     # The site's own variables and MCA parameters in its order, then what network.interfaces derives.
-    derivable = set(sites.derived_interfaces(site)) & launcher.interface_keys
+    derivable = set(network.derived_interfaces(site)) & launcher.interface_keys
     set_by_site = [(f"env.{name}", value) for name, value in site.env.items()]
     set_by_site += [(f"mca.{name}", value) for name, value in site.mca.items()]
     for key, value in set_by_site:
         _place(main, env, key, *_setting(site, launcher, key, value), reasons.OVERRIDES if key in derivable else "")
     interfaces_why = site.why.get("network.interfaces")
-    for key, (value, source) in sites.interface_settings(site).items():
+    for key, (value, source) in network.interface_settings(site).items():
         if source == "network.interfaces" and key in launcher.interface_keys:
             option, assignment, why = _setting(site, launcher, key, value)
             why = f"{why}; {interfaces_why}" if interfaces_why else why

@@ -5,36 +5,31 @@ words that start one container. Each is a small class in its own file, registere
 
     @LAUNCHERS.register
     class Srun(Launcher):
-        name, command, flavours = "srun", "srun", ALL_FLAVOURS
+        name, summary = "srun", "SLURM starts every rank itself, in the allocation"
         ...
 
-Adding one is adding a file to launchers/ or runtimes/ (they are imported on start-up).
+Adding one is adding a file to launchers/ or runtimes/ (they are imported on start-up) and its
+row to knowledge/launching.py (what it can do, which the rules read too).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
-from typing import ClassVar, Generic, Iterable, TypeVar
+from dataclasses import fields
+from typing import Any, ClassVar, Generic, Iterable, TypeVar
 
-from ..config.fields import parse_version
-from ..config.sites import Launcher as LauncherKeys
-from ..config.sites import Problem, Site
+from ..config.sites import Site
+from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN
 from . import reasons
 from .command import Parts
 from .layout import Layout
 
 T = TypeVar("T")
-ALL_FLAVOURS = frozenset({"openmpi", "intelmpi", "mpich", "mvapich2"})
-# launcher.* keys every launcher reads; the rest are honoured only by launchers listing them.
-COMMON_KEYS = frozenset({"name", "command", "args", "timeout"})
-# Settings a launcher can take from network.interfaces (hpcbundle.config.sites.derived_interfaces).
-INTERFACE_KEYS = frozenset({"mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"})
 
 
 class Registry(Generic[T]):
-    """Classes by name; an unknown name is a Problem with a did-you-mean."""
+    """Classes by name (the rules judge an unknown name, from knowledge/launching.py)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -57,11 +52,6 @@ class Registry(Generic[T]):
     def all(self) -> list[T]:
         return [self._classes[name]() for name in self.names()]
 
-    def unknown(self, name: str, key: str) -> Problem:
-        near = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.5)
-        fix = f"did you mean {near[0]}?" if near else f"known {self.kind}s: " + ", ".join(self.names())
-        return Problem(key, f"unknown {self.kind} {name!r}", fix)
-
 
 def import_all(package: str, path: Iterable[str]) -> None:
     """Import every module of a package, so each file registers its class."""
@@ -69,39 +59,32 @@ def import_all(package: str, path: Iterable[str]) -> None:
         importlib.import_module(f"{package}.{module.name}")
 
 
-def openmpi_major(site: Site) -> int | None:
-    """The host Open MPI's major version, or None for another MPI."""
-    return parse_version(site.mpi.version).major if site.mpi.flavour == "openmpi" else None
+def _take_known(cls: type, known: Any) -> None:
+    """Set a launch class's attributes from its row in knowledge/launching.py (stated there once)."""
+    for field in fields(known):
+        setattr(cls, field.name, getattr(known, field.name))
 
 
 class Launcher:
-    """Starts the ranks. Subclasses set the class attributes and write `head`.
+    """Starts the ranks. Subclasses set `name`, `summary` and write `head`; what the launcher can do
+    (command, flavours, options, interface_keys, ...) comes from its LAUNCHERS_KNOWN row.
 
     `interface_keys`: the settings derived from network.interfaces that this launcher passes
-    (hpcbundle.config.sites.interface_settings); one with its own interface option passes that in `tail`.
+    (hpcbundle.knowledge.network.interface_settings); one with its own interface option passes that in `tail`.
     """
 
     name: ClassVar[str]
     command: ClassVar[str]
     flavours: ClassVar[frozenset[str]]
     summary: ClassVar[str]
-    options: ClassVar[frozenset[str]] = frozenset()
-    interface_keys: ClassVar[frozenset[str]] = INTERFACE_KEYS
-    reads_allocation: ClassVar[bool] = True
-    takes_hosts: ClassVar[bool] = True
+    options: ClassVar[frozenset[str]]
+    interface_keys: ClassVar[frozenset[str]]
+    reads_allocation: ClassVar[bool]
+    takes_hosts: ClassVar[bool]
 
-    def problems(self, site: Site) -> list[Problem]:
-        """What this launcher cannot do with this site (beyond the flavour, which the caller checks)."""
-        defaults = LauncherKeys.model_fields
-        unused = [
-            key
-            for key in LauncherKeys.model_fields
-            if key not in COMMON_KEYS | self.options and getattr(site.launcher, key) != defaults[key].default
-        ]
-        return [
-            Problem(f"launcher.{key}", f"{self.name} has no such option", "drop it or pick a launcher that has it")
-            for key in unused
-        ]
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _take_known(cls, LAUNCHERS_KNOWN[cls.name])
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         """The executable and the options that place the ranks."""
@@ -149,6 +132,7 @@ class Launcher:
 
 class Runtime:
     """Starts one container per rank (or, with `wraps_launcher`, one container holding the launcher).
+    Subclasses set `name`, `summary` and write `parts`; the rest comes from the RUNTIMES_KNOWN row.
 
     `userns`: runs unprivileged in a user namespace by default (site container.userns overrides).
     `image_keeps`: variables of the launching environment that never reach the program inside the
@@ -158,13 +142,14 @@ class Runtime:
     name: ClassVar[str]
     command: ClassVar[str]
     summary: ClassVar[str]
-    needs_image: ClassVar[bool] = True
-    userns: ClassVar[bool] = False
-    wraps_launcher: ClassVar[bool] = False
-    image_keeps: ClassVar[frozenset[str]] = frozenset()
+    needs_image: ClassVar[bool]
+    userns: ClassVar[bool]
+    wraps_launcher: ClassVar[bool]
+    image_keeps: ClassVar[frozenset[str]]
 
-    def problems(self, site: Site) -> list[Problem]:
-        return []
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _take_known(cls, RUNTIMES_KNOWN[cls.name])
 
     def keeps_image_env(self, site: Site) -> frozenset[str]:
         """The variables whose image value the program sees whatever the launching shell exports."""
@@ -177,9 +162,6 @@ class Runtime:
     def start(self, site: Site, out: Parts, *words: str) -> None:
         key = "container.command" if site.container.command else "container.runtime"
         out.site(key, [site.container.command or self.command, *words], self.summary)
-
-    def in_user_namespace(self, site: Site) -> bool:
-        return self.userns if site.container.userns is None else site.container.userns
 
     def add_binds(self, site: Site, out: Parts, flag: str, both_sides: bool = False) -> None:
         """One `flag SRC[:DST]` per site bind; `both_sides` writes a bare path as SRC:SRC."""

@@ -45,7 +45,7 @@ MCA: dict[str, str] = {
     "btl_openib_allow_ib": "Open MPI >= 4.0 uses the openib btl on InfiniBand ports only when this is set",
 }
 
-# How --explain marks an interface setting (hpcbundle.config.sites.interface_settings): derived
+# How --explain marks an interface setting (hpcbundle.knowledge.network.interface_settings): derived
 # from network.interfaces, or set by the site's own key where network.interfaces would have
 # derived it. NCCL_SOCKET_IFNAME is derived on GPU sites only: NCCL runs nowhere else, so on a CPU
 # site it would be harmless but a word in every command that nothing reads.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
-from ..launch import RUNTIMES
+from ..knowledge.launching import RUNTIMES_KNOWN, in_user_namespace
 from .engine import Facts, Verdict, rule
 
 
@@ -14,7 +14,7 @@ def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
     name = facts.site.container.runtime
     if name == "none":
         return Verdict("SKIP", "container.runtime: none (the host's own software)")
-    command = facts.site.container.command or getattr(RUNTIMES.get(name), "command", name)
+    command = facts.site.container.command or getattr(RUNTIMES_KNOWN.get(name), "command", name)
     nodes = facts.ok_nodes()
     missing = [h for h, n in nodes.items() if name not in n.get("runtimes", {})]
     if missing:
@@ -97,24 +97,19 @@ def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """Open MPI 4's vader single-copy (CMA) hangs across user namespaces unless switched off."""
     site = facts.site
-    runtime = RUNTIMES.get(site.container.runtime)
+    runtime = site.container.runtime
     image = facts.image or {}
     flavour = image.get("mpi.flavour") or site.mpi.flavour
     version = image.get("mpi.version") or site.mpi.version
-    if (
-        runtime is None
-        or not runtime.in_user_namespace(site)
-        or flavour != "openmpi"
-        or parse_version(version).major >= 5
-    ):
+    if not in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
         return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
     if site.mca.get("btl_vader_single_copy_mechanism") == "none":
         return Verdict(
-            "PASS", f"{runtime.name} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none"
+            "PASS", f"{runtime} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none"
         )
     return Verdict(
         "WARN",
-        f"{runtime.name} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
+        f"{runtime} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
         "single-copy hangs large messages",
         "add `btl_vader_single_copy_mechanism: none` to the site's mca",
     )

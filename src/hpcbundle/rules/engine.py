@@ -25,7 +25,19 @@ if TYPE_CHECKING:
     from ..knowledge.compat import KnowledgeBase
 
 # One module per family of rules, in the order their results are shown.
-FAMILIES = ("base", "nodes", "program", "gpu", "frameworks", "mpi", "containers", "fabric")
+FAMILIES = (
+    "site",
+    "recipe",
+    "launching",
+    "base",
+    "nodes",
+    "program",
+    "gpu",
+    "frameworks",
+    "mpi",
+    "containers",
+    "fabric",
+)
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
 Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program"]
@@ -39,10 +51,11 @@ class Result:
     status: Status
     evidence: str
     fix: str = ""
+    key: str = ""
 
     def message(self) -> str:
-        """The evidence, then the fix."""
-        return self.evidence + (f"; {self.fix}" if self.fix else "")
+        """The key it is about, the evidence, then the fix."""
+        return (f"{self.key}: " if self.key else "") + self.evidence + (f"; {self.fix}" if self.fix else "")
 
     def line(self) -> str:
         """The plain one-line form: status, rule, evidence; fix."""
@@ -50,12 +63,14 @@ class Result:
 
 
 class Verdict(NamedTuple):
-    """What a rule function returns; `subject` narrows the rule's name (interface data0, image checksum)."""
+    """What a rule function returns; `subject` narrows the rule's name (interface data0, image checksum),
+    `key` names the site or recipe key at fault (what a refused load prints after the file name)."""
 
     status: Status
     evidence: str
     fix: str = ""
     subject: str = ""
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,26 +131,46 @@ RuleFunction = Callable[[Facts, "KnowledgeBase"], Union[Verdict, list[Verdict]]]
 
 @dataclass(frozen=True)
 class Rule:
-    """A registered rule: its name, the facts it needs, and the function (whose docstring says why)."""
+    """A registered rule: its name, the facts it needs, the function (whose docstring says why), and
+    whether loading a site or recipe refuses on its FAIL (`on_load`: no command could use that file)."""
 
     name: str
     needs: frozenset[str]
     function: RuleFunction
+    on_load: bool = False
 
     def __call__(self, facts: Facts, kb: KnowledgeBase) -> list[Result]:
         found = self.function(facts, kb)
         verdicts = [found] if isinstance(found, Verdict) else found
-        return [Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix) for v in verdicts]
+        if self.on_load and not verdicts:  # nothing refused: what the rule states holds
+            verdicts = [Verdict("PASS", self.summary)]
+        return [Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix, v.key) for v in verdicts]
+
+    @property
+    def summary(self) -> str:
+        """The docstring's first line (what `hpcbundle rules` shows)."""
+        return (self.function.__doc__ or "").strip().splitlines()[0]
+
+    @property
+    def source(self) -> str:
+        """module:function, stable across edits (a line number is not)."""
+        return f"{self.function.__module__}:{self.function.__name__}"
 
 
 RULES: list[Rule] = []
 
 
-def rule(name: str, needs: Iterable[Need]) -> Callable[[RuleFunction], RuleFunction]:
-    """Register a rule under `name`, run wherever the facts in `needs` exist (in registration order)."""
+def rule(name: str, needs: Iterable[Need], on_load: bool = False) -> Callable[[RuleFunction], RuleFunction]:
+    """Register a rule under `name`, run wherever the facts in `needs` exist (in registration order).
+
+    `on_load`: loading a site or recipe refuses on the rule's FAIL (see rules/loading.py), so every
+    command stops at a combination no command could use; a rule without it judges only when asked.
+    An on_load rule returns one FAIL per bad key, and nothing for a file that fits (then it PASSes
+    with its docstring's first line as the evidence).
+    """
 
     def register(function: RuleFunction) -> RuleFunction:
-        RULES.append(Rule(name, frozenset(needs), function))
+        RULES.append(Rule(name, frozenset(needs), function, on_load))
         return function
 
     return register
@@ -166,6 +201,12 @@ def exit_status(results: list[Result]) -> int:
 
 def failed(results: list[Result]) -> bool:
     return any(r.status == "FAIL" for r in results)
+
+
+def registered() -> list[Rule]:
+    """Every registered rule, in the order results are shown."""
+    _load_families()
+    return sorted(RULES, key=_order)
 
 
 def _load_families() -> None:

@@ -3,28 +3,58 @@ the Open MPI transport the site selects exists in the image, and the image carri
 
 from __future__ import annotations
 
+import re
+
 from ..config.fields import parse_version
-from ..config.sites import Site, interface_settings
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
+from ..knowledge.network import named_interfaces
 from .engine import Facts, Verdict, rule
-
-
-def named_interfaces(site: Site) -> dict[str, list[str]]:
-    """Interface name -> the site keys it comes from (see interface_settings: set, or derived from
-    network.interfaces). Exclusion lists (^lo,docker0) and subnets are not names."""
-    found: dict[str, list[str]] = {}
-    for value, source in interface_settings(site).values():
-        if not value or value.startswith("^"):
-            continue
-        for name in value.lstrip("=").split(","):
-            name = name.strip()
-            if name and "/" not in name and source not in found.get(name, []):
-                found.setdefault(name, []).append(source)
-    return found
-
+from .site import refusal
 
 RDMA_FABRICS = ("infiniband", "roce")
+TCP_FABRICS = ("ethernet", "loopback")
+RDMA_ENV = ("NCCL_IB_", "UCX_IB_", "UCX_RC_", "UCX_DC_", "UCX_UD_")
+RDMA_MCA = ("btl_openib_",)
+
+
+@rule("rdma-on-tcp", needs=("site",), on_load=True)
+def rdma_on_tcp(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A site on a TCP fabric sets nothing of an RDMA fabric (verbs adapters, the openib btl).
+
+    NCCL_IB_DISABLE is the one NCCL_IB_* variable that fits a TCP fabric; UCX_NET_DEVICES may name
+    a TCP interface (eth0) there, never an adapter port (mlx5_0:1).
+    """
+    site = facts.site
+    fabric = site.network.fabric
+    if fabric not in TCP_FABRICS:
+        return []
+    but = f"but network.fabric is {fabric}"
+    fix = "drop it, or set network.fabric to infiniband or roce if the nodes have that fabric"
+    found = [
+        refusal(f"env.{name}", f"is an InfiniBand/RoCE adapter setting, {but}", fix)
+        for name in site.env
+        if name.startswith(RDMA_ENV) and name != "NCCL_IB_DISABLE"
+    ]
+    ports = [d.strip() for d in site.env.get("UCX_NET_DEVICES", "").split(",") if re.fullmatch(r"\w+:\d+", d.strip())]
+    if ports:
+        found.append(
+            refusal(
+                "env.UCX_NET_DEVICES",
+                f"names the adapter port {ports[0]}, {but}",
+                f"name a TCP interface such as eth0, or {fix}",
+            )
+        )
+    found += [
+        refusal(f"mca.{name}", f"is a setting of the openib btl (InfiniBand verbs), {but}", fix)
+        for name in site.mca
+        if name.startswith(RDMA_MCA)
+    ]
+    if "openib" in site.mca.get("btl", "").split(","):
+        found.append(
+            refusal("mca.btl", f"selects the openib btl (InfiniBand verbs), {but}", f"use self,vader,tcp, or {fix}")
+        )
+    return found
 
 
 def _open_mpi_build(facts: Facts, selected: bool, what: str) -> tuple[set[str], str] | Verdict:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...config.sites import Problem, Site
-from ..base import ALL_FLAVOURS, LAUNCHERS, Launcher, openmpi_major
+from ...config.sites import Site
+from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout
 
@@ -21,45 +21,8 @@ class HorovodRun(Launcher):
     nodes need --hosts.
     """
 
-    name = command = "horovodrun"
-    flavours = ALL_FLAVOURS
+    name = "horovodrun"
     summary = "Horovod's launcher discovers common interfaces, then starts the ranks"
-    options = frozenset({"gloo"})
-    interface_keys = frozenset()  # --network-interface (tail) sets them
-    reads_allocation = False
-
-    def problems(self, site: Site) -> list[Problem]:
-        found = super().problems(site)
-        if (openmpi_major(site) or 0) >= 5 and not site.launcher.gloo:
-            found.append(
-                Problem(
-                    "launcher.name",
-                    "horovodrun passes -bind-to none -map-by slot, which Open MPI 5 rejects",
-                    "set launcher.gloo: true or use name: mpirun5",
-                )
-            )
-        for param in ("pml", "btl"):
-            if param in site.mca:
-                found.append(
-                    Problem(
-                        f"mca.{param}",
-                        "horovodrun passes its own -mca pml ob1 -mca btl ^openib, which win over this",
-                        "use name: mpirun to choose them",
-                    )
-                )
-        if site.network.interfaces:  # then horovodrun's own settings from --network-interface win
-            gloo_or_mpi = "env.HOROVOD_GLOO_IFACE" if site.launcher.gloo else "mca.btl_tcp_if_include"
-            for key in ("env.NCCL_SOCKET_IFNAME", gloo_or_mpi):
-                section, name = key.split(".")
-                if name in getattr(site, section):
-                    found.append(
-                        Problem(
-                            key,
-                            "horovodrun sets it from --network-interface (network.interfaces), which wins over this",
-                            f"drop {key}, or network.interfaces, or use name: mpirun",
-                        )
-                    )
-        return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         self.start(site, out)

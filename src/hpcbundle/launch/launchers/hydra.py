@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...config.sites import Problem, Site
+from ...config.sites import Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout
@@ -20,17 +20,8 @@ class Hydra(Launcher):
     in front of it.
     """
 
-    name = command = "mpiexec.hydra"
-    flavours = frozenset({"intelmpi", "mpich", "mvapich2"})
+    name = "mpiexec.hydra"
     summary = "Hydra (Intel MPI / MPICH) starts every rank"
-    options = frozenset({"tag_output"})
-    interface_keys = frozenset({"env.NCCL_SOCKET_IFNAME"})  # -iface (tail) for MPI; no Open MPI MCA
-
-    def problems(self, site: Site) -> list[Problem]:
-        found = super().problems(site)
-        if len(site.network.interfaces) > 1:
-            found.append(Problem("network.interfaces", "hydra's -iface takes one interface", "name one"))
-        return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         self.start(site, out)

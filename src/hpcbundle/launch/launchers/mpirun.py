@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from ...config.sites import Problem, Site
-from ..base import LAUNCHERS, Launcher, openmpi_major
+from ...config.sites import Site
+from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout
 
@@ -22,26 +20,8 @@ class OpenMpi4(Launcher):
     Open MPI does not forward the environment, so variables go through -x.
     """
 
-    name = command = "mpirun"
-    flavours = frozenset({"openmpi"})
+    name = "mpirun"
     summary = "Open MPI's launcher starts every rank (remote ones through ssh or SLURM)"
-    options = frozenset({"allow_run_as_root", "tag_output", "oversubscribe", "bind_to", "map_by", "single_dash"})
-    ompi5: ClassVar[bool] = False  # speaks Open MPI 5's (prterun's) syntax
-
-    def problems(self, site: Site) -> list[Problem]:
-        found = super().problems(site)
-        major = openmpi_major(site)
-        if major is not None and (major >= 5) != self.ompi5:
-            other = "mpirun" if self.ompi5 else "mpirun5"
-            found.append(
-                Problem(
-                    "launcher.name",
-                    f"{self.name} speaks Open MPI {'5' if self.ompi5 else '3/4'} syntax; "
-                    f"this site has Open MPI {site.mpi.version}",
-                    f"use name: {other}",
-                )
-            )
-        return found
 
     def dash(self, site: Site) -> str:
         return "-" if site.launcher.single_dash else "--"

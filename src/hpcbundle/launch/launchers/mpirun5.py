@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...config.sites import Problem, Site
+from ...config.sites import Site
 from .. import reasons
 from ..base import LAUNCHERS
 from ..command import Parts
@@ -26,20 +26,7 @@ class OpenMpi5(OpenMpi4):
     """
 
     name = "mpirun5"
-    ompi5 = True
     summary = "Open MPI 5's launcher (PRRTE) starts every rank"
-
-    def problems(self, site: Site) -> list[Problem]:
-        found = super().problems(site)
-        if site.launcher.single_dash:
-            found.append(
-                Problem(
-                    "launcher.single_dash",
-                    "Open MPI 5's mpirun rejects single-dash long options such as -bind-to",
-                    "drop single_dash",
-                )
-            )
-        return found
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         self.start(site, out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...config.sites import Site
-from ..base import ALL_FLAVOURS, LAUNCHERS, Launcher
+from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import Layout
 
@@ -19,13 +19,8 @@ class Srun(Launcher):
     become OMPI_MCA_* variables. Ranks come from the allocation: --hosts is refused.
     """
 
-    name = command = "srun"
-    flavours = ALL_FLAVOURS
+    name = "srun"
     summary = "SLURM starts every rank itself, in the allocation"
-    options = frozenset({"pmi", "tag_output"})
-    # No mpirun daemons, so no oob traffic: of the derived interface settings, btl and NCCL only.
-    interface_keys = frozenset({"mca.btl_tcp_if_include", "env.NCCL_SOCKET_IFNAME"})
-    takes_hosts = False
 
     def head(self, site: Site, layout: Layout, out: Parts) -> None:
         self.start(site, out)

@@ -16,5 +16,4 @@ class Apptainer(Singularity):
     where Open MPI 4's vader single-copy (CMA) hangs (see `hpcbundle check RECIPE --site SITE`).
     """
 
-    name = command = "apptainer"
-    userns = True
+    name = "apptainer"

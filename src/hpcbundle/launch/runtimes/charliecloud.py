@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...config.sites import Problem, Site
+from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
 
@@ -18,20 +18,7 @@ class Charliecloud(Runtime):
     """
 
     name = "charliecloud"
-    command = "ch-run"
     summary = "one unprivileged container per rank: the launcher starts ch-run on every node"
-    userns = True
-
-    def problems(self, site: Site) -> list[Problem]:
-        if site.container.gpu:
-            return [
-                Problem(
-                    "container.gpu",
-                    "ch-run has no GPU flag",
-                    "inject the driver once with `ch-fromhost --nvidia IMAGE` and drop container.gpu",
-                )
-            ]
-        return []
 
     def keeps_image_env(self, site: Site) -> frozenset[str]:
         """ch-run passes the host environment; --set-env then applies the image's (its PATH at least)."""

@@ -18,9 +18,8 @@ class Docker(Runtime):
     the site exports are passed in with -e; those it sets are set inside, in front of the launcher.
     """
 
-    name = command = "docker"
+    name = "docker"
     summary = "one container on this node holds the launcher and all its ranks"
-    wraps_launcher = True
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         self.start(site, out, "run", "--rm")

@@ -12,9 +12,7 @@ class NoRuntime(Runtime):
     """container.runtime: none, e.g. the `local` site: `mpirun -np 2 python3 train.py`."""
 
     name = "none"
-    command = ""
     summary = "no container: the program runs with the host's own Python and libraries"
-    needs_image = False
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         out.site("container.runtime", [], self.summary)

@@ -15,4 +15,4 @@ class Podman(Docker):
     Rootless podman runs in a user namespace (container.userns).
     """
 
-    name = command = "podman"
+    name = "podman"

@@ -19,8 +19,7 @@ class Singularity(Runtime):
     on the remote nodes. Installed setuid by default, so no user namespace (container.userns).
     """
 
-    name = command = "singularity"
-    image_keeps = frozenset({"PATH", "LD_LIBRARY_PATH"})
+    name = "singularity"
     summary = "one container per rank: the launcher starts it on every node, MPI wires the ranks from outside"
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:

@@ -1,0 +1,105 @@
+"""What each launcher and container runtime can do, stated once: the rules judge a site by it, and
+the launch classes (launch/launchers/, launch/runtimes/) take their attributes from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..config.sites import Site
+from .network import DERIVABLE_KEYS
+
+ALL_FLAVOURS = frozenset({"openmpi", "intelmpi", "mpich", "mvapich2"})
+# launcher.* keys every launcher reads; the rest are honoured only by launchers listing them.
+COMMON_KEYS = frozenset({"name", "command", "args", "timeout"})
+OPEN_MPI_OPTIONS = frozenset({"allow_run_as_root", "tag_output", "oversubscribe", "bind_to", "map_by", "single_dash"})
+
+
+@dataclass(frozen=True)
+class LauncherKnown:
+    """One launcher: the MPI flavours it starts, the launcher.* keys it honours, the interface settings it
+    takes from network.interfaces, and its fixed habits.
+
+    openmpi_syntax   the Open MPI major whose mpirun spelling it speaks (None: not an Open MPI mpirun)
+    single_dash_only it passes Open MPI options with single dashes itself (Open MPI 5 rejects them)
+    own_mca          MCA parameters it passes itself, which win over the site's
+    interface_flag   it confines MPI and NCCL to network.interfaces with its own option
+    max_interfaces   how many interfaces that option takes (None: any number)
+    """
+
+    command: str
+    flavours: frozenset[str]
+    options: frozenset[str] = frozenset()
+    interface_keys: frozenset[str] = DERIVABLE_KEYS
+    reads_allocation: bool = True
+    takes_hosts: bool = True
+    openmpi_syntax: Literal[4, 5] | None = None
+    single_dash_only: bool = False
+    own_mca: tuple[str, ...] = ()
+    interface_flag: bool = False
+    max_interfaces: int | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeKnown:
+    """One container runtime: its command, whether ranks run in a user namespace by default, whether it
+    needs an image, whether one container holds the launcher, the variables whose image value always
+    wins, and how GPUs reach the container when it has no GPU flag (`gpu_instead`)."""
+
+    command: str
+    userns: bool = False
+    needs_image: bool = True
+    wraps_launcher: bool = False
+    image_keeps: frozenset[str] = frozenset()
+    gpu_instead: str = ""
+
+
+LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
+    "horovodrun": LauncherKnown(
+        "horovodrun",
+        ALL_FLAVOURS,
+        frozenset({"gloo"}),
+        interface_keys=frozenset(),  # --network-interface sets them
+        reads_allocation=False,
+        single_dash_only=True,
+        own_mca=("pml", "btl"),
+        interface_flag=True,
+    ),
+    "mpiexec.hydra": LauncherKnown(
+        "mpiexec.hydra",
+        frozenset({"intelmpi", "mpich", "mvapich2"}),
+        frozenset({"tag_output"}),
+        interface_keys=frozenset({"env.NCCL_SOCKET_IFNAME"}),  # -iface for MPI; no Open MPI MCA
+        max_interfaces=1,
+    ),
+    "mpirun": LauncherKnown("mpirun", frozenset({"openmpi"}), OPEN_MPI_OPTIONS, openmpi_syntax=4),
+    "mpirun5": LauncherKnown("mpirun", frozenset({"openmpi"}), OPEN_MPI_OPTIONS, openmpi_syntax=5),
+    "srun": LauncherKnown(
+        "srun",
+        ALL_FLAVOURS,
+        frozenset({"pmi", "tag_output"}),
+        # No mpirun daemons, so no oob traffic: of the derived interface settings, btl and NCCL only.
+        interface_keys=frozenset({"mca.btl_tcp_if_include", "env.NCCL_SOCKET_IFNAME"}),
+        takes_hosts=False,
+    ),
+}
+
+SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
+RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
+    "apptainer": RuntimeKnown("apptainer", userns=True, image_keeps=SINGULARITY_KEEPS),
+    "charliecloud": RuntimeKnown(
+        "ch-run", userns=True, gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`"
+    ),
+    "docker": RuntimeKnown("docker", wraps_launcher=True),
+    "none": RuntimeKnown("", needs_image=False),
+    "podman": RuntimeKnown("podman", wraps_launcher=True),
+    "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS),
+}
+
+
+def in_user_namespace(site: Site) -> bool:
+    """Whether the site's containers run in a user namespace: container.userns, else the runtime's default."""
+    if site.container.userns is not None:
+        return site.container.userns
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    return known is not None and known.userns

@@ -1,0 +1,56 @@
+"""Loading that refuses: a site or recipe of the right shape whose keys contradict each other is refused
+by the rules that judge it (`on_load` rules), one `FILE: KEY: problem (fix)` line each, exit status 2.
+
+config/ validates the shape and knows no rule; every command loads through here (or through
+hpcbundle.launch.load_site, which calls it), so a combination is judged in one place, the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import recipes, sites
+from ..config.errors import UserError, format_problem
+from ..config.loading import named_file
+from ..config.recipes import Recipe
+from ..config.sites import Site
+from ..knowledge.compat import knowledge_base
+from .engine import Facts, Result, applicable
+
+
+def load_failures(facts: Facts) -> list[Result]:
+    """The FAILs of the on_load rules over `facts` (a site alone, or a recipe alone)."""
+    kb = knowledge_base()
+    found = [result for r in applicable(facts) if r.on_load for result in r(facts, kb)]
+    return [result for result in found if result.status == "FAIL"]
+
+
+def refuse_failures(facts: Facts, where: str) -> None:
+    """Raise every load FAIL as one UserError line `where: key: problem (fix)` (nothing when none fails)."""
+    failures = load_failures(facts)
+    if failures:
+        raise UserError(*(format_problem(where, r.key, r.evidence, r.fix) for r in failures))
+
+
+def refuse_site(site: Site) -> Site:
+    """`site`, unless a rule refuses it (for sites built in code, not read from a file)."""
+    refuse_failures(Facts(site=site), site.where)
+    return site
+
+
+def load_site(ref: str, sites_dir: Path) -> Site:
+    """Load a site by name or path: its shape (config), then every load rule at once."""
+    return refuse_site(sites.load_site(ref, sites_dir))
+
+
+def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
+    """Load a recipe by name or path: its shape (config), then every load rule at once."""
+    path = named_file(ref, recipes_dir, "recipe")
+    recipe = recipes.load_recipe(str(path), recipes_dir)
+    refuse_failures(Facts(site=None, recipe=recipe), str(path))
+    return recipe
+
+
+def all_recipes(recipes_dir: Path) -> list[Recipe]:
+    """Every recipe in recipes/, sorted by name; any refused file is an error."""
+    return [load_recipe(str(path), recipes_dir) for path in sorted(recipes_dir.glob("*.yaml"))]

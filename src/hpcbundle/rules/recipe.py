@@ -1,0 +1,92 @@
+"""Rules over a recipe alone: parts that contradict each other, so no image could be built from it."""
+
+from __future__ import annotations
+
+from ..config.recipes import CUDA_IMAGE, PLAIN_IMAGES
+from ..knowledge.compat import KnowledgeBase
+from .engine import Facts, Verdict, rule
+from .site import refusal
+
+
+@rule("mpi-install", needs=("recipe",), on_load=True)
+def mpi_install(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """mpi.install fits the flavour and the keys given: a source build has a tarball, pip is Intel MPI's."""
+    mpi = facts.recipe.mpi
+    if mpi.install == "source" and mpi.source is None:
+        return [refusal("mpi", "install: source needs source.url and source.sha256 (or use install: distro)")]
+    if mpi.install != "source" and (mpi.source is not None or mpi.configure):
+        return [refusal("mpi", f"install: {mpi.install} takes no source/configure (those are for install: source)")]
+    if mpi.install == "pip" and mpi.flavour != "intelmpi":
+        return [refusal("mpi", "install: pip is only for flavour: intelmpi (the impi-devel/impi-rt wheels)")]
+    if mpi.install == "distro" and mpi.flavour == "intelmpi":
+        return [refusal("mpi", "Intel MPI is not an OS package; use install: pip")]
+    return []
+
+
+@rule("ucx-open-mpi", needs=("recipe",), on_load=True)
+def ucx_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """UCX is built only for an Open MPI built from source (its pml ucx is what uses it)."""
+    recipe = facts.recipe
+    if recipe.ucx is not None and not (recipe.mpi.flavour == "openmpi" and recipe.mpi.install == "source"):
+        return [refusal("", "ucx is built only for an Open MPI built from source (mpi.install: source)")]
+    return []
+
+
+@rule("cuda-route", needs=("recipe",), on_load=True)
+def cuda_route(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The base images fit where CUDA comes from: nvidia/cuda images, or plain OS images and PyPI's wheels."""
+    recipe = facts.recipe
+    gpu, base = recipe.gpu, recipe.base
+    if gpu is None:
+        return []
+    keys = ("build_image", "runtime_image")
+    cuda_images = [key for key in keys if CUDA_IMAGE in getattr(base, key)]
+    if gpu.source == "wheels":
+        if cuda_images:
+            return [
+                refusal(
+                    f"base.{cuda_images[0]}",
+                    "is an nvidia/cuda image but gpu.source is wheels (CUDA from PyPI's NVIDIA wheels)",
+                    f"use the plain OS image {PLAIN_IMAGES[base.os]}, or set gpu.source: image",
+                )
+            ]
+        if recipe.frameworks.pytorch is None:
+            return [
+                refusal(
+                    "gpu.source",
+                    "wheels takes NCCL and cuDNN from PyTorch's wheel, and the recipe has no frameworks.pytorch",
+                    "add frameworks.pytorch or set gpu.source: image",
+                )
+            ]
+        return []
+    plain = [key for key in keys if key not in cuda_images]
+    if plain:
+        return [
+            refusal(
+                f"base.{plain[0]}",
+                f"is {getattr(base, plain[0])}, not an nvidia/cuda image, but gpu.source is image (the default)",
+                "use an nvidia/cuda:<version>-devel-<os> image, or set gpu.source: wheels",
+            )
+        ]
+    return []
+
+
+@rule("verbs-runtime", needs=("recipe",), on_load=True)
+def verbs_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """UCX or Open MPI built with verbs needs the verbs user space in the runtime image (fabric_libs: [verbs])."""
+    recipe = facts.recipe
+    verbs_builds = [
+        f"{key}.configure {option}"
+        for key, options in (("ucx", recipe.ucx.configure if recipe.ucx else []), ("mpi", recipe.mpi.configure))
+        for option in options
+        if option in ("--with-verbs", "--with-rdmacm")
+    ]
+    if verbs_builds and "verbs" not in recipe.fabric_libs:
+        return [
+            refusal(
+                "fabric_libs",
+                f"has no verbs, but {verbs_builds[0]} builds against them and the runtime image then needs them",
+                "add fabric_libs: [verbs]",
+            )
+        ]
+    return []

@@ -1,0 +1,131 @@
+"""Rules over a site alone: settings that contradict each other, so no launch of that site could work."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from ..knowledge.compat import KnowledgeBase
+from .engine import Facts, Verdict, rule
+
+
+def refusal(key: str, problem: str, fix: str = "") -> Verdict:
+    """The FAIL of an on_load rule at one key: what loading prints as `FILE: key: problem (fix)`."""
+    return Verdict("FAIL", problem, fix, key=key)
+
+
+@rule("env-one-line", needs=("site",), on_load=True)
+def env_one_line(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A variable's value is one line: a newline would split the launch command."""
+    return [
+        refusal(f"env.{name}", "a value cannot hold a newline", "put it on one line")
+        for name, value in facts.site.env.items()
+        if "\n" in value
+    ]
+
+
+@rule("rsh-agent-words", needs=("site",), on_load=True)
+def rsh_agent_words(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """mca.plm_rsh_agent is split into shell words by Open MPI, so its quotes must balance."""
+    agent = facts.site.mca.get("plm_rsh_agent")
+    try:
+        shlex.split(agent or "")
+    except ValueError:
+        return [refusal("mca.plm_rsh_agent", "has an unbalanced quote or backslash", "write the agent as shell words")]
+    return []
+
+
+@rule("mca-open-mpi", needs=("site",), on_load=True)
+def mca_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """MCA parameters are Open MPI's: another MPI ignores them."""
+    site = facts.site
+    if site.mca and site.mpi.flavour != "openmpi":
+        return [
+            refusal(
+                "mca",
+                f"MCA parameters are Open MPI's; this site's MPI is {site.mpi.flavour}",
+                "set the MPI's own variables in env",
+            )
+        ]
+    return []
+
+
+@rule("export-or-env", needs=("site",), on_load=True)
+def export_or_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A variable is either forwarded from the launching shell or set by the site, not both."""
+    site = facts.site
+    return [
+        refusal(f"export.{name}", "is both exported and set in env", "keep it in one of them")
+        for name in sorted(set(site.export) & set(site.env))
+    ]
+
+
+@rule("gpu-model", needs=("site",), on_load=True)
+def gpu_model(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A site with GPUs names their model (the GPU rules judge the image by it); one without has no GPU keys."""
+    node, container = facts.site.node, facts.site.container
+    if node.gpus and node.gpu_model is None:
+        return [
+            refusal("node.gpu_model", f"node.gpus is {node.gpus} but no GPU model is given", "add e.g. gpu_model: A100")
+        ]
+    if not node.gpus and (node.gpu_model or node.driver or container.gpu):
+        key = "container.gpu" if container.gpu else "node.gpu_model" if node.gpu_model else "node.driver"
+        return [refusal(key, "the site has no GPUs (node.gpus: 0)", "set node.gpus or drop it")]
+    return []
+
+
+@rule("wrapper-command", needs=("site",), on_load=True)
+def wrapper_command(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A per-rank wrapper starts with a command: an option first would be read as the launcher's."""
+    return [
+        refusal(
+            f"wrappers[{index}]", f"starts with an option ({wrapper[0]!r}), not a command", "e.g. [taskset, -c, 0-63]"
+        )
+        for index, wrapper in enumerate(facts.site.wrappers)
+        if wrapper[0].startswith("-")
+    ]
+
+
+@rule("gate-threshold", needs=("site",), on_load=True)
+def gate_threshold(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The launch gate's threshold is a fraction of network.link_gbps in (0, 1]."""
+    threshold = facts.site.gate.threshold
+    if 0 < threshold <= 1:
+        return []
+    return [
+        refusal(
+            "gate.threshold",
+            f"{threshold:g} is outside (0, 1]",
+            "give the least busbw the gate accepts as a fraction of network.link_gbps, e.g. 0.5",
+        )
+    ]
+
+
+@rule("why-keys", needs=("site",), on_load=True)
+def why_keys(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Every `why:` line explains a key the site has (--explain shows it beside that key)."""
+    data = facts.site.model_dump()
+    return [
+        refusal(
+            f"why.{key}", "names no key of this site", "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]"
+        )
+        for key in facts.site.why
+        if not _has_key(data, key)
+    ]
+
+
+def _has_key(data: Any, dotted: str) -> bool:
+    """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name') names a key present in `data`."""
+    node = data
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            if not isinstance(node, list) or index >= len(node):
+                return False
+            node = node[index]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return False
+    return True

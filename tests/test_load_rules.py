@@ -1,0 +1,147 @@
+"""Every combination judgement is a rule of the one engine: loading refuses a site or recipe only
+through the rules marked on_load, `hpcbundle rules` lists them all, and the layers keep to their floor."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpcbundle.config import recipes, sites
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.sites import Site
+from hpcbundle.diagnose.gateprobe import expect
+from hpcbundle.rules import engine
+from hpcbundle.rules.engine import RULES, Facts, registered
+from hpcbundle.rules.loading import load_failures, load_recipe, load_site
+
+from .helpers import RECIPES, ROOT, assert_golden, hpcbundle, recipe_data, write_recipe
+from .test_interfaces import make_site
+from .test_sites import SITES, _bad_site
+
+# One bad site per on_load site rule: (rule, shipped base site, dotted edits).
+BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
+    ("env-one-line", "local", {"env.MESSAGE": "two\nlines"}),
+    ("rsh-agent-words", "local", {"mca.plm_rsh_agent": "ssh -o 'Port=22"}),
+    ("mca-open-mpi", "stampede2-knl", {"mca": {"btl": "self,tcp"}}),
+    ("export-or-env", "local", {"export": ["OMP_NUM_THREADS"], "env.OMP_NUM_THREADS": "4"}),
+    ("gpu-model", "ib-v100", {"node.gpu_model": None}),
+    ("wrapper-command", "local", {"wrappers": [["-c", "0-3"]]}),
+    ("gate-threshold", "local", {"gate": {"threshold": 2}}),
+    ("why-keys", "local", {"why": {"env.NCCL_SOCKT_IFNAME": "typo"}}),
+    ("launcher-known", "ib-v100", {"launcher.name": "mpirn"}),
+    ("launcher-options", "eth-a100-slurm", {"launcher.gloo": True}),
+    ("open-mpi-syntax", "ib-v100", {"mpi.version": "5.0.3"}),
+    ("launcher-mca", "ib-v100", {"launcher": {"name": "horovodrun"}}),
+    ("launcher-interfaces", "eth-a100-slurm", {"launcher": {"name": "horovodrun"}, "env.NCCL_SOCKET_IFNAME": "eth0"}),
+    ("runtime-known", "ib-v100", {"container.runtime": "singulrity"}),
+    ("rdma-on-tcp", "eth-a100-slurm", {"env.NCCL_IB_HCA": "mlx5_0"}),
+]
+# One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
+BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [
+    ("mpi-install", "cuda11.8-tf2.14-torch2.1", ("mpi", "install"), "distro"),
+    ("ucx-open-mpi", "cuda12.2-tf2.15-torch2.1-ucx", ("mpi", "flavour"), "mpich"),
+    ("cuda-route", "cuda12.6-torch2.9", ("base", "runtime_image"), "ubuntu:22.04"),
+    ("verbs-runtime", "cuda12.2-tf2.15-torch2.1-ucx", ("fabric_libs",), []),
+]
+
+
+def _bad_recipe(directory: Path, base: str, path: tuple[str, ...], value: Any) -> Path:
+    data = recipe_data(base)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return write_recipe(directory, data)
+
+
+def _refused_by(caught: pytest.ExceptionInfo[UserError], where: Path, facts: Facts, rule: str) -> None:
+    """The refusal is one `FILE: KEY: problem (fix)` line per FAIL of the on_load rules, `rule` among them."""
+    failures = load_failures(facts)
+    assert rule in {f.rule for f in failures}
+    assert all(line.startswith(f"{where}: ") for line in caught.value.lines)
+    assert len(caught.value.lines) == len(failures)
+
+
+@pytest.mark.parametrize("rule, base, edit", BAD_SITES, ids=[case[0] for case in BAD_SITES])
+def test_a_bad_site_is_refused_by_its_rule(tmp_path, rule, base, edit):
+    path = _bad_site(tmp_path, base, edit)
+    with pytest.raises(UserError) as caught:
+        load_site(str(path), SITES)
+    _refused_by(caught, path, Facts(site=sites.load_site(str(path), SITES)), rule)
+
+
+@pytest.mark.parametrize("rule, base, path, value", BAD_RECIPES, ids=[case[0] for case in BAD_RECIPES])
+def test_a_bad_recipe_is_refused_by_its_rule(tmp_path, rule, base, path, value):
+    file = _bad_recipe(tmp_path, base, path, value)
+    with pytest.raises(UserError) as caught:
+        load_recipe(str(file), RECIPES)
+    _refused_by(caught, file, Facts(site=None, recipe=recipes.load_recipe(str(file), RECIPES)), rule)
+
+
+def test_every_load_rule_has_a_bad_case():
+    covered = {case[0] for case in BAD_SITES} | {case[0] for case in BAD_RECIPES}
+    assert covered == {r.name for r in registered() if r.on_load}
+
+
+def test_without_the_load_rules_every_bad_combination_loads(tmp_path, monkeypatch):
+    """The loaders' only source of combination refusals is the engine: take the on_load rules out of
+    the registry and every bad site and recipe above loads. A check put back into config/ (or
+    anywhere beside the engine) would still refuse one of them and fail this test."""
+    registered()  # import every family first, so none registers after the patch
+    monkeypatch.setattr(engine, "RULES", [r for r in RULES if not r.on_load])
+    for index, (_, base, edit) in enumerate(BAD_SITES):
+        directory = tmp_path / f"site{index}"
+        directory.mkdir()
+        assert isinstance(load_site(str(_bad_site(directory, base, edit)), SITES), Site)
+    for index, (_, base, path, value) in enumerate(BAD_RECIPES):
+        directory = tmp_path / f"recipe{index}"
+        directory.mkdir()
+        assert load_recipe(str(_bad_recipe(directory, base, path, value)), RECIPES).name == base
+
+
+def test_rules_lists_every_rule_with_its_needs_and_source():
+    result = hpcbundle("rules")
+    assert result.returncode == 0, result.stderr
+    assert_golden(ROOT / "tests" / "golden" / "rules.txt", result.stdout)
+    listed = {line.split()[0] for line in result.stdout.splitlines()[1:] if not line.startswith(" ")}
+    assert listed == {r.name for r in registered()}
+
+
+def _imports(package: str) -> set[str]:
+    """The hpcbundle subpackages a package's modules import (relative imports resolved)."""
+    found = set()
+    for file in (ROOT / "src" / "hpcbundle" / package).glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("hpcbundle."):
+                found.add(node.module.split(".")[1])
+    return found
+
+
+def test_rules_read_only_config_and_knowledge_and_config_reads_no_rules():
+    assert _imports("rules") <= {"config", "knowledge"}
+    assert _imports("knowledge") <= {"config"}
+    assert "rules" not in _imports("config")
+
+
+def _site(**keys: Any) -> Site:
+    """A two-node Open MPI GPU site on ethernet that names no interface in network.interfaces."""
+    return make_site(**{"network": {"fabric": "ethernet"}} | keys)
+
+
+def test_the_gate_expects_interfaces_a_site_names_only_through_mca_or_env():
+    by_mca = expect(_site(mca={"btl_tcp_if_include": "data0", "oob_tcp_if_include": "mgmt0"}))
+    assert (by_mca.interfaces, by_mca.interface_keys) == (("data0",), ("mca.btl_tcp_if_include",))
+    by_env = expect(_site(env={"NCCL_SOCKET_IFNAME": "=data0", "UCX_NET_DEVICES": "data1,mlx5_0:1"}))
+    assert (by_env.interfaces, by_env.interface_keys) == (
+        ("data0", "data1"),
+        ("env.NCCL_SOCKET_IFNAME", "env.UCX_NET_DEVICES"),
+    )
+    excluded = expect(_site(env={"GLOO_SOCKET_IFNAME": "^lo,docker0"}))
+    assert excluded.interfaces == ()
+    by_network = expect(_site(network={"fabric": "ethernet", "interfaces": ["data0"]}))
+    assert (by_network.interfaces, by_network.interface_keys) == (("data0",), ("network.interfaces",))
