@@ -20,7 +20,6 @@ FLOORS: list[tuple[str, ...]] = [
     ("quoting",),
     ("config",),
     ("knowledge", "templating", "execute"),  # data and helpers both sides of a fork reach: Jinja2, bounded runs
-    ("network",),
     ("rules",),
     ("image", "launch"),
     ("diagnose",),

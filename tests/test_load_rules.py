@@ -1,9 +1,8 @@
 """Every combination judgement is a rule of the one engine: loading refuses a site or recipe only
-through the rules marked on_load, `hpcbundle rules` lists them all, and the layers keep to their floor."""
+through the rules marked on_load, and `hpcbundle rules` lists them all (tests/test_architecture.py keeps the floors)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any
 
@@ -108,24 +107,6 @@ def test_rules_lists_every_rule_with_its_needs_and_source():
     assert_golden(ROOT / "tests" / "golden" / "rules.txt", result.stdout)
     listed = {line.split()[0] for line in result.stdout.splitlines()[1:] if not line.startswith(" ")}
     assert listed == {r.name for r in registered()}
-
-
-def _imports(package: str) -> set[str]:
-    """The hpcbundle subpackages a package's modules import (relative imports resolved)."""
-    found = set()
-    for file in (ROOT / "src" / "hpcbundle" / package).glob("*.py"):
-        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
-                found.add(node.module.split(".")[0])
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("hpcbundle."):
-                found.add(node.module.split(".")[1])
-    return found
-
-
-def test_rules_read_only_config_and_knowledge_and_config_reads_no_rules():
-    assert _imports("rules") <= {"config", "knowledge"}
-    assert _imports("knowledge") <= {"config"}
-    assert "rules" not in _imports("config")
 
 
 def _site(**keys: Any) -> Site:
