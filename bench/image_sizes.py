@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from hpcbundle.config.bundle import Bundle
-from hpcbundle.config.recipes import load_recipe
 from hpcbundle.image import images
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.image.render import render_image, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,11 @@ from typing import Any, Callable
 import pytest
 
 from hpcbundle.config.loading import validate
-from hpcbundle.config.recipes import Recipe, all_recipes
+from hpcbundle.config.recipes import Recipe
 from hpcbundle.knowledge.compat import knowledge_base, pytorch_requirement
 from hpcbundle.rules.engine import RULES, applicable, failed
 from hpcbundle.rules.facts import check_declared, declared_facts
+from hpcbundle.rules.loading import all_recipes
 
 from .helpers import RECIPES, recipe_data
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.config.recipes import load_recipe
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed.cuda_wheels import check_build_marks
 from hpcbundle_testbed.gpu_device import nvidia_gpus
 from hpcbundle_testbed.gpu_plugin import in_venv

@@ -69,7 +69,7 @@ def test_a_bad_site_is_refused_by_its_rule(tmp_path, rule, base, edit):
     path = _bad_site(tmp_path, base, edit)
     with pytest.raises(UserError) as caught:
         load_site(str(path), SITES)
-    _refused_by(caught, path, Facts(site=sites.load_site(str(path), SITES)), rule)
+    _refused_by(caught, path, Facts(site=sites.read_site(str(path), SITES)), rule)
 
 
 @pytest.mark.parametrize("rule, base, path, value", BAD_RECIPES, ids=[case[0] for case in BAD_RECIPES])
@@ -77,7 +77,7 @@ def test_a_bad_recipe_is_refused_by_its_rule(tmp_path, rule, base, path, value):
     file = _bad_recipe(tmp_path, base, path, value)
     with pytest.raises(UserError) as caught:
         load_recipe(str(file), RECIPES)
-    _refused_by(caught, file, Facts(site=None, recipe=recipes.load_recipe(str(file), RECIPES)), rule)
+    _refused_by(caught, file, Facts(site=None, recipe=recipes.read_recipe(str(file), RECIPES)), rule)
 
 
 def test_every_load_rule_has_a_bad_case():

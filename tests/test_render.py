@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hpcbundle.config.errors import UserError
-from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.imagespec import horovod_key, image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
@@ -28,6 +28,7 @@ from hpcbundle.image.render import (
     template_environment,
 )
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
 
 from .helpers import GOLDEN, ROOT, assert_golden, recipe_data
 

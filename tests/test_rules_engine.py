@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hpcbundle.config.recipes import Recipe, all_recipes
+from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
 from hpcbundle.image.imagespec import image_spec
@@ -17,6 +17,7 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import RULES, Result, applicable, evaluate
 from hpcbundle.rules.facts import declared_facts, declared_node
+from hpcbundle.rules.loading import all_recipes
 
 from .helpers import RECIPES, ROOT
 

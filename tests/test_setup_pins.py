@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hpcbundle.config.recipes import load_recipe
+from hpcbundle.rules.loading import load_recipe
 
 from .helpers import ROOT
 

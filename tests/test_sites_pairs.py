@@ -8,11 +8,12 @@ import pytest
 import yaml
 
 from hpcbundle.config.loading import validate
-from hpcbundle.config.recipes import Recipe, all_recipes
+from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.engine import RULES, exit_status
 from hpcbundle.rules.facts import check_declared
+from hpcbundle.rules.loading import all_recipes
 
 from .helpers import RECIPES, recipe_data
 from .test_launch import SITES, hpcbundle

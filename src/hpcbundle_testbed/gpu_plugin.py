@@ -22,9 +22,10 @@ import pytest
 
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.fields import major_minor
-from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
 
 from . import cuda_wheels
 from .cuda_wheels import Prepared

@@ -117,8 +117,8 @@ Image = Annotated[str, AfterValidator(_image)]
 """An image reference: [registry[:port]/]path[:tag][@sha256:digest]; one line, no shell characters."""
 ConfigureOption = Annotated[str, AfterValidator(_option)]
 """One ./configure option, `--name` or `--name=value`, that the install line can carry unquoted."""
-EnvName = Annotated[str, AfterValidator(_env_name)]
-"""An upper-case environment variable name, as Dockerfile ENV and `export` take it."""
+BuildEnvName = Annotated[str, AfterValidator(_env_name)]
+"""An upper-case build variable name (a recipe's horovod.build_env), as Dockerfile ENV and `export` take it."""
 EnvValue = Annotated[str, AfterValidator(_env_value)]
 """A variable's value that means the same unquoted, double-quoted, in a Dockerfile and in sh."""
 Line = Annotated[str, AfterValidator(_line)]

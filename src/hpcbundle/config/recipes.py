@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from .errors import UserError
-from .fields import ConfigureOption, EnvName, EnvValue, Image, Line, Name, Sha256, Url, Version
+from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, Sha256, Url, Version
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -141,7 +141,7 @@ class Horovod(StrictModel):
     )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
-    build_env: dict[EnvName, EnvValue] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
+    build_env: dict[BuildEnvName, EnvValue] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
 
     @field_validator("build_env")
     @classmethod
@@ -174,10 +174,10 @@ class Recipe(StrictModel):
         return self.gpu is not None
 
 
-def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
-    """Load one recipe by name or path and validate its shape; its `name` must match the file name.
+def read_recipe(ref: str, recipes_dir: Path) -> Recipe:
+    """Read one recipe by name or path and validate its shape; its `name` must match the file name.
 
-    Shape only: hpcbundle.rules.loading.load_recipe also refuses the combinations the rules fail.
+    Shape only: hpcbundle.rules.loading.load_recipe reads it and also refuses the combinations the rules fail.
     """
     path = named_file(ref, recipes_dir, "recipe")
     recipe = validate(Recipe, read_yaml(path), str(path))
@@ -189,8 +189,3 @@ def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
             f"set name: {path.stem} or rename the file",
         )
     return recipe
-
-
-def all_recipes(recipes_dir: Path) -> list[Recipe]:
-    """Every recipe in recipes/, sorted by name; a file of the wrong shape is an error."""
-    return [load_recipe(str(path), recipes_dir) for path in sorted(recipes_dir.glob("*.yaml"))]

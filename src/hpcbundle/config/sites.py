@@ -79,7 +79,7 @@ class HostMpi(StrictModel):
     version: Version
 
 
-class Launcher(StrictModel):
+class LauncherSettings(StrictModel):
     """Which registered launcher starts the ranks, and its options (each launcher honours its own)."""
 
     name: str = Field(min_length=1, description="mpirun, mpirun5, mpiexec.hydra, srun, horovodrun")
@@ -184,7 +184,7 @@ class Site(StrictModel):
     name: Name
     description: Line
     mpi: HostMpi
-    launcher: Launcher
+    launcher: LauncherSettings
     container: Container = Field(default_factory=Container)
     export: list[EnvName] = Field(default_factory=list, description="variables forwarded from the launching shell")
     env: dict[EnvName, Scalar] = Field(default_factory=dict, description="variables set in every rank")
@@ -209,10 +209,10 @@ class Site(StrictModel):
         return UserError.at(self.where, key, problem, fix)
 
 
-def load_site(ref: str, sites_dir: Path) -> Site:
-    """Load a site by name or path and validate its shape; its `name` must match the file name.
+def read_site(ref: str, sites_dir: Path) -> Site:
+    """Read a site by name or path and validate its shape; its `name` must match the file name.
 
-    Shape only: hpcbundle.rules.loading.load_site also refuses the combinations the rules fail.
+    Shape only: hpcbundle.rules.loading.load_site reads it and also refuses the combinations the rules fail.
     """
     path = named_file(ref, sites_dir, "site")
     site = validate(Site, read_yaml(path), str(path))

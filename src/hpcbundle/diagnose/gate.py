@@ -81,7 +81,7 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GateVerdict:
     """The gate's answer: PASS or FAIL, one line saying why (with the site key and the fix on FAIL)."""
 
     status: str
@@ -169,7 +169,7 @@ def busiest_interface(ranks: list[RankReport]) -> str | None:
     return max(sorted(totals), key=lambda name: totals[name]) if totals and max(totals.values()) > 0 else None
 
 
-def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdict:
+def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVerdict:
     """PASS or FAIL for the site: the transport must be the site's fabric, the bytes must go over the
     site's interfaces, and busbw must reach gate.threshold x network.link_gbps.
 
@@ -197,15 +197,15 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdic
     }
     seen = _seen(facts)
 
-    def fail(problem: str, key: str, fix: str) -> Verdict:
-        return Verdict("FAIL", f"hpcbundle gate: FAIL: {problem}: {expect.where}: {key} ({fix}); {seen}", facts)
+    def fail(problem: str, key: str, fix: str) -> GateVerdict:
+        return GateVerdict("FAIL", f"hpcbundle gate: FAIL: {problem}: {expect.where}: {key} ({fix}); {seen}", facts)
 
     if not measured.correct:
         return fail(
             "the allreduce gave a wrong sum", "network.fabric", "data is corrupted on the way: check the nodes' NICs"
         )
     if len(nodes) < 2:
-        return Verdict("PASS", f"hpcbundle gate: PASS (one node: the network was not exercised); {seen}", facts)
+        return GateVerdict("PASS", f"hpcbundle gate: PASS (one node: the network was not exercised); {seen}", facts)
     rdma = expect.fabric in RDMA_FABRICS
     if expect.gpu and rdma and nccl == "Socket":
         return fail(
@@ -239,7 +239,7 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> Verdic
             "algorithm, or set network.link_gbps to what this link is rated",
         )
     note = "" if fraction is not None else " (busbw not judged: set network.link_gbps)"
-    return Verdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
+    return GateVerdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
 
 
 def hang_line(where: str, timeout: int) -> str:

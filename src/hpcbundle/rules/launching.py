@@ -6,8 +6,7 @@ from __future__ import annotations
 import difflib
 
 from ..config.fields import parse_version
-from ..config.sites import Launcher as LauncherKeys
-from ..config.sites import Site
+from ..config.sites import LauncherSettings, Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown
 from .engine import Facts, Verdict, rule
@@ -57,7 +56,7 @@ def launcher_options(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site, known = facts.site, _launcher(facts.site)
     if known is None:
         return []
-    defaults = LauncherKeys.model_fields
+    defaults = LauncherSettings.model_fields
     return [
         refusal(f"launcher.{key}", f"{site.launcher.name} has no such option", "drop it or pick a launcher that has it")
         for key in defaults

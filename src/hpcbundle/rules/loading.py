@@ -40,13 +40,13 @@ def refuse_site(site: Site) -> Site:
 
 def load_site(ref: str, sites_dir: Path) -> Site:
     """Load a site by name or path: its shape (config), then every load rule at once."""
-    return refuse_site(sites.load_site(ref, sites_dir))
+    return refuse_site(sites.read_site(ref, sites_dir))
 
 
 def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     """Load a recipe by name or path: its shape (config), then every load rule at once."""
     path = named_file(ref, recipes_dir, "recipe")
-    recipe = recipes.load_recipe(str(path), recipes_dir)
+    recipe = recipes.read_recipe(str(path), recipes_dir)
     refuse_failures(Facts(site=None, recipe=recipe), str(path))
     return recipe
 
