@@ -22,7 +22,7 @@ SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint check test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -89,6 +89,13 @@ GOLDEN_TESTS = $(shell grep -lw assert_golden tests/test_*.py)
 golden: venv ## Regenerate every golden file after an intended change (review the diff!)
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q -m "not cluster and not docker" $(GOLDEN_TESTS)
 	git status --short tests/golden
+
+# The fast lane's selection: every test that needs no cluster, no Docker engine, no GPU, no CUDA
+# download and nothing of the full set-up (markers registered by hpcbundle_testbed's plugins).
+CHECK_MARKERS := not cluster and not docker and not gpu and not gpu_build and not full_setup
+
+check: venv lint ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
 
 test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster); no GPU needed
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
