@@ -95,7 +95,7 @@ golden: venv ## Regenerate every golden file after an intended change (review th
 CHECK_MARKERS := not cluster and not docker and not gpu and not gpu_build and not full_setup
 
 check: venv lint ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
 
 test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster); no GPU needed
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)
