@@ -27,13 +27,13 @@ PYTEST_ARGS ?=
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(BIN)/hpcbundle: pyproject.toml
+$(BIN)/hpcbundle: pyproject.toml testbed/pyproject.toml
 	test -x $(BIN)/python || $(VENV_PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./testbed
 	touch $@
 
-venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle and its test tools (enough to render)
+venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle, its testbed and its test tools (enough to render)
 
 setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
 	bash scripts/setup/host-packages.sh
@@ -76,10 +76,10 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	fi
 
 lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench testbed
+	$(BIN)/ruff format --check src tests examples bench testbed
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
