@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..locks import exclusive_lock
 from .apt_sources import host_mirror
 from .host import EngineError, cache_dir, dpkg_arch, ensure_tools, log_tail, mounts_under, remove_tree, which
 
@@ -57,7 +55,7 @@ def debootstrap_tarball(
     key = rootfs_key(suite, variant, arch)
     base = (cache or cache_dir()) / "debootstrap"
     tar, meta = base / f"{key}.tar", base / f"{key}.json"
-    with _flock(base / f"{key}.lock"):
+    with exclusive_lock(base / f"{key}.lock"):
         if tar.is_file() and meta.is_file():
             sha = json.loads(meta.read_text())["sha256"]
             return RootfsTarball(tar, key, sha, time.monotonic() - t0, cached=True)
@@ -139,15 +137,3 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@contextmanager
-def _flock(path: Path) -> Iterator[int]:
-    """Hold an exclusive flock on `path` (waiting for it) for the duration of the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        os.close(fd)
