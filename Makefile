@@ -22,7 +22,7 @@ SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint check test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -94,7 +94,11 @@ golden: venv ## Regenerate every golden file after an intended change (review th
 # download and nothing of the full set-up (markers registered by hpcbundle_testbed's plugins).
 CHECK_MARKERS := not cluster and not docker and not gpu and not gpu_build and not full_setup
 
-check: venv lint ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
+check: venv ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint check-tests
+
+# The fast lane's tests, run beside lint (one core each).
+check-tests: venv
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
 
 test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster); no GPU needed
