@@ -22,18 +22,18 @@ SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(BIN)/hpcbundle: pyproject.toml
+$(BIN)/hpcbundle: pyproject.toml testbed/pyproject.toml
 	test -x $(BIN)/python || $(VENV_PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./testbed
 	touch $@
 
-venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle and its test tools (enough to render)
+venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle, its testbed and its test tools (enough to render)
 
 setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
 	bash scripts/setup/host-packages.sh
@@ -76,10 +76,10 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	fi
 
 lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench testbed
+	$(BIN)/ruff format --check src tests examples bench testbed
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh src/hpcbundle_testbed/rsh-agent src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
@@ -89,6 +89,17 @@ GOLDEN_TESTS = $(shell grep -lw assert_golden tests/test_*.py)
 golden: venv ## Regenerate every golden file after an intended change (review the diff!)
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q -m "not cluster and not docker" $(GOLDEN_TESTS)
 	git status --short tests/golden
+
+# The fast lane's selection: every test that needs no cluster, no Docker engine, no GPU, no CUDA
+# download and nothing of the full set-up (markers registered by hpcbundle_testbed's plugins).
+CHECK_MARKERS := not cluster and not docker and not gpu and not gpu_build and not full_setup
+
+check: venv ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint check-tests
+
+# The fast lane's tests, run beside lint (one core each).
+check-tests: venv
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pytest -q -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
 
 test: setup ## Run the whole test suite (real MPI, Horovod, SLURM, namespace cluster); no GPU needed
 	$(BIN)/pytest -m "not gpu" $(PYTEST_ARGS)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import json
 import os
 import statistics
@@ -59,10 +60,16 @@ def build_model(name: str) -> tuple[torch.nn.Module, str, int, int]:
             return torchvision.models.resnet50(num_classes=1000), "torchvision resnet50", 224, 1000
         except ImportError:
             pass
-    sys.path.insert(0, str(EXAMPLES))
-    from pytorch_synthetic_benchmark import MODELS  # the example's own models
+    return example_models()["resnet-wide"](3, 10, 32), "examples' resnet-wide", 32, 10
 
-    return MODELS["resnet-wide"](3, 10, 32), "examples' resnet-wide", 32, 10
+
+def example_models() -> dict[str, Callable[[int, int, int], torch.nn.Module]]:
+    """The example's own models (MODELS of examples/pytorch_synthetic_benchmark.py, loaded from its file)."""
+    path = EXAMPLES / "pytorch_synthetic_benchmark.py"
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MODELS
 
 
 def timed(step: Callable[[], None], count: int) -> float:

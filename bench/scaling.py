@@ -78,7 +78,7 @@ def run_control(slurm: SlurmCluster, site: Path, study: Path, args: argparse.Nam
     """Two 1-node jobs of one rank on half the global batch, at the same time on node1 and node2, that
     never talk to each other: their step time is the 2-node compute with the machine shared, without
     communication. Returns the mean of their step times, or None when a job printed no figure."""
-    from hpcbundle.perf.scaling import parse_output
+    from hpcbundle.perf.scaling.results import parse_output
 
     half = args.global_batch // 2
     script = study / "control.sh"

@@ -238,6 +238,7 @@ def _records(out: str) -> list[dict]:
     ],
     ids=["mpi4py", "torch-gloo", "horovod-mpi", "horovod-gloo-controller"],
 )
+@pytest.mark.full_setup
 def test_every_backend_sums_correctly_and_rank0_prints_one_record_per_size(backend, env, ops):
     result = _mpirun(backend, "--sizes", "1M,4K", "--iters", "5", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -250,6 +251,7 @@ def test_every_backend_sums_correctly_and_rank0_prints_one_record_per_size(backe
         assert r["algbw_gib"] == pytest.approx(r["bytes"] / r["seconds"] / 2**30, rel=1e-3)
 
 
+@pytest.mark.full_setup
 def test_horovod_reduces_a_size_split_in_tensors_submitted_together():
     result = _mpirun("horovod", "--sizes", "1M", "--iters", "3", "--tensors", "8")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -257,6 +259,7 @@ def test_horovod_reduces_a_size_split_in_tensors_submitted_together():
     assert (record["bytes"], record["tensors"], record["correct"]) == (1 << 20, 8, True)
 
 
+@pytest.mark.full_setup
 def test_tensors_are_for_horovod_and_must_split_each_size_evenly():
     for args, message in (
         (["--backend", "mpi4py", "--tensors", "2"], "only with --backend horovod"),
@@ -268,6 +271,7 @@ def test_tensors_are_for_horovod_and_must_split_each_size_evenly():
         assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.full_setup
 def test_gloo_operations_under_the_mpi_controller_are_refused_before_horovod_crashes():
     result = _mpirun("horovod", "--sizes", "4K", "--iters", "1", env={"HOROVOD_CPU_OPERATIONS": "gloo"})
     assert result.returncode != 0 and _records(result.stdout) == []
@@ -275,6 +279,7 @@ def test_gloo_operations_under_the_mpi_controller_are_refused_before_horovod_cra
     assert "Segmentation fault" not in result.stdout + result.stderr
 
 
+@pytest.mark.full_setup
 def test_bad_sizes_are_a_usage_error():
     result = subprocess.run(
         [str(VENV_PYTHON), str(PROGRAM), "--backend", "mpi4py", "--sizes", "3"],

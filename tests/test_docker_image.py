@@ -25,7 +25,7 @@ from hpcbundle.cli import main
 from hpcbundle.image import images
 from hpcbundle.image.imagespec import EXAMPLES, MANIFEST, image_spec
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle_testbed.docker_engine import DockerEngine
+from hpcbundle_testbed.docker_engine.engine import DockerEngine
 from hpcbundle_testbed.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 
 from .helpers import ROOT
@@ -247,7 +247,7 @@ def test_build_docker_without_an_engine_says_where_it_looked(tmp_path):
 def test_private_engine_stops_by_pid_and_leaves_nothing_behind():
     """A second, throw-away engine (fresh data root) next to the session's: it answers, runs a
     container, and after stop() its PID, cgroups, mounts, socket and directories are all gone."""
-    from hpcbundle_testbed.docker_engine import mounts_under
+    from hpcbundle_testbed.docker_engine.host import mounts_under
     from hpcbundle_testbed.procs import pid_alive
 
     engine = DockerEngine()

@@ -112,6 +112,7 @@ def test_load_dataset_names_the_missing_idx_file(tmp_path):
         common.load_dataset(tmp_path)
 
 
+@pytest.mark.full_setup
 def test_digits_fallback_and_synthetic_data():
     x_tr, y_tr, x_te, y_te, classes, source = common.load_dataset(standardize=False)
     assert x_tr.shape[1:] == (8, 8) and len(x_tr) + len(x_te) == 1797 and classes == 10
@@ -350,6 +351,7 @@ def assert_identical_params(prefix: Path, ranks: int = 2) -> np.ndarray:
     return arrays[0]
 
 
+@pytest.mark.full_setup
 @pytest.mark.parametrize("script,ext", [("pytorch_train.py", "pt"), ("keras_train.py", "npz")])
 def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, script, ext):
     """2 ranks, 3 epochs on digits: loss falls, accuracy beats the bar, both ranks end with
@@ -377,6 +379,7 @@ def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, scri
     assert common.latest_checkpoint(ckpt, ext)[0] == 3 and _leftovers(ckpt) == []
 
 
+@pytest.mark.full_setup
 def test_synthetic_benchmark_prints_json_line():
     require_horovod("horovod.torch")
     out = run_mpi(

@@ -171,6 +171,7 @@ def test_gate_fails_a_wrong_sum() -> None:
     )
 
 
+@pytest.mark.full_setup
 def test_probe_runs_as_python_c_without_hpcbundle_installed(tmp_path: Path) -> None:
     site = load_site("local", ROOT / "site_configs")
     argv = program(site, sys.executable)

@@ -29,7 +29,7 @@ from hpcbundle.image.imagespec import VENV, WHEELHOUSE, image_layout, image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd
-from hpcbundle_testbed.docker_engine import DockerEngine
+from hpcbundle_testbed.docker_engine.engine import DockerEngine
 from hpcbundle_testbed.gpu_plugin import GPU_RECIPE, CudaStack, HostInstall, terminal_progress
 
 from .helpers import ROOT

@@ -430,6 +430,7 @@ def _need_mpirun() -> None:
         )
 
 
+@pytest.mark.full_setup
 def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
     _need_mpirun()
     # Each rank writes a file: Open MPI 4.1's output forwarding can drop the stdout of a rank that exits
@@ -446,12 +447,14 @@ def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
     assert result.stderr.startswith("+ mpirun --allow-run-as-root -np 2")
 
 
+@pytest.mark.full_setup
 def test_exec_passes_on_the_programs_exit_status():
     _need_mpirun()
     result = hpcbundle("launch", "--np", "2", "--exec", "--", "python3", "-c", "import sys; sys.exit(3)")
     assert result.returncode == 3, result.stderr
 
 
+@pytest.mark.full_setup
 def test_exec_kills_a_hanging_job_at_the_time_bound_and_names_the_likely_cause(tmp_path):
     _need_mpirun()
     pids = tmp_path / "pids"
@@ -486,6 +489,7 @@ def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_pa
     assert "nothing was started" in res.stderr and not marker.exists()
 
 
+@pytest.mark.full_setup
 def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_where_numactl_would_fail(tmp_path):
     """The numa-memory rule on this node's real /sys/devices/system/node: the first node number it lacks is refused
     before anything starts; launched anyway (--no-doctor), numactl itself fails; node 0 runs."""

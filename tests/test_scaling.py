@@ -21,18 +21,10 @@ from hypothesis import strategies as st
 from hpcbundle.cli import main
 from hpcbundle.config.errors import UserError
 from hpcbundle.perf.plot import PNG_SIGNATURE
-from hpcbundle.perf.scaling import (
-    MODELS,
-    Study,
-    communication,
-    csv_text,
-    fit_model,
-    fits,
-    parse_nodes,
-    parse_output,
-    plan,
-    results,
-)
+from hpcbundle.perf.scaling.model import communication, fit_model, fits
+from hpcbundle.perf.scaling.plan import MODELS, Study, parse_nodes, plan
+from hpcbundle.perf.scaling.report import csv_text
+from hpcbundle.perf.scaling.results import parse_output, results
 from hpcbundle_testbed import SlurmCluster
 from hpcbundle_testbed.sites import site_data, write_site
 

@@ -35,7 +35,7 @@ if [[ ! -x .venv-gpu/bin/python ]]; then
 fi
 .venv-gpu/bin/python -m pip install --quiet --no-deps .carry/wheels/pydantic*.whl .carry/wheels/annotated_types*.whl \
     .carry/wheels/typing_inspection*.whl .carry/wheels/docker*.whl || exit 1
-.venv-gpu/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . || exit 1
+.venv-gpu/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . -e ./testbed || exit 1
 
 make test-gpu VENV=.venv-gpu PYTEST_ARGS="-v -rs -p no:cacheprovider" 2>&1 | tee "$out/test-gpu.log"
 status=${PIPESTATUS[0]}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Create the project's virtualenv VENV with the system python3 and install the CPU stack that
 # recipes/cpu-local.yaml pins (read by scripts/setup/pins.py: Python, torch, tensorflow-cpu with
-# Keras 2) + mpi4py + tools, the project itself (editable, with test extras) and Horovod
+# Keras 2) + mpi4py + tools, the project itself (editable, with test extras), its testbed (testbed/,
+# editable) and Horovod
 # (scripts/setup/horovod-wheel.sh: cached wheel, built once).
 #
 # Idempotent: a stamp file in VENV records a hash of this script, horovod-wheel.sh, pins.py and
-# the pins, pyproject.toml and the Python version; when it matches, the script returns at once.
+# the pins, both pyproject.toml files and the Python version; when it matches, the script returns at once.
 #
 # Usage: scripts/setup/python-env.sh [VENV]     (VENV defaults to <repo>/.venv)
 # Env:   PYTHON            interpreter for the venv (default: Debian's python3, else python3)
@@ -53,11 +54,13 @@ identity='import os, sys; print(os.path.realpath(sys.executable), sys.base_prefi
 want_id=$("$PYTHON" -c "$identity")
 
 pyproject=$repo_root/pyproject.toml
+testbed_pyproject=$repo_root/testbed/pyproject.toml
 stamp_hash=$(
     {
         cat "$script_dir/python-env.sh" "$script_dir/horovod-wheel.sh" "$script_dir/pins.py"
         printf '%s\n' "$pins" "$NUMPY_SPEC" "${OTHER_SPECS[@]}" "$want_id"
         if [[ -f $pyproject ]]; then cat "$pyproject"; else echo "no pyproject"; fi
+        if [[ -f $testbed_pyproject ]]; then cat "$testbed_pyproject"; else echo "no testbed pyproject"; fi
     } | sha256sum | cut -c1-16
 )
 stamp=$VENV/.hpcbundle-env.stamp
@@ -85,7 +88,7 @@ PIP=("$VENV/bin/python" -m pip)
 # ---- packages: one resolver run so the project cannot move the pins ---------------------------
 reqs=("$TORCH_SPEC" "$TF_SPEC" "$NUMPY_SPEC" "${OTHER_SPECS[@]}")
 if [[ -f $pyproject ]]; then
-    reqs+=(-e "${repo_root}[test]")
+    reqs+=(-e "${repo_root}[test]" -e "$repo_root/testbed")
 else
     log "no pyproject.toml in $repo_root yet: skipping the editable install of the project"
 fi

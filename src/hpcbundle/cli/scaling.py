@@ -11,19 +11,10 @@ from .. import __version__
 from ..config.errors import UserError
 from ..config.loading import parse_json, read_text
 from ..launch.batch import script_environment
-from ..perf.scaling import (
-    MODELS,
-    Study,
-    csv_text,
-    fits,
-    parse_nodes,
-    plan,
-    plan_document,
-    points_of,
-    results,
-    scripts,
-    table,
-)
+from ..perf.scaling.model import fits
+from ..perf.scaling.plan import MODELS, Study, parse_nodes, plan, plan_document, points_of, scripts
+from ..perf.scaling.report import csv_text, table
+from ..perf.scaling.results import results
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, Count, no_doctor_option, site_for, site_option
 from .outputs import output_target, write_atomic

@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 from typing import Mapping, Sequence
 
-from .scaling import MODES, Fit, Row, model_efficiency
+from .scaling.model import Fit, model_efficiency
+from .scaling.plan import MODES
+from .scaling.results import Row
 
 _COLOURS = {"strong": "tab:blue", "weak": "tab:orange"}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -22,7 +22,6 @@ torch==2.11.0 from PyPI is the CUDA 13.0 build and pulls NCCL (nvidia-nccl-cu13)
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -32,10 +31,11 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from .locks import exclusive_lock
 
 Progress = Callable[[str], None]
 
@@ -66,17 +66,6 @@ class Prepared:
     @property
     def how(self) -> str:
         return f"{'cached' if self.cached else 'made'} in {self.seconds:.0f} s"
-
-
-@contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def run_logged(
@@ -153,7 +142,7 @@ def wheelhouse(
     key = stack_key([*requirements, *(f"sdist:{s}" for s in sdists)])
     base = (cache or cache_dir()) / "wheelhouse"
     entry = base / key
-    with _flock(base / f"{key}.lock"):
+    with exclusive_lock(base / f"{key}.lock"):
         if (entry / COMPLETE).is_file():
             return Prepared(entry, key, time.monotonic() - t0, cached=True)
         if entry.exists():
@@ -192,7 +181,7 @@ def host_venv(
     key = stack_key(requirements)
     base = (cache or cache_dir()) / "venvs"
     entry = base / key
-    with _flock(base / f"{key}.lock"):
+    with exclusive_lock(base / f"{key}.lock"):
         if (entry / COMPLETE).is_file() and (entry / "bin" / "python").exists():
             return Prepared(entry, key, time.monotonic() - t0, cached=True)
         if entry.exists():
