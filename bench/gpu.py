@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import horovod.torch as hvd
 import torch
@@ -64,12 +65,18 @@ def build_model(name: str) -> tuple[torch.nn.Module, str, int, int]:
 
 
 def example_models() -> dict[str, Callable[[int, int, int], torch.nn.Module]]:
-    """The example's own models (MODELS of examples/pytorch_synthetic_benchmark.py, loaded from its file)."""
-    path = EXAMPLES / "pytorch_synthetic_benchmark.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    """The example's own models (MODELS of examples/pytorch_synthetic_benchmark.py, loaded from its file,
+    with the hvd_common it imports loaded first from beside it)."""
+    _load_example("hvd_common")
+    return _load_example("pytorch_synthetic_benchmark").MODELS
+
+
+def _load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module.MODELS
+    return module
 
 
 def timed(step: Callable[[], None], count: int) -> float:

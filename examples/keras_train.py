@@ -17,17 +17,14 @@ Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L image
 
 import io
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import horovod.tensorflow.keras as hvd  # noqa: E402
+import hvd_common as common  # the script's own folder is on sys.path: shared with pytorch_train.py
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from horovod.tensorflow import broadcast_variables  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hvd_common as common  # noqa: E402  (shared with pytorch_train.py)
 
 
 def parse_args():

@@ -13,17 +13,13 @@ timed iterations, then one machine-readable line:
 
 import argparse
 import json
-import os
-import sys
 import timeit
 
 import horovod.torch as hvd
+import hvd_common as common  # the script's own folder is on sys.path: threads per rank, shared with the trainers
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hvd_common as common  # noqa: E402  (threads per rank, shared with the trainers)
 
 
 class BasicBlock(nn.Module):

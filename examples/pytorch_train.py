@@ -16,17 +16,13 @@ Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L image
 """
 
 import io
-import os
-import sys
 import time
 
 import horovod.torch as hvd
+import hvd_common as common  # the script's own folder is on sys.path: shared with keras_train.py
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hvd_common as common  # noqa: E402  (shared with keras_train.py)
 
 
 def parse_args():
