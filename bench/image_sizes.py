@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def build_both(recipe_name: str) -> tuple[images.ImageInfo, images.ImageInfo, dict[str, float]]:
     """Build `target="build"` and the runtime image with the private engine; stop it after."""
+    from hpcbundle_testbed.cache import cache_dir
     from hpcbundle_testbed.docker_engine.engine import DockerEngine
-    from hpcbundle_testbed.docker_engine.host import cache_dir
     from hpcbundle_testbed.docker_engine.wheels import download_wheels
 
     bundle = Bundle(ROOT)

@@ -35,16 +35,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .locks import exclusive_lock
+from .cache import cache_dir, exclusive_lock
 
 Progress = Callable[[str], None]
 
 COMPLETE = "COMPLETE"
-
-
-def cache_dir() -> Path:
-    """``$HPCBUNDLE_CACHE``, else ``~/.cache/hpcbundle`` (the Makefile exports the same)."""
-    return Path(os.environ.get("HPCBUNDLE_CACHE") or Path.home() / ".cache" / "hpcbundle")
 
 
 def stack_key(requirements: Sequence[str], python: str | None = None) -> str:

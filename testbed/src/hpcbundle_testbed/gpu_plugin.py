@@ -28,6 +28,7 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 
 from . import cuda_wheels
+from .cache import cache_dir
 from .cuda_wheels import Prepared
 
 # The CUDA-wheels recipe the GPU build tests build (host script and image).
@@ -230,7 +231,7 @@ def offline_env(stack: CudaStack) -> dict[str, str]:
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": str(stack.wheelhouse.path),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "HPCBUNDLE_CACHE": str(cuda_wheels.cache_dir()),
+        "HPCBUNDLE_CACHE": str(cache_dir()),
     }
 
 
@@ -262,5 +263,5 @@ def host_horovod_cache(recipe: Recipe, venv: Path) -> Path:
     """The install script's cache directory for the recipe's Horovod: $HPCBUNDLE_CACHE/horovod/<key>-py<M.m>."""
     template = image_spec(recipe, knowledge_base(), host=True).layout.horovod_cache
     python = cuda_wheels.site_packages(venv).parent.name.removeprefix("python")
-    path = template.replace("${HPCBUNDLE_CACHE}", str(cuda_wheels.cache_dir())).replace("${HPCBUNDLE_PYVER}", python)
+    path = template.replace("${HPCBUNDLE_CACHE}", str(cache_dir())).replace("${HPCBUNDLE_PYVER}", python)
     return Path(path)

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cache import cache_dir
 from ..netns_cluster import unique_prefix
 from ..procs import Managed, ProcessTracker, cgroup_root, kill_pids, pid_alive, wait_until
 from .base_image import BaseImage, ensure_base_image
-from .host import EngineError, cache_dir, dockerd_version, dpkg_arch, ensure_tools, log_tail, mounts_under, remove_tree
+from .host import EngineError, dockerd_version, dpkg_arch, ensure_tools, log_tail, mounts_under, remove_tree
 from .rootfs import debootstrap_tarball
 
 _STALE = re.compile(r"^hbt(\d+)x\d+-(docker|ctr)\b")

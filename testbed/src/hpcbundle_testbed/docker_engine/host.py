@@ -19,11 +19,6 @@ class EngineError(RuntimeError):
     """The engine or the base image could not be set up; the message says why and what to do."""
 
 
-def cache_dir() -> Path:
-    """``$HPCBUNDLE_CACHE``, else ``~/.cache/hpcbundle`` (the Makefile exports the same)."""
-    return Path(os.environ.get("HPCBUNDLE_CACHE") or Path.home() / ".cache" / "hpcbundle")
-
-
 def which(tool: str) -> str | None:
     """`tool` on PATH or in the sbin directories (dockerd and debootstrap live in /usr/sbin)."""
     path = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..locks import exclusive_lock
+from ..cache import cache_dir, exclusive_lock
 from .apt_sources import host_mirror
-from .host import EngineError, cache_dir, dpkg_arch, ensure_tools, log_tail, mounts_under, remove_tree, which
+from .host import EngineError, dpkg_arch, ensure_tools, log_tail, mounts_under, remove_tree, which
 
 # Bump when the way the rootfs tarball is made changes, so cached tarballs are remade.
 ROOTFS_FORMAT = 2

@@ -1,4 +1,5 @@
-"""Exclusive file locks: one test process at a time fills a cache entry (a wheelhouse, a rootfs)."""
+"""The testbed's cache: where it lives, and the lock that lets one test process at a time fill an entry
+(a wheelhouse, a rootfs)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``$HPCBUNDLE_CACHE``, else ``~/.cache/hpcbundle`` (the Makefile exports the same)."""
+    return Path(os.environ.get("HPCBUNDLE_CACHE") or Path.home() / ".cache" / "hpcbundle")
 
 
 @contextmanager
