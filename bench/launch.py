@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from hpcbundle.launch import Layout, build_command, load_site
+from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
 from hpcbundle_testbed.sites import netns_site
 from hpcbundle_testbed.tools import ensure_cluster_tools
@@ -183,7 +183,7 @@ def variants(cluster: NetnsCluster, work: Path, np_: int, names: list[str]) -> l
     hosts = tuple((node, per) for node in cluster.nodes)
     host_list = ",".join(f"{node}:{slots}" for node, slots in hosts)
     site_path = netns_site(work, cluster, IFACE, timeout=300)
-    generated = build_command(load_site(str(site_path), work), Layout(np=np_, hosts=hosts), [str(program)])
+    generated = build_command(load_site(str(site_path), work), RankLayout(np=np_, hosts=hosts), [str(program)])
     bin_dir = Path(sys.executable).parent
     cli = [str(bin_dir / "hpcbundle")] if (bin_dir / "hpcbundle").exists() else [sys.executable, "-m", "hpcbundle"]
     cli_launch = [

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.diagnose.probes import numa_memory
-from hpcbundle.launch import LAUNCHERS, RUNTIMES, Layout, build_command, load_site
+from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site
 
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
@@ -237,7 +237,7 @@ def test_local_is_the_default_site():
 
 
 def _argv(
-    site_path: Path, layout: Layout, image: str | None = None, program: tuple[str, ...] = ("python", "t.py")
+    site_path: Path, layout: RankLayout, image: str | None = None, program: tuple[str, ...] = ("python", "t.py")
 ) -> list[str]:
     return build_command(load_site(str(site_path), SITES), layout, program, image).argv
 
@@ -246,7 +246,7 @@ def test_open_mpi_5_uses_double_dashes_merges_oversubscribe_and_routes_prrte_par
     site = write_site(
         tmp_path, "roce-h100-ompi5", {"launcher": {"oversubscribe": True, "tag_output": True}}, name="ompi5"
     )
-    argv = _argv(site, Layout(4, (("a", 2), ("b", 2))), "img.sif")
+    argv = _argv(site, RankLayout(4, (("a", 2), ("b", 2))), "img.sif")
     assert argv[:8] == ["mpirun", "--output", "tag", "-n", "4", "--host", "a:2,b:2", "--bind-to"]
     assert ["--map-by", "slot:oversubscribe"] == argv[9:11]
     assert not any(token.startswith("-bind") or token == "-mca" for token in argv)
@@ -254,7 +254,7 @@ def test_open_mpi_5_uses_double_dashes_merges_oversubscribe_and_routes_prrte_par
 
 
 def test_open_mpi_4_mpirun_takes_double_dash_options_by_default(tmp_path):
-    argv = _argv(write_site(tmp_path, "local", {"mca": {"btl": "self,tcp"}}, name="ompi4"), Layout(2))
+    argv = _argv(write_site(tmp_path, "local", {"mca": {"btl": "self,tcp"}}, name="ompi4"), RankLayout(2))
     assert argv[argv.index("--mca") :][:3] == ["--mca", "btl", "self,tcp"]
     assert "--bind-to" in argv and "-bind-to" not in argv
 
@@ -274,7 +274,7 @@ def test_horovodrun_takes_hosts_gloo_and_interfaces_and_gets_variables_in_front(
     for key in ("allow_run_as_root", "oversubscribe", "bind_to", "map_by", "timeout"):
         data["launcher"].pop(key, None)
     site.write_text(yaml.safe_dump(data))
-    argv = _argv(site, Layout(4, (("f1", 2), ("f2", 2))))
+    argv = _argv(site, RankLayout(4, (("f1", 2), ("f2", 2))))
     assert argv == [
         "env",
         "NCCL_DEBUG=INFO",
@@ -295,7 +295,7 @@ def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
     site = write_site(
         tmp_path, "eth-a100-slurm", {"launcher": {"tag_output": True}, "node": {"ranks_per_node": 4}}, name="srun-site"
     )
-    argv = _argv(site, Layout(8), "img.sif")
+    argv = _argv(site, RankLayout(8), "img.sif")
     assert "OMPI_MCA_btl_vader_single_copy_mechanism=none" in argv[: argv.index("srun")]
     assert argv[argv.index("srun") : argv.index("apptainer")] == [
         "srun",
@@ -314,7 +314,7 @@ def test_docker_holds_the_launcher_and_wrappers_inside_one_container(tmp_path):
         {"container": {"runtime": "docker", "binds": ["/data"]}, "export": ["HOME"], "wrappers": [["numactl", "-l"]]},
         name="dock",
     )
-    argv = _argv(site, Layout(2), "local/horovod:cpu")
+    argv = _argv(site, RankLayout(2), "local/horovod:cpu")
     assert argv[: argv.index("mpirun")] == [
         "docker",
         "run",
@@ -335,19 +335,19 @@ def test_podman_is_docker_with_its_own_command(tmp_path):
     site = write_site(
         tmp_path, "local", {"container": {"runtime": "podman", "args": ["--ulimit", "nofile=20000:20000"]}}, name="pod"
     )
-    argv = _argv(site, Layout(2), "img")
+    argv = _argv(site, RankLayout(2), "img")
     assert argv[0] == "podman" and argv[argv.index("img") - 2 : argv.index("img")] == ["--ulimit", "nofile=20000:20000"]
 
 
 def test_charliecloud_ends_its_options_with_double_dash_before_the_program():
-    argv = _argv(SITES / "local-charliecloud.yaml", Layout(2), "/var/tmp/img", ("python3", "-c", "print(1)"))
+    argv = _argv(SITES / "local-charliecloud.yaml", RankLayout(2), "/var/tmp/img", ("python3", "-c", "print(1)"))
     assert argv[argv.index("ch-run") :] == ["ch-run", "--set-env", "/var/tmp/img", "--", "python3", "-c", "print(1)"]
     assert argv[argv.index("--mca") :][:3] == ["--mca", "btl_vader_single_copy_mechanism", "none"]
 
 
 def test_launcher_command_override_replaces_the_executable(tmp_path):
     site = write_site(tmp_path, "roce-h100-ompi5", {"launcher": {"command": "prterun"}}, name="prte")
-    assert _argv(site, Layout(8), "i.sif")[0] == "prterun"
+    assert _argv(site, RankLayout(8), "i.sif")[0] == "prterun"
 
 
 def test_registries_hold_every_launcher_and_runtime_the_design_names():

@@ -12,20 +12,20 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.launch import Layout, build_command, load_site
+from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
 
 from .helpers import ROOT
 
 SITES = ROOT / "site_configs"
-LAYOUTS: dict[str, tuple[Layout, str | None]] = {
-    "local": (Layout(2), None),
-    "local-charliecloud": (Layout(2), "/var/tmp/my image"),
-    "ib-v100": (Layout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
-    "ib-a100-ucx": (Layout(8, (("g1", 4), ("g2", 4))), "horovod.sif"),
-    "stampede2-knl": (Layout(2, in_allocation=True), "horovod.sif"),
-    "eth-a100-slurm": (Layout(8), "/scratch/$USER/horovod.sif"),
-    "roce-h100-ompi5": (Layout(16, (("a", 8), ("b", 8))), "horovod.sif"),
+LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
+    "local": (RankLayout(2), None),
+    "local-charliecloud": (RankLayout(2), "/var/tmp/my image"),
+    "ib-v100": (RankLayout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
+    "ib-a100-ucx": (RankLayout(8, (("g1", 4), ("g2", 4))), "horovod.sif"),
+    "stampede2-knl": (RankLayout(2, in_allocation=True), "horovod.sif"),
+    "eth-a100-slurm": (RankLayout(8), "/scratch/$USER/horovod.sif"),
+    "roce-h100-ompi5": (RankLayout(16, (("a", 8), ("b", 8))), "horovod.sif"),
 }
 TRICKY = [
     " ",
@@ -127,6 +127,6 @@ def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, 
     job = BatchJob(nodes=2)
     script = sbatch_script(model, job, words, image, TEMPLATES)
     per_node = model.node.slots
-    argv = build_command(model, Layout(2 * per_node, in_allocation=True), words, image).argv
+    argv = build_command(model, RankLayout(2 * per_node, in_allocation=True), words, image).argv
     launcher_at = argv.index(model.launcher.command)
     assert bash_argv(script) == argv[launcher_at + 1 :]

@@ -11,7 +11,7 @@ import click
 
 from ..config.sites import Site
 from ..execute import run_bounded, run_captured
-from ..launch import Layout, build_command, load_site
+from ..launch import RankLayout, build_command, load_site
 from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
 from . import main, pass_bundle
 from .options import (
@@ -137,7 +137,9 @@ def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateS
     )
 
 
-def gate_first(ctx: click.Context, model: Site, layout: Layout, image: str | None, program: tuple[str, ...]) -> None:
+def gate_first(
+    ctx: click.Context, model: Site, layout: RankLayout, image: str | None, program: tuple[str, ...]
+) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
     from ..diagnose import gateprobe

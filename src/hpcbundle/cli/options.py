@@ -13,7 +13,7 @@ import click
 from ..config.errors import UserError
 from ..config.loading import read_text
 from ..config.sites import Site
-from ..launch import Layout, hostfile_slots, load_site, parse_hosts
+from ..launch import RankLayout, hostfile_slots, load_site, parse_hosts
 
 MAX_COUNT = 1_000_000
 """The largest count an option takes unless it says otherwise (ranks, nodes, repeats, batch sizes)."""
@@ -69,12 +69,12 @@ def site_for(bundle, ref: str) -> Site:
     return load_site(ref, bundle.get().sites_dir)
 
 
-def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> Layout:
+def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> RankLayout:
     """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
     if hosts is not None and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
     slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
-    return Layout(
+    return RankLayout(
         np=np_,
         hosts=parse_hosts(hosts) if hosts is not None else (),
         hostfile=str(hostfile) if hostfile else None,

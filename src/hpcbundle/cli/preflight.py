@@ -9,7 +9,7 @@ import click
 
 from ..config.sites import Site
 from ..diagnose.program import ProgramProbe, probe_words, program_modules
-from ..launch import LAUNCHERS, Layout, build_command
+from ..launch import LAUNCHERS, RankLayout, build_command
 from ..rules.engine import exit_status
 from .outputs import print_results
 
@@ -33,7 +33,7 @@ def program_probe(
         modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
     words = probe_words(program[0], modules)
     names = [h for h, _ in hosts]
-    layout = Layout(np=len(names), hosts=tuple((h, 1) for h in names))
+    layout = RankLayout(np=len(names), hosts=tuple((h, 1) for h in names))
     return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
 
 

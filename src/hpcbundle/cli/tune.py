@@ -14,7 +14,7 @@ from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
 from ..execute import run_captured
-from ..launch import Layout, build_command, load_site
+from ..launch import RankLayout, build_command, load_site
 from ..perf.tune import (
     KNOB_NAMES,
     KNOBS,
@@ -177,7 +177,7 @@ def tune_command(
     """
     b = bundle.get()
     model = load_site(site, b.sites_dir)
-    layout: Layout = layout_from(np_, hosts, hostfile)
+    layout: RankLayout = layout_from(np_, hosts, hostfile)
     nbytes = parse_size(size)
     chosen = _knobs(knobs, model, tensors)
     out = output or b.sites_dir / f"{model.name}-tuned.yaml"

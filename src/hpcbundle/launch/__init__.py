@@ -2,10 +2,10 @@
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
-    >>> from hpcbundle.launch import Layout, build_command, load_site
+    >>> from hpcbundle.launch import RankLayout, build_command, load_site
     >>> bundle = find_bundle(None, Path.cwd())  # this checkout: recipes/, site_configs/, ...
     >>> site = load_site("local", bundle.sites_dir)
-    >>> build_command(site, Layout(np=2), ["python3", "train.py"]).display()
+    >>> build_command(site, RankLayout(np=2), ["python3", "train.py"]).display()
     'mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot python3 train.py'
 
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
@@ -15,14 +15,14 @@ from ..rules.loading import load_site  # the one loader that refuses: shape, the
 from .assemble import build_command, check_layout
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
-from .layout import Layout, hostfile_slots, parse_hosts
+from .layout import RankLayout, hostfile_slots, parse_hosts
 
 __all__ = [
     "LAUNCHERS",
     "RUNTIMES",
     "Command",
     "Launcher",
-    "Layout",
+    "RankLayout",
     "Part",
     "Runtime",
     "build_command",

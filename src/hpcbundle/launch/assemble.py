@@ -13,7 +13,7 @@ from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
-from .layout import Layout
+from .layout import RankLayout
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
@@ -37,7 +37,7 @@ def _parts_for(site: Site) -> tuple[Launcher, Runtime]:
 
 
 def check_layout(
-    site: Site, launcher: Launcher, runtime: Runtime, layout: Layout, image: str | None, program: Sequence[str]
+    site: Site, launcher: Launcher, runtime: Runtime, layout: RankLayout, image: str | None, program: Sequence[str]
 ) -> None:
     """Refuse a launch that cannot work, naming the flag to change."""
     if not program:
@@ -136,7 +136,7 @@ def check_environment(site: Site, environment: Mapping[str, str]) -> None:
 
 def build_command(
     site: Site,
-    layout: Layout,
+    layout: RankLayout,
     program: Sequence[str],
     image: str | None = None,
     environment: Mapping[str, str] | None = None,
@@ -146,9 +146,9 @@ def build_command(
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
-    >>> from hpcbundle.launch import Layout, build_command, load_site
+    >>> from hpcbundle.launch import RankLayout, build_command, load_site
     >>> site = load_site("ib-v100", find_bundle(None, Path.cwd()).sites_dir)
-    >>> command = build_command(site, Layout(4, (("f1", 2), ("f2", 2))), ["python", "t.py"], "h.sif")
+    >>> command = build_command(site, RankLayout(4, (("f1", 2), ("f2", 2))), ["python", "t.py"], "h.sif")
     >>> command.argv[:5]
     ['mpirun', '-np', '4', '-H', 'f1:2,f2:2']
     >>> command.argv[-6:]

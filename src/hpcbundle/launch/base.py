@@ -23,7 +23,7 @@ from ..config.sites import Site
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN
 from . import reasons
 from .command import Parts
-from .layout import Layout
+from .layout import RankLayout
 
 T = TypeVar("T")
 
@@ -86,7 +86,7 @@ class Launcher:
         super().__init_subclass__(**kwargs)
         _take_known(cls, LAUNCHERS_KNOWN[cls.name])
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         """The executable and the options that place the ranks."""
         raise NotImplementedError
 
@@ -123,7 +123,7 @@ class Launcher:
             if value is not None:
                 out.site(f"launcher.{key}", [flag, value], reasons.LAUNCHER[key])
 
-    def add_hosts(self, layout: Layout, out: Parts, hosts_flag: str, hostfile_flag: str) -> None:
+    def add_hosts(self, layout: RankLayout, out: Parts, hosts_flag: str, hostfile_flag: str) -> None:
         if layout.hosts:
             out.add([hosts_flag, layout.host_list()], "flag --hosts", "the hosts and how many ranks each takes")
         elif layout.hostfile:

@@ -18,7 +18,7 @@ from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
 from ..image.render import template_environment
 from ..quoting import shell_quote
-from . import Layout, build_command
+from . import RankLayout, build_command
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -103,7 +103,7 @@ def sbatch_script(
         python train.py
     """
     per_node = job.tasks_per_node or site.node.slots
-    layout = Layout(
+    layout = RankLayout(
         np=job.nodes * per_node,
         in_allocation=True,
         np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",

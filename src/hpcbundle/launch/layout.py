@@ -13,7 +13,7 @@ MAX_SLOTS = 100_000
 
 
 @dataclass(frozen=True)
-class Layout:
+class RankLayout:
     """The ranks of one launch.
 
     `hosts` come from --hosts; `hostfile` is passed to the launcher and `hostfile_slots` is what
@@ -39,7 +39,7 @@ class Layout:
         """Ranks per host as far as the command line tells: the hosts given, else every rank on `here`
         (no hosts, no hostfile, no SLURM allocation: mpirun starts them all on this node); () when unknown.
 
-        >>> Layout(np=2).placement("gpu1"), Layout(np=4, hosts=(("f1", 2), ("f2", 2))).placement("gpu1")
+        >>> RankLayout(np=2).placement("gpu1"), RankLayout(np=4, hosts=(("f1", 2), ("f2", 2))).placement("gpu1")
         ((('gpu1', 2),), (('f1', 2), ('f2', 2)))
         """
         if self.hosts or self.hostfile or self.in_allocation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
-from ..layout import Layout
+from ..layout import RankLayout
 
 
 @LAUNCHERS.register
@@ -24,7 +24,7 @@ class HorovodRun(Launcher):
     name = "horovodrun"
     summary = "Horovod's launcher discovers common interfaces, then starts the ranks"
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         out.add(["-np", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-H", "--hostfile")

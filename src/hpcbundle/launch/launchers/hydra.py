@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
-from ..layout import Layout
+from ..layout import RankLayout
 
 
 @LAUNCHERS.register
@@ -23,7 +23,7 @@ class Hydra(Launcher):
     name = "mpiexec.hydra"
     summary = "Hydra (Intel MPI / MPICH) starts every rank"
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         self.add_flags(site, out, {"tag_output": "-l"})
         if site.node.ranks_per_node:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
-from ..layout import Layout
+from ..layout import RankLayout
 
 
 @LAUNCHERS.register
@@ -26,7 +26,7 @@ class OpenMpi4(Launcher):
     def dash(self, site: Site) -> str:
         return "-" if site.launcher.single_dash else "--"
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         self.add_flags(site, out, {"allow_run_as_root": "--allow-run-as-root", "tag_output": "--tag-output"})
         out.add(["-np", str(layout.np)], layout.np_source, "number of ranks")

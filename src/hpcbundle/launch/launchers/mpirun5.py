@@ -6,7 +6,7 @@ from ...config.sites import Site
 from .. import reasons
 from ..base import LAUNCHERS
 from ..command import Parts
-from ..layout import Layout
+from ..layout import RankLayout
 from .mpirun import OpenMpi4
 
 # Parameters of PRRTE (the runtime) and PMIx, which Open MPI 5 wants as --prtemca / --pmixmca.
@@ -28,7 +28,7 @@ class OpenMpi5(OpenMpi4):
     name = "mpirun5"
     summary = "Open MPI 5's launcher (PRRTE) starts every rank"
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         self.add_flags(site, out, {"allow_run_as_root": "--allow-run-as-root"})
         if site.launcher.tag_output:

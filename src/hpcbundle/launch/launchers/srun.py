@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
-from ..layout import Layout
+from ..layout import RankLayout
 
 
 @LAUNCHERS.register
@@ -22,7 +22,7 @@ class Srun(Launcher):
     name = "srun"
     summary = "SLURM starts every rank itself, in the allocation"
 
-    def head(self, site: Site, layout: Layout, out: Parts) -> None:
+    def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         if site.launcher.pmi:
             out.site(
