@@ -459,10 +459,10 @@ def _horovod_env(
             "HOROVOD_NCCL_LINK": "SHARED",
             "HOROVOD_CUDA_HOME": cuda_home,
             **({"HOROVOD_NCCL_HOME": nccl_home} if nccl_home else {}),
-            "HOROVOD_BUILD_CUDA_CC_LIST": ",".join(arch.replace(".", "") for arch in recipe.gpu.archs),
+            "HOROVOD_BUILD_CUDA_CC_LIST": recipe.gpu.targets.horovod_cc_list(),
         }
         if fw.pytorch:
-            env["TORCH_CUDA_ARCH_LIST"] = ";".join(recipe.gpu.archs)
+            env["TORCH_CUDA_ARCH_LIST"] = recipe.gpu.targets.torch_list()
     # A pip-installed cmake >= 4 refuses gloo's old cmake_minimum_required; older cmake ignores this.
     env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
     clash = sorted(set(hvd.build_env) & set(env))

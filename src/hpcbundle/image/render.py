@@ -23,6 +23,7 @@ from ..config.errors import UserError
 from ..config.recipes import Recipe
 from ..knowledge.compat import KnowledgeBase
 from ..quoting import shell_quote
+from ..templating import strict_environment
 from .imagespec import ImageSpec, image_spec
 
 Format = Literal["docker", "singularity", "shell"]
@@ -58,15 +59,8 @@ class Steps:
 
 
 def template_environment(containers_dir: Path) -> jinja2.Environment:
-    """A Jinja2 environment over containers/ that fails on any undefined name."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(containers_dir)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
+    """The strict Jinja2 environment over containers/, with the filters the image templates use."""
+    env = strict_environment(containers_dir)
     env.filters.update(
         run_chain=" && \\\n    ".join,  # Dockerfile: one RUN from a step's lines
         continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
