@@ -17,6 +17,7 @@ import pytest
 
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.image.blocks.horovod import horovod_env
 from hpcbundle.image.imagespec import horovod_key, image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
@@ -176,7 +177,7 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
 
 
 def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
-    env = image_spec(recipe("cpu-local"), knowledge_base()).horovod_env
+    env = horovod_env(image_spec(recipe("cpu-local"), knowledge_base()))
     assert {k: v for k, v in env.items() if k.startswith("HOROVOD_")} == {
         "HOROVOD_WITH_TENSORFLOW": "1",
         "HOROVOD_WITH_PYTORCH": "1",
