@@ -17,6 +17,7 @@ import pytest
 
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe, load_recipe
+from hpcbundle.image.blocks import BLOCKS
 from hpcbundle.image.blocks.horovod import horovod_env
 from hpcbundle.image.imagespec import horovod_key, image_spec
 from hpcbundle.image.render import (
@@ -174,6 +175,14 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
     for fmt in FORMATS:
         # pip index URLs come only from build arguments, never from the rendered file
         assert not re.search(r"(index-url|find-links)[ =]+https?://", rendered(name, fmt))
+
+
+def test_every_image_block_documents_the_recipe_keys_it_reads_and_an_example() -> None:
+    for block in BLOCKS.ordered():
+        doc = type(block).__doc__ or ""
+        assert "Parameters:" in doc and "Example" in doc, (
+            f"image block {block.name}: docstring lacks Parameters/Example"
+        )
 
 
 def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:

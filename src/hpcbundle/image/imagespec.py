@@ -1,7 +1,8 @@
-"""What goes into an image, derived from a recipe: layout, packages, build inputs, environment, metadata.
+"""What goes into an image, derived from a recipe: layout, build inputs, environment, metadata.
 
-Pure data for the templates in containers/: the templates only lay it out, so a rule about the
-image (which HOROVOD_* flags, which apt packages, which labels) lives here, once, for both formats.
+Pure data the building blocks (image/blocks/: apt packages, source builds, Horovod's flags, ...)
+and the templates in containers/ read: the image's paths, where CUDA and NCCL are, the wheels,
+the run-time environment, the labels and the manifest, once for every format.
 
 The build context of every image holds two directories, `examples/` (copied to /examples) and
 `wheelhouse/` (maybe empty): wheels, the Horovod sdist and source tarballs that pip (`--find-links`)

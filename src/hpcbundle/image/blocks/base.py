@@ -9,10 +9,9 @@ runs the same steps in `position` order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Mapping, NamedTuple
+from typing import ClassVar, Mapping, NamedTuple
 
-if TYPE_CHECKING:
-    from ..imagespec import ImageSpec
+from ..imagespec import MPI_PREFIX, ImageSpec
 
 
 class Packages(NamedTuple):
@@ -124,6 +123,33 @@ class SourceBlock(Block):
         if built is None:
             return ()
         return (Snippet(f"{built.name} from {built.tarball} into {built.prefix}", "autotools", {"build": built}),)
+
+
+class MpiBlock(SourceBlock):
+    """An MPI built from its pinned tarball into MPI_PREFIX (mpi.install: source) or taken from the
+    distribution's `distro_packages` (mpi.install: distro), for recipes whose mpi.flavour is `flavour`."""
+
+    flavour: ClassVar[str]
+    distro_packages: ClassVar[Packages]
+
+    def options(self, spec: ImageSpec) -> tuple[str, ...]:
+        """The configure options: the recipe's mpi.configure."""
+        return tuple(spec.recipe.mpi.configure)
+
+    def source(self, spec: ImageSpec) -> SourceBuild | None:
+        mpi = spec.recipe.mpi
+        if mpi.flavour != self.flavour or mpi.install != "source":
+            return None
+        assert mpi.source is not None  # guaranteed by the recipe model
+        return SourceBuild(
+            mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", self.options(spec), MPI_PREFIX
+        )
+
+    def apt(self, spec: ImageSpec) -> Apt:
+        mpi = spec.recipe.mpi
+        if mpi.flavour == self.flavour and mpi.install == "distro":
+            return Apt(self.distro_packages)
+        return super().apt(spec)
 
 
 class BlockRegistry:

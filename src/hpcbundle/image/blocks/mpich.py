@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from ..imagespec import MPI_PREFIX, ImageSpec
-from .base import BLOCKS, Apt, Packages, SourceBlock, SourceBuild
-
-DISTRO_PACKAGES = Packages(("libmpich-dev", "mpich"), ("libmpich12", "mpich"))
+from .base import BLOCKS, MpiBlock, Packages
 
 
 @BLOCKS.register
-class Mpich(SourceBlock):
+class Mpich(MpiBlock):
     """MPICH from its pinned tarball into the MPI prefix /opt/openmpi (mpi.install: source), or the
     distribution's libmpich-dev/mpich (mpi.install: distro).
 
@@ -19,19 +16,5 @@ class Mpich(SourceBlock):
     step and libmpich12 mpich the runtime stage's; no step of its own.
     """
 
-    name, position = "mpich", 40
-
-    def source(self, spec: ImageSpec) -> SourceBuild | None:
-        mpi = spec.recipe.mpi
-        if mpi.flavour != "mpich" or mpi.install != "source":
-            return None
-        assert mpi.source is not None  # guaranteed by the recipe model
-        return SourceBuild(
-            mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", tuple(mpi.configure), MPI_PREFIX
-        )
-
-    def apt(self, spec: ImageSpec) -> Apt:
-        mpi = spec.recipe.mpi
-        if mpi.flavour == "mpich" and mpi.install == "distro":
-            return Apt(DISTRO_PACKAGES)
-        return super().apt(spec)
+    name, position, flavour = "mpich", 40, "mpich"
+    distro_packages = Packages(("libmpich-dev", "mpich"), ("libmpich12", "mpich"))

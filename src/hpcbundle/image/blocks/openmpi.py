@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from ...config.fields import parse_version
-from ..imagespec import MPI_PREFIX, UCX_PREFIX, ImageSpec
-from .base import BLOCKS, Apt, Packages, SourceBlock, SourceBuild
-
-DISTRO_PACKAGES = Packages(("libopenmpi-dev", "openmpi-bin"), ("libopenmpi3", "openmpi-bin"))
+from ..imagespec import UCX_PREFIX, ImageSpec
+from .base import BLOCKS, MpiBlock, Packages
 
 
 def prefix_by_default(version: str) -> str:
@@ -20,7 +18,7 @@ def prefix_by_default(version: str) -> str:
 
 
 @BLOCKS.register
-class OpenMpi(SourceBlock):
+class OpenMpi(MpiBlock):
     """Open MPI from its pinned tarball into /opt/openmpi (mpi.install: source), or the distribution's
     libopenmpi-dev/openmpi-bin (mpi.install: distro).
 
@@ -33,22 +31,10 @@ class OpenMpi(SourceBlock):
         make -C /tmp/build/openmpi -j"$(nproc)" install
     """
 
-    name, position = "openmpi", 40
+    name, position, flavour = "openmpi", 40, "openmpi"
+    distro_packages = Packages(("libopenmpi-dev", "openmpi-bin"), ("libopenmpi3", "openmpi-bin"))
 
-    def source(self, spec: ImageSpec) -> SourceBuild | None:
-        mpi = spec.recipe.mpi
-        if mpi.flavour != "openmpi" or mpi.install != "source":
-            return None
-        assert mpi.source is not None  # guaranteed by the recipe model
-        options = (
-            prefix_by_default(mpi.version),
-            *([f"--with-ucx={UCX_PREFIX}"] if spec.recipe.ucx else []),
-            *mpi.configure,
-        )
-        return SourceBuild(mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", options, MPI_PREFIX)
-
-    def apt(self, spec: ImageSpec) -> Apt:
-        mpi = spec.recipe.mpi
-        if mpi.flavour == "openmpi" and mpi.install == "distro":
-            return Apt(DISTRO_PACKAGES)
-        return super().apt(spec)
+    def options(self, spec: ImageSpec) -> tuple[str, ...]:
+        """mpirun's prefix passed to remote nodes, UCX when the recipe has it, then mpi.configure."""
+        ucx = (f"--with-ucx={UCX_PREFIX}",) if spec.recipe.ucx else ()
+        return (prefix_by_default(spec.recipe.mpi.version), *ucx, *super().options(spec))
