@@ -17,7 +17,7 @@ PACKAGE = Path(hpcbundle.__file__).parent
 # Bottom first. Stages on one floor are siblings: neither may import the other.
 FLOORS: list[tuple[str, ...]] = [
     ("hpcbundle",),  # the package's face: its version
-    ("quoting",),
+    ("quoting", "registry"),
     ("config",),
     ("knowledge", "templating", "execute"),  # data and helpers both sides of a fork reach: Jinja2, bounded runs
     ("rules",),

@@ -17,6 +17,8 @@ import pytest
 
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe
+from hpcbundle.image.blocks import BLOCKS
+from hpcbundle.image.blocks.horovod import horovod_env
 from hpcbundle.image.imagespec import horovod_key, image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
@@ -176,8 +178,16 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
         assert not re.search(r"(index-url|find-links)[ =]+https?://", rendered(name, fmt))
 
 
+def test_every_image_block_documents_the_recipe_keys_it_reads_and_an_example() -> None:
+    for block in BLOCKS.ordered():
+        doc = type(block).__doc__ or ""
+        assert "Parameters:" in doc and "Example" in doc, (
+            f"image block {block.name}: docstring lacks Parameters/Example"
+        )
+
+
 def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
-    env = image_spec(recipe("cpu-local"), knowledge_base()).horovod_env
+    env = horovod_env(image_spec(recipe("cpu-local"), knowledge_base()))
     assert {k: v for k, v in env.items() if k.startswith("HOROVOD_")} == {
         "HOROVOD_WITH_TENSORFLOW": "1",
         "HOROVOD_WITH_PYTORCH": "1",

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .errors import UserError
 from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, Sha256, Url, Version
+from .gpuarchs import GpuArchs
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -68,6 +69,11 @@ class Gpu(StrictModel):
                 f'loads; the apt spelling is derived where an apt NCCL is needed): write "{plain}"'
             )
         return value
+
+    @property
+    def targets(self) -> GpuArchs:
+        """`archs` parsed: each tool's spelling of them comes from here."""
+        return GpuArchs.parse(self.archs)
 
 
 class Tarball(StrictModel):

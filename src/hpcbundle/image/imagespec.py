@@ -1,7 +1,8 @@
-"""What goes into an image, derived from a recipe: layout, packages, build inputs, environment, metadata.
+"""What goes into an image, derived from a recipe: layout, build inputs, environment, metadata.
 
-Pure data for the templates in containers/: the templates only lay it out, so a rule about the
-image (which HOROVOD_* flags, which apt packages, which labels) lives here, once, for both formats.
+Pure data the building blocks (image/blocks/: apt packages, source builds, Horovod's flags, ...)
+and the templates in containers/ read: the image's paths, where CUDA and NCCL are, the wheels,
+the run-time environment, the labels and the manifest, once for every format.
 
 The build context of every image holds two directories, `examples/` (copied to /examples) and
 `wheelhouse/` (maybe empty): wheels, the Horovod sdist and source tarballs that pip (`--find-links`)
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar
 
 from .. import __version__
 from ..config.errors import UserError
@@ -55,50 +56,8 @@ CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "M
 """How `horovodrun --check-build` names each framework, controller and tensor operation."""
 
 
-class Packages(NamedTuple):
-    """apt packages for the build stage and for the runtime stage."""
-
-    build: tuple[str, ...]
-    runtime: tuple[str, ...]
-
-
-BASE_PACKAGES = Packages(
-    ("build-essential", "cmake", "python3-dev", "python3-venv"), ("libgomp1", "openssh-client", "python3")
-)
-FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"), ())
-UCX_PACKAGES = Packages(("libnuma-dev",), ("libnuma1",))
-FABRIC_PACKAGES = {
-    # rdma-core: the verbs library, the adapters' providers (mlx5, ...) and the RDMA connection manager;
-    # without them NCCL finds no IB device and falls back to sockets, UCX has no ib/rdmacm transport.
-    "verbs": Packages(("libibverbs-dev", "librdmacm-dev"), ("ibverbs-providers", "libibverbs1", "librdmacm1")),
-    # Omni-Path's PSM2 library, loaded at run time by libfabric's psm2 provider (Intel MPI's).
-    "psm2": Packages((), ("libpsm2-2",)),
-}
-DISTRO_MPI_PACKAGES = {
-    "openmpi": Packages(("libopenmpi-dev", "openmpi-bin"), ("libopenmpi3", "openmpi-bin")),
-    "mpich": Packages(("libmpich-dev", "mpich"), ("libmpich12", "mpich")),
-}
-
-
 @dataclass(frozen=True)
-class SourceBuild:
-    """An autotools package built from a pinned, sha256-checked tarball into `prefix`."""
-
-    name: str
-    url: str
-    sha256: str
-    configure: str
-    options: tuple[str, ...]
-    prefix: str
-
-    @property
-    def tarball(self) -> str:
-        """The file name: 'https://.../openmpi-4.1.6.tar.bz2' -> 'openmpi-4.1.6.tar.bz2'."""
-        return self.url.rsplit("/", 1)[1]
-
-
-@dataclass(frozen=True)
-class Layout:
+class ImageLayout:
     """Where things go: fixed paths in an image, shell variables in the host install script.
 
     Values are used inside double quotes in the snippets, so a host path may hold spaces.
@@ -113,9 +72,9 @@ class Layout:
     pip_flags: str
 
 
-def image_layout(recipe: Recipe) -> Layout:
+def image_layout(recipe: Recipe) -> ImageLayout:
     """The image's layout: /opt/venv, /tmp/build, /wheelhouse (pip finds wheels there first)."""
-    return Layout(
+    return ImageLayout(
         host=False,
         venv=VENV,
         site_packages=f"{VENV}/lib/python{recipe.python}/site-packages",
@@ -126,9 +85,9 @@ def image_layout(recipe: Recipe) -> Layout:
     )
 
 
-def host_layout(recipe: Recipe) -> Layout:
+def host_layout(recipe: Recipe) -> ImageLayout:
     """The install script's layout: shell variables its preamble sets (containers/shell/install.sh.j2)."""
-    return Layout(
+    return ImageLayout(
         host=True,
         venv="${HPCBUNDLE_VENV}",
         site_packages="${HPCBUNDLE_SITE}",
@@ -191,7 +150,7 @@ class ImageSpec:
     horovod_helpers: ClassVar[tuple[str, ...]] = HOROVOD_HELPERS
 
     recipe: Recipe
-    layout: Layout
+    layout: ImageLayout
     cuda_home: str | None
     cuda_tree: CudaTree | None
     nccl_home: str | None
@@ -199,14 +158,8 @@ class ImageSpec:
     nccl_dir: str | None
     """torch's nvidia/nccl itself (in the image the same as nccl_home; the host script links it in its build dir)."""
     build_requirements: tuple[str, ...]
-    packages: Packages
-    pinned: Packages
-    source_builds: tuple[SourceBuild, ...]
-    mpi_requirements: tuple[str, ...]
     framework_requirements: tuple[str, ...]
-    horovod_env: dict[str, str]
     check_build: tuple[str, ...]
-    imports: tuple[str, ...]
     copies: tuple[str, ...]
     runtime_env: dict[str, str]
     labels: dict[str, str]
@@ -215,8 +168,6 @@ class ImageSpec:
     """The newest host GCC major nvcc of the recipe's CUDA accepts (the install script checks the host's)."""
     gcc13_from: str | None = None
     """The GCC major from which Horovod needs the gcc13 patch (the install script refuses it unpatched)."""
-    purged: Packages = field(default=Packages((), ()))
-    """apt packages the base image holds that must go: its NCCL where torch's wheel brings the image's one."""
 
     @property
     def venv(self) -> str:
@@ -271,34 +222,13 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
         build_requirements=(CMAKE_FOR_WHEELS,) if tree else (),
         gcc_max=kb.nvcc_host_gcc.get(major_minor(recipe.gpu.cuda)) if recipe.gpu else None,
         gcc13_from=hvd.gcc13_patch_from if (hvd := kb.horovod.get(recipe.horovod.version)) else None,
-        packages=_packages(recipe),
-        pinned=Packages((), ()) if nccl_home else _pinned(recipe),
-        purged=_purged(recipe) if nccl_home else Packages((), ()),
-        source_builds=_source_builds(recipe),
-        mpi_requirements=(f"impi-devel=={recipe.mpi.version}", f"impi-rt=={recipe.mpi.version}")
-        if recipe.mpi.install == "pip"
-        else (),
         framework_requirements=_framework_requirements(recipe, kb),
-        horovod_env=_horovod_env(recipe, layout, cuda_home, nccl_home, nccl_dir),
         check_build=_check_build(recipe),
-        imports=tuple(f"horovod.{'torch' if name == 'pytorch' else name}" for name in recipe.frameworks.names),
         copies=(VENV, *([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else [])),
-        runtime_env=_search_env(recipe, layout, _wheel_libs(recipe, layout, cuda_home, nccl_dir)),
+        runtime_env=search_env(recipe, layout, wheel_libs(recipe, layout, cuda_home, nccl_dir)),
         labels=labels,
         manifest=_manifest(recipe, labels),
     )
-
-
-def _packages(recipe: Recipe) -> Packages:
-    parts = [BASE_PACKAGES]
-    if recipe.mpi.install == "source" or recipe.ucx:
-        parts.append(FETCH_PACKAGES)
-    if recipe.ucx:
-        parts.append(UCX_PACKAGES)
-    parts += [FABRIC_PACKAGES[name] for name in recipe.fabric_libs]
-    if recipe.mpi.install == "distro":
-        parts.append(DISTRO_MPI_PACKAGES[recipe.mpi.flavour])
-    return Packages(*(tuple(sorted({p for part in parts for p in getattr(part, stage)})) for stage in Packages._fields))
 
 
 def _nccl_from_torch(recipe: Recipe, kb: KnowledgeBase) -> bool:
@@ -333,29 +263,7 @@ def _cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
     )
 
 
-def _pinned(recipe: Recipe) -> Packages:
-    """Exact apt versions of NCCL, only where torch's wheel brings none (no torch, or a bundled torch).
-
-    The version is NVIDIA's apt spelling of gpu.nccl for the recipe's CUDA, e.g. 2.16.5-1+cuda11.8.
-    """
-    if recipe.gpu is None:
-        return Packages((), ())
-    nccl = f"{recipe.gpu.nccl}-1+cuda{major_minor(recipe.gpu.cuda)}"
-    return Packages((f"libnccl2={nccl}", f"libnccl-dev={nccl}"), (f"libnccl2={nccl}",))
-
-
-def _purged(recipe: Recipe) -> Packages:
-    """The nvidia/cuda images' own NCCL, removed where torch's wheel brings the image's one.
-
-    devel images hold libnccl2 + libnccl-dev, runtime images libnccl2, base images none.
-    """
-    if recipe.gpu is None or recipe.gpu.source != "image":
-        return Packages((), ())
-    runtime = ("libnccl2",) if "-runtime-" in recipe.base.runtime_image else ()
-    return Packages(("libnccl-dev", "libnccl2"), runtime)
-
-
-def _wheel_libs(recipe: Recipe, layout: Layout, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
+def wheel_libs(recipe: Recipe, layout: ImageLayout, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
     """Library directories of the NVIDIA wheels that must be found at run time (one NCCL, one cuDNN)."""
     libs = []
     if nccl_dir:
@@ -369,34 +277,6 @@ def _wheel_libs(recipe: Recipe, layout: Layout, cuda_home: str | None, nccl_dir:
     return tuple(libs)
 
 
-def _source_builds(recipe: Recipe) -> tuple[SourceBuild, ...]:
-    """UCX (if any) first, then Open MPI against it, each with `--prefix` at a fixed path."""
-    builds = []
-    if recipe.ucx:
-        ucx = recipe.ucx
-        builds.append(
-            SourceBuild(
-                "ucx",
-                ucx.source.url,
-                ucx.source.sha256,
-                "./contrib/configure-release",
-                tuple(ucx.configure),
-                UCX_PREFIX,
-            )
-        )
-    if recipe.mpi.install == "source":
-        mpi = recipe.mpi
-        assert mpi.source is not None  # guaranteed by the recipe model
-        prefix_option = "prte" if mpi.version.split(".")[0] >= "5" else "orterun"
-        options = (
-            f"--enable-{prefix_option}-prefix-by-default",
-            *([f"--with-ucx={UCX_PREFIX}"] if recipe.ucx else []),
-            *mpi.configure,
-        )
-        builds.append(SourceBuild(mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", options, MPI_PREFIX))
-    return tuple(builds)
-
-
 def _framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...]:
     fw = recipe.frameworks
     reqs = []
@@ -407,8 +287,8 @@ def _framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...
     return tuple(reqs)
 
 
-def _search_env(
-    recipe: Recipe, layout: Layout, first_libs: tuple[str, ...] = (), first_bins: tuple[str, ...] = ()
+def search_env(
+    recipe: Recipe, layout: ImageLayout, first_libs: tuple[str, ...] = (), first_bins: tuple[str, ...] = ()
 ) -> dict[str, str]:
     """PATH / LD_LIBRARY_PATH (and Intel MPI's variables) for the image's own prefixes.
 
@@ -432,48 +312,6 @@ def _search_env(
         env["I_MPI_ROOT"] = venv
         env["FI_PROVIDER_PATH"] = f"{venv}/lib/libfabric/prov"
     return env
-
-
-def _horovod_env(
-    recipe: Recipe, layout: Layout, cuda_home: str | None, nccl_home: str | None, nccl_dir: str | None
-) -> dict[str, str]:
-    """The environment of the Horovod build: search paths, HOROVOD_WITH_*/WITHOUT_*, GPU options."""
-    fw, hvd = recipe.frameworks, recipe.horovod
-    wheels = recipe.gpu is not None and recipe.gpu.source == "wheels"
-    stub = (f"{layout.build_dir}/cuda-stubs",) if recipe.gpu and not wheels else ()
-    env = _search_env(
-        recipe, layout, stub + _wheel_libs(recipe, layout, cuda_home, nccl_dir), (f"{cuda_home}/bin",) if wheels else ()
-    )
-    wanted = {
-        "TENSORFLOW": fw.tensorflow is not None,
-        "PYTORCH": fw.pytorch is not None,
-        "MXNET": False,
-        "MPI": "mpi" in hvd.controllers,
-        "GLOO": "gloo" in hvd.controllers,
-    }
-    env |= {f"HOROVOD_{'WITH' if on else 'WITHOUT'}_{name}": "1" for name, on in wanted.items()}
-    if recipe.gpu:
-        assert cuda_home is not None  # every GPU recipe has one
-        env |= {
-            "HOROVOD_GPU_OPERATIONS": "NCCL",
-            "HOROVOD_NCCL_LINK": "SHARED",
-            "HOROVOD_CUDA_HOME": cuda_home,
-            **({"HOROVOD_NCCL_HOME": nccl_home} if nccl_home else {}),
-            "HOROVOD_BUILD_CUDA_CC_LIST": ",".join(arch.replace(".", "") for arch in recipe.gpu.archs),
-        }
-        if fw.pytorch:
-            env["TORCH_CUDA_ARCH_LIST"] = ";".join(recipe.gpu.archs)
-    # A pip-installed cmake >= 4 refuses gloo's old cmake_minimum_required; older cmake ignores this.
-    env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
-    clash = sorted(set(hvd.build_env) & set(env))
-    if clash:
-        raise UserError.at(
-            f"recipe {recipe.name}",
-            f"horovod.build_env.{clash[0]}",
-            "is derived from the recipe",
-            "remove it; set frameworks, controllers or gpu instead",
-        )
-    return env | hvd.build_env
 
 
 def _check_build(recipe: Recipe) -> tuple[str, ...]:

@@ -1,12 +1,12 @@
 """Render a recipe into a Dockerfile, a Singularity/Apptainer .def or a bare-metal install script (pure:
 templates come in an Environment).
 
-All formats run the same steps (the install script leaves out the OS packages and source builds,
-which it asks the host for). A step is a shell snippet from containers/common/, rendered once per
-recipe: the Dockerfile runs it as one RUN whose lines are joined with ` && \\`, the .def puts its lines
-in %post under `set -euo pipefail`. So that both mean the same, every snippet line must be one
-complete command (a simple command, a pipeline, or a compound that closes on the same line); the
-renderer refuses anything else, naming the snippet.
+All formats run the same steps: the snippets of the building blocks in image/blocks/ (the install
+script leaves out the OS packages and source builds, which it asks the host for). A step is a shell
+snippet from containers/common/, rendered once per recipe: the Dockerfile runs it as one RUN whose
+lines are joined with ` && \\`, the .def puts its lines in %post under `set -euo pipefail`. So that
+both mean the same, every snippet line must be one complete command (a simple command, a pipeline,
+or a compound that closes on the same line); the renderer refuses anything else, naming the snippet.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from ..config.errors import UserError
 from ..config.recipes import Recipe
 from ..knowledge.compat import KnowledgeBase
 from ..quoting import shell_quote
+from ..templating import strict_environment
+from .blocks import BLOCKS, Snippet, apt_packages, source_builds
+from .blocks.horovod import verify
 from .imagespec import ImageSpec, image_spec
 
 Format = Literal["docker", "singularity", "shell"]
@@ -36,11 +39,13 @@ SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def", "she
 
 @dataclass(frozen=True)
 class Step:
-    """One rendered snippet: a title for the reader, the template it came from, its command lines."""
+    """One rendered snippet: a title for the reader, the template it came from, its command lines, and
+    whether the install script runs it too (it asks the host for OS packages and source builds)."""
 
     title: str
     snippet: str
     lines: tuple[str, ...]
+    on_host: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,8 @@ class Steps:
 
 
 def template_environment(containers_dir: Path) -> jinja2.Environment:
-    """A Jinja2 environment over containers/ that fails on any undefined name."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(containers_dir)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
+    """The strict Jinja2 environment over containers/, with the filters the image templates use."""
+    env = strict_environment(containers_dir)
     env.filters.update(
         run_chain=" && \\\n    ".join,  # Dockerfile: one RUN from a step's lines
         continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
@@ -80,71 +78,28 @@ def template_environment(containers_dir: Path) -> jinja2.Environment:
 def render_image(recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: KnowledgeBase) -> str:
     """The Dockerfile, .def or install script text for `recipe`."""
     spec = image_spec(recipe, kb, host=fmt == "shell")
-    steps = render_steps(spec, env)
-    return env.get_template(TEMPLATES[fmt]).render(recipe=recipe, spec=spec, steps=steps, hpcbundle_version=__version__)
+    return env.get_template(TEMPLATES[fmt]).render(
+        recipe=recipe,
+        spec=spec,
+        steps=render_steps(spec, env),
+        packages=apt_packages(spec).install,
+        source_builds=source_builds(spec),
+        hpcbundle_version=__version__,
+    )
 
 
 def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
-    """Render every snippet the image runs, in order, for both formats to lay out."""
+    """Render every registered block's snippets, stage by stage in block order, for each format to lay out."""
 
-    def step(title: str, snippet: str, **extra: object) -> Step:
-        return Step(title, snippet, render_snippet(env, snippet, recipe=spec.recipe, spec=spec, **extra))
+    def rendered(snippet: Snippet, on_host: bool = True) -> Step:
+        lines = render_snippet(env, snippet.name, recipe=spec.recipe, spec=spec, **snippet.values)
+        return Step(snippet.title, snippet.name, lines, on_host)
 
-    build = [
-        step(
-            "OS packages for building",
-            "apt",
-            packages=spec.packages.build,
-            pinned=spec.pinned.build,
-            purged=spec.purged.build,
-        ),
-        step(f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers", "venv"),
-        *(step(f"{b.name} from {b.tarball} into {b.prefix}", "autotools", build=b) for b in spec.source_builds),
-    ]
-    if spec.mpi_requirements:
-        build.append(step("Intel MPI wheels into the venv", "pip", requirements=spec.mpi_requirements, toolkit=()))
-    toolkit = spec.cuda_tree.requirements if spec.cuda_tree else ()
-    # The install script may be given a CUDA toolkit already on the host (HPCBUNDLE_CUDA_HOME): its
-    # toolkit wheels go in a line of their own, run only without one; an image always installs them.
-    separate = toolkit if spec.layout.host else ()
-    build.append(
-        step(
-            "frameworks"
-            + (f" and the CUDA {spec.recipe.gpu.cuda} toolkit wheels" if toolkit and spec.recipe.gpu else ""),
-            "pip",
-            requirements=(*spec.framework_requirements, *(() if separate else toolkit)),
-            toolkit=separate,
-        )
-    )
-    if spec.cuda_tree or spec.nccl_dir:
-        homes = " and ".join(
-            what for what, there in (("a CUDA home", spec.cuda_tree), ("an NCCL home", spec.nccl_dir)) if there
-        )
-        build.append(step(f"{homes} from the NVIDIA wheels for Horovod's build", "cudawheels"))
-    build.append(
-        step(
-            f"Horovod {spec.recipe.horovod.version} (the cached wheel for these versions, or built from its sdist), "
-            "then horovodrun --check-build",
-            "horovod",
-        )
-    )
-    slim = [step("drop what only building needs from the venv", "prune")]
-    runtime = [
-        step(
-            "OS packages to run",
-            "apt",
-            packages=spec.packages.runtime,
-            pinned=spec.pinned.runtime,
-            purged=spec.purged.runtime,
-        ),
-        step(f"the recipe as JSON at {spec.manifest_path}", "manifest"),
-    ]
-    return Steps(
-        tuple(build),
-        tuple(slim),
-        tuple(runtime),
-        step("Horovod has every framework, controller and operation", "verify"),
-    )
+    blocks = BLOCKS.ordered()
+    build = tuple(rendered(snippet, block.on_host) for block in blocks for snippet in block.build(spec))
+    slim = tuple(rendered(snippet) for block in blocks for snippet in block.slim(spec))
+    runtime = tuple(rendered(snippet) for block in blocks for snippet in block.runtime(spec))
+    return Steps(build, slim, runtime, rendered(verify(spec)))
 
 
 def render_snippet(env: jinja2.Environment, name: str, **context: object) -> tuple[str, ...]:

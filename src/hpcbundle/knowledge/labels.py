@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..config.fields import image_digest, parse_version
+from ..config.gpuarchs import GpuArchs
 from ..config.recipes import Recipe
 from .compat import KnowledgeBase
 
@@ -45,7 +46,7 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
             "cuda.source": gpu.source,
             "cudnn": gpu.cudnn,
             "nccl": gpu.nccl,
-            "gpu-archs": ",".join(gpu.archs),
+            "gpu-archs": gpu.targets.label(),
         }
     if recipe.ucx:
         labels["ucx"] = recipe.ucx.version
@@ -113,5 +114,5 @@ def manifest_facts(manifest: Mapping[str, Any]) -> dict[str, str]:
     facts.setdefault("mpi.version", mpi.get("version", ""))
     if gpu:
         facts.setdefault("cuda", gpu.get("cuda", ""))
-        facts.setdefault("gpu-archs", ",".join(gpu.get("archs", [])))
+        facts.setdefault("gpu-archs", GpuArchs.parse(gpu.get("archs", [])).label())
     return facts

@@ -14,49 +14,15 @@ row to knowledge/launching.py (what it can do, which the rules read too).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import fields
-from typing import Any, ClassVar, Generic, Iterable, TypeVar
+from typing import Any, ClassVar
 
 from ..config.sites import Site
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN
+from ..registry import Registry
 from . import reasons
 from .command import Parts
 from .layout import RankLayout
-
-T = TypeVar("T")
-
-
-class Registry(Generic[T]):
-    """Classes by name (the rules judge an unknown name, from knowledge/launching.py)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self._classes: dict[str, type[T]] = {}
-
-    def register(self, cls: type[T]) -> type[T]:
-        name: str = cls.name  # type: ignore[attr-defined]
-        if name in self._classes:
-            raise ValueError(f"{self.kind} {name!r} registered twice")
-        self._classes[name] = cls
-        return cls
-
-    def names(self) -> list[str]:
-        return sorted(self._classes)
-
-    def get(self, name: str) -> T | None:
-        cls = self._classes.get(name)
-        return cls() if cls else None
-
-    def all(self) -> list[T]:
-        return [self._classes[name]() for name in self.names()]
-
-
-def import_all(package: str, path: Iterable[str]) -> None:
-    """Import every module of a package, so each file registers its class."""
-    for module in pkgutil.iter_modules(path):
-        importlib.import_module(f"{package}.{module.name}")
 
 
 def _take_known(cls: type, known: Any) -> None:

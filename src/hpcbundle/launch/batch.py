@@ -16,8 +16,8 @@ import jinja2
 from .. import __version__
 from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site
-from ..image.render import template_environment
 from ..quoting import shell_quote
+from ..templating import strict_environment
 from . import RankLayout, build_command
 
 TEMPLATE = "sbatch.sh.j2"
@@ -50,7 +50,7 @@ class GateStep:
 
 def script_environment(scripts_dir: Path) -> jinja2.Environment:
     """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
-    env = template_environment(scripts_dir)
+    env = strict_environment(scripts_dir)
     env.filters["shquote"] = shell_quote
     return env
 

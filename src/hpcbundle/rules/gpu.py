@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..config.fields import major_minor, parse_version
+from ..config.gpuarchs import GpuArch, GpuArchs
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 
@@ -60,7 +61,7 @@ def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"(it builds {supported[0]}..{supported[-1]})",
             f"use another CUDA or drop {', '.join(missing)} from gpu.archs",
         )
-    return Verdict("PASS", f"CUDA {cuda} builds sm_{', sm_'.join(a.replace('.', '') for a in recipe.gpu.archs)}")
+    return Verdict("PASS", f"CUDA {cuda} builds {', '.join(f'sm_{arch.sm}' for arch in recipe.gpu.targets)}")
 
 
 @rule("cuda-source", needs=("recipe",))
@@ -179,18 +180,8 @@ def _gpu_nodes(facts: Facts) -> dict[str, Mapping[str, Any]]:
     return {h: n["gpu"] for h, n in facts.ok_nodes().items() if (n.get("gpu") or {}).get("present")}
 
 
-def _archs(facts: Facts) -> list[str]:
-    return [a for a in (facts.image or {}).get("gpu-archs", "").split(",") if a]
-
-
-def runs_on(archs: list[str], capability: str) -> list[str]:
-    """The archs whose cubins run on a GPU of `capability`: same major, minor not above it.
-
-    >>> runs_on(["8.0", "9.0"], "8.6"), runs_on(["8.0", "9.0"], "7.0")
-    (['8.0'], [])
-    """
-    major, minor = (int(part) for part in capability.split("."))
-    return [a for a in archs if int(a.split(".")[0]) == major and int(a.split(".")[1]) <= minor]
+def _archs(facts: Facts) -> GpuArchs:
+    return GpuArchs.from_label((facts.image or {}).get("gpu-archs", ""))
 
 
 @rule("gpu-presence", needs=("image", "site", "nodes"))
@@ -275,7 +266,7 @@ def gpu_arch(facts: Facts, kb: KnowledgeBase) -> Verdict:
     cuda = (facts.image or {}).get("cuda", "")
     floor = arch_floor(cuda, kb) if cuda else None
     for (name, capability), hosts in models.items():
-        runs = runs_on(archs, capability)
+        runs = archs.running_on(GpuArch.parse(capability))
         if floor and parse_version(capability) < parse_version(floor):
             return Verdict(
                 "FAIL",
@@ -287,10 +278,10 @@ def gpu_arch(facts: Facts, kb: KnowledgeBase) -> Verdict:
             return Verdict(
                 "FAIL",
                 f"{', '.join(dict.fromkeys(hosts))} has {name} (compute capability {capability}); the recipe builds "
-                f"{', '.join(archs)}",
+                f"{archs.label(', ')}",
                 f"add {capability} to gpu.archs",
             )
-        running.append(f"{name} ({capability}) runs the sm_{runs[-1].replace('.', '')} code")
+        running.append(f"{name} ({capability}) runs the sm_{runs[-1].sm} code")
     return Verdict("PASS", "; ".join(running))
 
 

@@ -1,5 +1,5 @@
 """Container runtime classes, one per file; importing this package registers them all in RUNTIMES."""
 
-from ..base import import_all
+from ...registry import import_all
 
 import_all(__name__, __path__)

@@ -1,0 +1,173 @@
+"""The building-block base class and its registry: what a block may contribute to an image.
+
+A block reads recipe keys (through the `ImageSpec`) and returns, per stage, the snippets it runs
+(containers/common/<name>.sh.j2 with the values it fills in) and the apt packages it needs. The
+renderer lays the same snippets out as a Dockerfile, a .def or the install script, so every format
+runs the same steps in `position` order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Mapping, NamedTuple
+
+from ...registry import Registry
+from ..imagespec import MPI_PREFIX, ImageSpec
+
+
+class Packages(NamedTuple):
+    """apt packages for the build stage and for the runtime stage."""
+
+    build: tuple[str, ...] = ()
+    runtime: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Apt:
+    """apt packages a block needs: installed, installed at an exact version (`pinned`), removed (`purged`)."""
+
+    install: Packages = Packages()
+    pinned: Packages = Packages()
+    purged: Packages = Packages()
+
+    @staticmethod
+    def merge(*parts: Apt) -> Apt:
+        """All parts' packages: installed ones sorted, pinned and purged ones in the parts' order.
+
+        >>> Apt.merge(Apt(Packages(("b", "a"))), Apt(Packages(("a",)), pinned=Packages(("z=1",)))).install.build
+        ('a', 'b')
+        """
+
+        def union(kind: str, order: bool) -> Packages:
+            names = {
+                stage: [p for part in parts for p in getattr(getattr(part, kind), stage)] for stage in Packages._fields
+            }
+            return Packages(*(tuple(sorted(set(n)) if order else dict.fromkeys(n)) for n in names.values()))
+
+        return Apt(union("install", True), union("pinned", False), union("purged", False))
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One step before rendering: a title for the reader, the snippet in containers/common/ it runs,
+    and the values the block fills in beside `recipe` and `spec`."""
+
+    title: str
+    name: str
+    values: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    """An autotools package built from a pinned, sha256-checked tarball into `prefix`."""
+
+    name: str
+    url: str
+    sha256: str
+    configure: str
+    options: tuple[str, ...]
+    prefix: str
+
+    @property
+    def tarball(self) -> str:
+        """The file name: 'https://.../openmpi-4.1.6.tar.bz2' -> 'openmpi-4.1.6.tar.bz2'."""
+        return self.url.rsplit("/", 1)[1]
+
+
+FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"))
+"""What a source build needs to fetch and unpack its tarball."""
+
+
+class Block:
+    """One image component. Subclasses set `name` and `position` (where its steps run, ascending)
+    and override what they contribute; each stage's default is nothing.
+
+    `on_host`: whether the bare-metal install script runs the block's steps too (OS packages and
+    source builds it asks the host for instead).
+    """
+
+    name: ClassVar[str]
+    position: ClassVar[int]
+    on_host: ClassVar[bool] = True
+
+    def apt(self, spec: ImageSpec) -> Apt:
+        """The apt packages this block needs (the apt block installs them all)."""
+        return Apt()
+
+    def source(self, spec: ImageSpec) -> SourceBuild | None:
+        """The tarball this block builds from source, if it does."""
+        return None
+
+    def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        """Steps of the build stage."""
+        return ()
+
+    def slim(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        """Steps that drop what only building needs before the runtime stage copies the results."""
+        return ()
+
+    def runtime(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        """Steps of the runtime stage."""
+        return ()
+
+
+class SourceBlock(Block):
+    """A block that builds its `source()` with the shared autotools snippet (fetch tools included)."""
+
+    on_host = False
+
+    def apt(self, spec: ImageSpec) -> Apt:
+        return Apt(FETCH_PACKAGES) if self.source(spec) else Apt()
+
+    def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        built = self.source(spec)
+        if built is None:
+            return ()
+        return (Snippet(f"{built.name} from {built.tarball} into {built.prefix}", "autotools", {"build": built}),)
+
+
+class MpiBlock(SourceBlock):
+    """An MPI built from its pinned tarball into MPI_PREFIX (mpi.install: source) or taken from the
+    distribution's `distro_packages` (mpi.install: distro), for recipes whose mpi.flavour is `flavour`."""
+
+    flavour: ClassVar[str]
+    distro_packages: ClassVar[Packages]
+
+    def options(self, spec: ImageSpec) -> tuple[str, ...]:
+        """The configure options: the recipe's mpi.configure."""
+        return tuple(spec.recipe.mpi.configure)
+
+    def source(self, spec: ImageSpec) -> SourceBuild | None:
+        mpi = spec.recipe.mpi
+        if mpi.flavour != self.flavour or mpi.install != "source":
+            return None
+        assert mpi.source is not None  # guaranteed by the recipe model
+        return SourceBuild(
+            mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", self.options(spec), MPI_PREFIX
+        )
+
+    def apt(self, spec: ImageSpec) -> Apt:
+        mpi = spec.recipe.mpi
+        if mpi.flavour == self.flavour and mpi.install == "distro":
+            return Apt(self.distro_packages)
+        return super().apt(spec)
+
+
+class BlockRegistry(Registry[Block]):
+    """The blocks by name; `ordered()` gives them in the order their steps run."""
+
+    def ordered(self) -> list[Block]:
+        return sorted(self.all(), key=lambda block: (block.position, block.name))
+
+
+BLOCKS = BlockRegistry("image block")
+
+
+def apt_packages(spec: ImageSpec) -> Apt:
+    """Every block's apt packages, merged."""
+    return Apt.merge(*(block.apt(spec) for block in BLOCKS.ordered()))
+
+
+def source_builds(spec: ImageSpec) -> tuple[SourceBuild, ...]:
+    """What the image builds from source, in build order (e.g. UCX, then Open MPI against it)."""
+    return tuple(built for block in BLOCKS.ordered() if (built := block.source(spec)))

@@ -1,0 +1,33 @@
+"""The frameworks' wheels (TensorFlow, PyTorch), with the CUDA toolkit wheels where CUDA comes from PyPI."""
+
+from __future__ import annotations
+
+from ..imagespec import ImageSpec
+from .base import BLOCKS, Block, Snippet
+
+
+@BLOCKS.register
+class Frameworks(Block):
+    """pip installs the frameworks and, for gpu.source: wheels, the CUDA toolkit wheels (nvcc, runtime, headers).
+
+    The install script may be given a toolkit already on the host (HPCBUNDLE_CUDA_HOME): there the
+    toolkit wheels go in a line of their own, run only without one; an image always installs them.
+
+    Parameters: `frameworks.tensorflow` (version, package), `frameworks.pytorch` (version, variant),
+    `gpu.source`, `gpu.cuda`.
+
+    Example (recipe cpu-local)::
+
+        /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse \\
+            tensorflow-cpu==2.15.1 torch==2.13.0+cpu
+    """
+
+    name, position = "frameworks", 50
+
+    def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        toolkit = spec.cuda_tree.requirements if spec.cuda_tree else ()
+        separate = toolkit if spec.layout.host else ()
+        gpu = spec.recipe.gpu
+        title = "frameworks" + (f" and the CUDA {gpu.cuda} toolkit wheels" if toolkit and gpu else "")
+        values = {"requirements": (*spec.framework_requirements, *(() if separate else toolkit)), "toolkit": separate}
+        return (Snippet(title, "pip", values),)

@@ -1,0 +1,92 @@
+"""Horovod built from its sdist with the recipe's HOROVOD_* flags (or its cached wheel), then checked."""
+
+from __future__ import annotations
+
+from ...config.errors import UserError
+from ..imagespec import ImageSpec, search_env, wheel_libs
+from .base import BLOCKS, Block, Snippet
+
+
+def horovod_env(spec: ImageSpec) -> dict[str, str]:
+    """The environment of the Horovod build: search paths, HOROVOD_WITH_*/WITHOUT_*, GPU options.
+
+    The GPU archs come in Horovod's spelling (HOROVOD_BUILD_CUDA_CC_LIST="70,80") and, with
+    PyTorch, in PyTorch's (TORCH_CUDA_ARCH_LIST="7.0;8.0"). `horovod.build_env` adds variables, but
+    may not set one derived here.
+    """
+    recipe, layout, cuda_home = spec.recipe, spec.layout, spec.cuda_home
+    fw, hvd, gpu = recipe.frameworks, recipe.horovod, recipe.gpu
+    wheels = gpu is not None and gpu.source == "wheels"
+    stub = (f"{layout.build_dir}/cuda-stubs",) if gpu and not wheels else ()
+    env = search_env(
+        recipe,
+        layout,
+        stub + wheel_libs(recipe, layout, cuda_home, spec.nccl_dir),
+        (f"{cuda_home}/bin",) if wheels else (),
+    )
+    wanted = {
+        "TENSORFLOW": fw.tensorflow is not None,
+        "PYTORCH": fw.pytorch is not None,
+        "MXNET": False,
+        "MPI": "mpi" in hvd.controllers,
+        "GLOO": "gloo" in hvd.controllers,
+    }
+    env |= {f"HOROVOD_{'WITH' if on else 'WITHOUT'}_{name}": "1" for name, on in wanted.items()}
+    if gpu:
+        assert cuda_home is not None  # every GPU recipe has one
+        env |= {
+            "HOROVOD_GPU_OPERATIONS": "NCCL",
+            "HOROVOD_NCCL_LINK": "SHARED",
+            "HOROVOD_CUDA_HOME": cuda_home,
+            **({"HOROVOD_NCCL_HOME": spec.nccl_home} if spec.nccl_home else {}),
+            "HOROVOD_BUILD_CUDA_CC_LIST": gpu.targets.horovod_cc_list(),
+        }
+        if fw.pytorch:
+            env["TORCH_CUDA_ARCH_LIST"] = gpu.targets.torch_list()
+    # A pip-installed cmake >= 4 refuses gloo's old cmake_minimum_required; older cmake ignores this.
+    env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
+    clash = sorted(set(hvd.build_env) & set(env))
+    if clash:
+        raise UserError.at(
+            f"recipe {recipe.name}",
+            f"horovod.build_env.{clash[0]}",
+            "is derived from the recipe",
+            "remove it; set frameworks, controllers or gpu instead",
+        )
+    return env | hvd.build_env
+
+
+def verify(spec: ImageSpec) -> Snippet:
+    """The check the build runs after installing Horovod and the .def runs again as %test."""
+    return Snippet("Horovod has every framework, controller and operation", "verify", _verify_values(spec))
+
+
+def _verify_values(spec: ImageSpec) -> dict[str, object]:
+    imports = tuple(f"horovod.{'torch' if name == 'pytorch' else name}" for name in spec.recipe.frameworks.names)
+    return {"check_build": spec.check_build, "imports": imports}
+
+
+@BLOCKS.register
+class Horovod(Block):
+    """Horovod's sdist (sha256-checked, patched), built into a wheel with `horovod_env` and installed;
+    a wheel already cached for these versions (`horovod_key`) is installed instead. Then
+    `horovodrun --check-build` must mark every framework, controller and operation [X].
+
+    Parameters: `horovod.version`, `horovod.sdist_sha256`, `horovod.patches` (cxx17, gcc13),
+    `horovod.controllers`, `horovod.tensor_operations`, `horovod.build_env`, `frameworks`,
+    `gpu.archs`, `gpu.cuda`, `gpu.source`.
+
+    Example (recipe cuda11.8-tf2.14-torch2.1, among the build's variables)::
+
+        export HOROVOD_BUILD_CUDA_CC_LIST="70,80"
+        export TORCH_CUDA_ARCH_LIST="7.0;8.0"
+    """
+
+    name, position = "horovod", 70
+
+    def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        title = (
+            f"Horovod {spec.recipe.horovod.version} (the cached wheel for these versions, or built from its sdist), "
+            "then horovodrun --check-build"
+        )
+        return (Snippet(title, "horovod", {"build_env": horovod_env(spec), **_verify_values(spec)}),)
