@@ -90,6 +90,11 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
     ),
     "cuda-route": ("cuda12.6-torch2.9", _set("base.runtime_image", "ubuntu:22.04"), "not an nvidia/cuda image"),
     "verbs-runtime": ("cuda12.2-tf2.15-torch2.1-ucx", _set("fabric_libs", []), "add fabric_libs: [verbs]"),
+    "build-env-derived": (
+        "cpu-local",
+        _set("horovod.build_env", {"HOROVOD_WITH_MXNET": "1"}),
+        "derived from the recipe",
+    ),
 }
 
 

@@ -29,6 +29,7 @@ from hpcbundle.image.render import (
     shell_line_problem,
     template_environment,
 )
+from hpcbundle.knowledge.build_env import derived
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 
@@ -184,6 +185,14 @@ def test_every_image_block_documents_the_recipe_keys_it_reads_and_an_example() -
         assert "Parameters:" in doc and "Example" in doc, (
             f"image block {block.name}: docstring lacks Parameters/Example"
         )
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_variable_the_horovod_block_derives_is_one_the_build_env_rule_guards(name: str) -> None:
+    """A recipe's build_env can never silently replace a derived variable: the rule knows them all."""
+    r = recipe(name)
+    set_by_block = horovod_env(image_spec(r, knowledge_base())).keys() - r.horovod.build_env.keys()
+    assert [key for key in sorted(set_by_block) if not derived(key)] == []
 
 
 def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:

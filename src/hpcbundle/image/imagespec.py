@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .. import __version__
-from ..config.errors import UserError
 from ..config.fields import major_minor
 from ..config.recipes import Recipe
 from ..knowledge.compat import CudaWheels, KnowledgeBase, pytorch_requirement
@@ -248,13 +247,7 @@ def _cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
     if gpu is None or gpu.source != "wheels":
         return None
     wheels: CudaWheels | None = kb.cuda_wheels.get(major_minor(gpu.cuda))
-    if wheels is None:
-        raise UserError.at(
-            f"recipe {recipe.name}",
-            "gpu.cuda",
-            f"CUDA {gpu.cuda} has no toolkit wheels in the knowledge base (known: {', '.join(kb.cuda_wheels)})",
-            "set gpu.source: image or pick a CUDA listed in compat.yaml cuda_wheels",
-        )
+    assert wheels is not None, "the cuda-source rule refuses a CUDA without toolkit wheels before any render"
     return CudaTree(
         dir=wheels.dir,
         build_wheels=tuple(f"{name}=={version}" for name, version in wheels.build.items()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config.recipes import CUDA_IMAGE, PLAIN_IMAGES
+from ..knowledge.build_env import derived
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 from .site import refusal
@@ -21,6 +22,20 @@ def mpi_install(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if mpi.install == "distro" and mpi.flavour == "intelmpi":
         return [refusal("mpi", "Intel MPI is not an OS package; use install: pip")]
     return []
+
+
+@rule("build-env-derived", needs=("recipe",), on_load=True)
+def build_env_derived(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """horovod.build_env adds build variables, never one derived from the recipe (frameworks, controllers, gpu)."""
+    return [
+        refusal(
+            f"horovod.build_env.{name}",
+            "is derived from the recipe",
+            "remove it; set frameworks, controllers or gpu instead",
+        )
+        for name in sorted(facts.recipe.horovod.build_env)
+        if derived(name)
+    ]
 
 
 @rule("ucx-open-mpi", needs=("recipe",), on_load=True)

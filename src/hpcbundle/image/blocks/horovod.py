@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ...config.errors import UserError
 from ..imagespec import ImageSpec, search_env, wheel_libs
 from .base import BLOCKS, Block, Snippet
 
@@ -11,8 +10,8 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
     """The environment of the Horovod build: search paths, HOROVOD_WITH_*/WITHOUT_*, GPU options.
 
     The GPU archs come in Horovod's spelling (HOROVOD_BUILD_CUDA_CC_LIST="70,80") and, with
-    PyTorch, in PyTorch's (TORCH_CUDA_ARCH_LIST="7.0;8.0"). `horovod.build_env` adds variables, but
-    may not set one derived here.
+    PyTorch, in PyTorch's (TORCH_CUDA_ARCH_LIST="7.0;8.0"). `horovod.build_env` adds variables;
+    the build-env-derived rule refuses one that would replace a variable derived here.
     """
     recipe, layout, cuda_home = spec.recipe, spec.layout, spec.cuda_home
     fw, hvd, gpu = recipe.frameworks, recipe.horovod, recipe.gpu
@@ -45,14 +44,6 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
             env["TORCH_CUDA_ARCH_LIST"] = gpu.targets.torch_list()
     # A pip-installed cmake >= 4 refuses gloo's old cmake_minimum_required; older cmake ignores this.
     env["CMAKE_POLICY_VERSION_MINIMUM"] = "3.5"
-    clash = sorted(set(hvd.build_env) & set(env))
-    if clash:
-        raise UserError.at(
-            f"recipe {recipe.name}",
-            f"horovod.build_env.{clash[0]}",
-            "is derived from the recipe",
-            "remove it; set frameworks, controllers or gpu instead",
-        )
     return env | hvd.build_env
 
 
