@@ -35,9 +35,10 @@ $(BIN)/hpcbundle: pyproject.toml testbed/pyproject.toml
 
 venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle, its testbed and its test tools (enough to render)
 
-setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel)
+setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel), Apptainer
 	bash scripts/setup/host-packages.sh
 	bash scripts/setup/python-env.sh $(VENV)
+	bash scripts/setup/apptainer.sh $(VENV)
 	touch $(BIN)/hpcbundle
 
 render: venv ## Render every recipe as a Dockerfile, a .def and a bare-metal install script into build/

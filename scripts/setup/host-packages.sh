@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian (bookworm) packages hpcbundle needs on the host: Open MPI and a C++
 # toolchain to build Horovod, SLURM + munge for the SLURM tests, namespace tools, container
-# engines (Docker, Charliecloud) and linters.
+# engines (Docker, Charliecloud, what Apptainer needs) and linters.
 #
 # Idempotent: when every package is already installed (checked with dpkg-query) it returns
 # at once without touching apt. Otherwise it runs `apt-get update` once, then one install.
@@ -23,8 +23,9 @@ PACKAGES=(
     iproute2 util-linux iperf3 openssh-server openssh-client
     # linters and base-image bootstrap
     shellcheck debootstrap
-    # container engines
-    docker.io charliecloud charliecloud-builders squashfuse
+    # container engines; what scripts/setup/apptainer.sh's Apptainer needs (mksquashfs, newuidmap)
+    # and uses to run it on glibc 2.36 (patchelf)
+    docker.io charliecloud charliecloud-builders squashfuse squashfs-tools uidmap patchelf
     # process tools used by the tests (pgrep, pkill by pid file, fuser); numactl, a per-rank wrapper
     procps psmisc numactl
 )
