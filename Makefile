@@ -17,9 +17,11 @@ export HPCBUNDLE_CACHE ?= $(HOME)/.cache/hpcbundle
 RECIPE ?= cpu-local
 RECIPES := $(sort $(basename $(notdir $(wildcard recipes/*.yaml))))
 BUILD := build
-# build-sif: how to get root for the build (--fakeroot, or SIF_SUDO=sudo with SIF_FLAGS=).
+# build-sif: how to get root for the build (--fakeroot, or SIF_SUDO=sudo with SIF_FLAGS=), and the
+# local base every stage bootstraps from where no registry can be reached (hpcbundle render --bootstrap).
 SIF_FLAGS ?= --fakeroot
 SIF_SUDO ?=
+export SIF_BOOTSTRAP ?=
 PYTEST_ARGS ?=
 
 .PHONY: help venv setup render build-sif build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
@@ -53,19 +55,24 @@ wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for 
 	ls "wheelhouse/torch-$$TORCH_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==$$TORCH_VERSION+$$TORCH_VARIANT"
 
-build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name)
-	$(HPCBUNDLE) render $(RECIPE) --format singularity -o $(BUILD)/$(RECIPE).def
-	@builder=$$(command -v apptainer || command -v singularity || true); \
+build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
+	@bootstrap=(); [[ -z $$SIF_BOOTSTRAP ]] || bootstrap=(--bootstrap "$$SIF_BOOTSTRAP"); \
+	$(HPCBUNDLE) render $(RECIPE) --format singularity "$${bootstrap[@]}" -o $(BUILD)/$(RECIPE).def
+	@builder=$$(PATH="$$PATH:$(abspath $(BIN))" && command -v apptainer || command -v singularity || true); \
 	if [ -z "$$builder" ]; then \
-	  echo "make build-sif: neither apptainer nor singularity is installed on this host." >&2; \
+	  echo "make build-sif: neither apptainer nor singularity is installed on this host (make setup installs Apptainer)." >&2; \
 	  echo "  Build the Docker image here (make build-docker RECIPE=$(RECIPE)), then on a host with Apptainer:" >&2; \
 	  echo "    apptainer build $(RECIPE).sif docker-daemon://hpcbundle/$(RECIPE):latest" >&2; \
 	  echo "  or copy a docker-archive (docker save hpcbundle/$(RECIPE):latest -o $(RECIPE).tar) and run:" >&2; \
 	  echo "    apptainer build $(RECIPE).sif docker-archive://$(RECIPE).tar" >&2; \
 	  exit 2; \
 	fi; \
-	echo "+ $(SIF_SUDO) $$builder build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def"; \
-	$(SIF_SUDO) "$$builder" build $(SIF_FLAGS) $(BUILD)/$(RECIPE).sif $(BUILD)/$(RECIPE).def
+	partial=$$(mktemp -u $(BUILD)/.$(RECIPE).sif.XXXXXX); \
+	trap 'rm -f "$$partial"' EXIT; \
+	echo "+ $(SIF_SUDO) $$builder build $(SIF_FLAGS) $$partial $(BUILD)/$(RECIPE).def"; \
+	$(SIF_SUDO) "$$builder" build $(SIF_FLAGS) "$$partial" $(BUILD)/$(RECIPE).def; \
+	mv -f "$$partial" $(BUILD)/$(RECIPE).sif; \
+	echo "built $(BUILD)/$(RECIPE).sif"
 
 build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name; DOCKER_HOST=your engine)
 	@if [ -n "$${DOCKER_HOST:-}" ]; then \
@@ -91,9 +98,9 @@ golden: venv ## Regenerate every golden file after an intended change (review th
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q -m "not cluster and not docker" $(GOLDEN_TESTS)
 	git status --short tests/golden
 
-# The fast lane's selection: every test that needs no cluster, no Docker engine, no GPU, no CUDA
+# The fast lane's selection: every test that needs no cluster, no Docker engine, no Apptainer, no GPU, no CUDA
 # download and nothing of the full set-up (markers registered by hpcbundle_testbed's plugins).
-CHECK_MARKERS := not cluster and not docker and not gpu and not gpu_build and not full_setup
+CHECK_MARKERS := not cluster and not docker and not apptainer and not gpu and not gpu_build and not full_setup
 
 check: venv ## Fast lane (~2 min): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint check-tests

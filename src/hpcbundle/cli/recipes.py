@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.errors import UserError
+from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..launch import load_site
@@ -88,8 +89,15 @@ def recipes_command(bundle, fmt: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help=f"Write here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
+@click.option(
+    OPTION,
+    "bootstrap_text",
+    metavar="AGENT:SOURCE",
+    help="--format singularity: every stage bootstraps from this local base instead of pulling the recipe's "
+    "images from a registry (air-gapped build hosts): " + "; ".join(AGENTS.values()) + ".",
+)
 @pass_bundle
-def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
+def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap_text: str | None) -> None:
     """Render RECIPE (a name in recipes/ or a path to a YAML file) as a Dockerfile, a .def or an install script.
 
     All three run the same steps. The install script (--format shell) builds the stack into a venv
@@ -102,16 +110,25 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None) -> None:
     Examples:
       hpcbundle render cpu-local --format docker -o build/cpu-local.Dockerfile
       hpcbundle render ./my-stack.yaml --format singularity > my-stack.def
+      hpcbundle render cpu-local --format singularity --bootstrap localimage:/srv/debian-bookworm.sif
       hpcbundle render cuda13.0-torch2.11 --format shell -o install.sh
       bash install.sh ~/horovod-venv
     """
     b = bundle.get()
+    if bootstrap_text is not None and fmt != "singularity":
+        raise UserError.at(
+            "",
+            OPTION,
+            f"applies to --format singularity, not {fmt}",
+            "a Dockerfile takes its bases as --build-arg BUILD_IMAGE=... RUNTIME_IMAGE=...",
+        )
+    bootstrap = local_bootstrap(bootstrap_text, Path.cwd()) if bootstrap_text is not None else None
     kb = knowledge_base()
     model = load_recipe(recipe, b.recipes_dir)
     findings = check_declared(model, None, kb)
     if failed(findings):
         refuse(findings, model.name)
-    text = render_image(model, fmt, template_environment(b.containers_dir), kb)
+    text = render_image(model, fmt, template_environment(b.containers_dir), kb, bootstrap)
     if output is None:
         click.echo(text, nl=False)
     else:

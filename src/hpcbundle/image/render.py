@@ -26,6 +26,7 @@ from ..quoting import shell_quote
 from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
 from .blocks.horovod import verify
+from .bootstrap import Bootstrap
 from .imagespec import ImageSpec, image_spec
 
 Format = Literal["docker", "singularity", "shell"]
@@ -75,8 +76,11 @@ def template_environment(containers_dir: Path) -> jinja2.Environment:
     return env
 
 
-def render_image(recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: KnowledgeBase) -> str:
-    """The Dockerfile, .def or install script text for `recipe`."""
+def render_image(
+    recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: KnowledgeBase, bootstrap: Bootstrap | None = None
+) -> str:
+    """The Dockerfile, .def or install script text for `recipe`; a .def's stages bootstrap from
+    `bootstrap` instead of the recipe's registry images when it is given."""
     spec = image_spec(recipe, kb, host=fmt == "shell")
     return env.get_template(TEMPLATES[fmt]).render(
         recipe=recipe,
@@ -85,6 +89,7 @@ def render_image(recipe: Recipe, fmt: Format, env: jinja2.Environment, kb: Knowl
         packages=apt_packages(spec).install,
         source_builds=source_builds(spec),
         hpcbundle_version=__version__,
+        bootstrap=bootstrap,
     )
 
 
