@@ -73,6 +73,10 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
         ["--image", "horovod.sif", "--np", "16", "--hosts", "gpu01:8,gpu02:8", "--", "python", "train.py"],
         NOT_IN_SLURM,
     ),
+    "seed-v100": (
+        ["--image", "horovod.sif", "--np", "4", "--hosts", "f1:2,f2:2", "--", "python", "/examples/keras_train.py"],
+        NOT_IN_SLURM,
+    ),
 }
 SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 
@@ -98,56 +102,46 @@ def write_site(directory: Path, base: str, change: dict[str, Any] | None = None,
 
 # --- the seeds ---------------------------------------------------------------------------------
 
-# The seed cluster's documented line predates the three tokens the shipped ib-v100 adds
-# (btl_openib_allow_ib for Open MPI >= 4.0, Horovod's -bind-to none -map-by slot); the site's
-# comment says how to get it: the same site without those keys.
-SEED_ONLY_KEYS = (("launcher", "bind_to"), ("launcher", "map_by"), ("mca", "btl_openib_allow_ib"))
-
-
-def seed_site(directory: Path) -> Path:
-    """site_configs/ib-v100.yaml without the keys the seed's documented line does not have."""
-    data = yaml.safe_load((SITES / "ib-v100.yaml").read_text())
-    for section, key in SEED_ONLY_KEYS:
-        del data[section][key]
-        data["why"].pop(f"{section}.{key}")
-    data["name"] = "ib-v100-seed"
-    path = directory / "ib-v100-seed.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+# site_configs/seed-v100.yaml is the seed's own cluster as documented (Open MPI 3.1, whose openib btl
+# needs no allow_ib); ib-v100 is the recommended site for it, with the fixes its WARNs ask for.
+SEED_ARGS = ["--image", "horovod.sif", "--", "python", "/examples/keras_mnist_advanced.py"]
 
 
 @pytest.mark.parametrize("hosts, np_, seed", [("f1:2,f2:2", "4", SEED_4), ("f1:2,f2:2,f3:2,f4:2", "8", SEED_8)])
-def test_ib_v100_without_its_three_added_keys_prints_the_seeds_singularity_command_exactly(hosts, np_, seed, tmp_path):
-    args = [
-        "--image",
-        "horovod.sif",
-        "--np",
-        np_,
-        "--hosts",
-        hosts,
-        "--",
-        "python",
-        "/examples/keras_mnist_advanced.py",
-    ]
-    result = launch("--site", str(seed_site(tmp_path)), *args)
+def test_seed_site_prints_the_seeds_singularity_command_exactly_with_its_warnings(hosts, np_, seed):
+    result = launch("--site", "seed-v100", "--np", np_, "--hosts", hosts, *SEED_ARGS)
     assert result.exit_code == 0, result.output
     assert shlex.split(result.stdout) == shlex.split(seed)
-    seed_argv, shipped = shlex.split(seed), shlex.split(launch("--site", "ib-v100", *args).stdout)
+    warned = [line.split()[1] for line in result.stderr.splitlines() if line.startswith("WARN")]
+    assert warned == ["btl-shared-memory", "nccl-socket-exclusion"]
+
+
+def test_recommended_ib_v100_adds_horovods_flags_allow_ib_vader_and_a_named_nccl_interface_without_warnings():
+    result = launch("--site", "ib-v100", "--np", "4", "--hosts", "f1:2,f2:2", *SEED_ARGS)
+    assert result.exit_code == 0, result.output
+    seed_argv = shlex.split(SEED_4)
     at = seed_argv.index("singularity")
-    assert shipped == [*seed_argv[:5], "-bind-to", "none", "-map-by", "slot", *seed_argv[5:at]] + [
-        "-mca",
-        "btl_openib_allow_ib",
-        "1",
-        *seed_argv[at:],
-    ]
+    expected = [*seed_argv[:5], "-bind-to", "none", "-map-by", "slot", *seed_argv[5:at]]
+    expected[expected.index("NCCL_SOCKET_IFNAME=^virbr0,lo")] = "NCCL_SOCKET_IFNAME=ib0"
+    expected[expected.index("openib,self")] = "openib,vader,self"
+    assert shlex.split(result.stdout) == [*expected, "-mca", "btl_openib_allow_ib", "1", *seed_argv[at:]]
+    assert "WARN" not in result.stderr
 
 
-def test_knl_site_reproduces_the_seeds_hydra_line_after_tensorflows_thread_pool_variables():
+def test_knl_site_reproduces_the_seeds_hydra_line_with_64_cores_for_64_threads_and_psm2_named():
     result = launch("--site", "stampede2-knl", "--np", "2", "--", *KNL_PROGRAM.split(), env=IN_SLURM)
     assert result.exit_code == 0, result.output
     argv = shlex.split(result.stdout)
-    assert argv[: argv.index("mpiexec.hydra")] == ["env", "TF_NUM_INTRAOP_THREADS=64", "TF_NUM_INTEROP_THREADS=3"]
-    assert argv[argv.index("mpiexec.hydra") :] == shlex.split(SEED_KNL)
+    assert argv[: argv.index("mpiexec.hydra")] == [
+        "env",
+        "TF_NUM_INTRAOP_THREADS=64",
+        "TF_NUM_INTEROP_THREADS=3",
+        "FI_PROVIDER=psm2",
+    ]
+    # The seed's mask 0-64 covers 65 cores for 64 intra-op threads; the site pins cores 0-63.
+    seed = shlex.split(SEED_KNL.replace("0-64,68-132,136-200,204-268", "0-63,68-131,136-199,204-267"))
+    assert argv[argv.index("mpiexec.hydra") :] == seed
+    assert "WARN" not in result.stderr
 
 
 def test_knl_image_goes_between_the_per_rank_wrappers_and_the_program_and_explain_says_why():

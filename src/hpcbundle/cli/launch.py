@@ -27,7 +27,7 @@ from .options import (
     site_option,
 )
 from .outputs import OUTPUT_HELP, echo_text, write_atomic
-from .preflight import doctor_first
+from .preflight import declared_first, doctor_first, planned_ranks
 from .submit import submit_script
 
 
@@ -88,6 +88,9 @@ def launch_command(
     layout = layout_from(np_, hosts, hostfile)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     command = build_command(model, layout, program, image, os.environ if execute else None)
+    declared_first(
+        model, planned_ranks(model, layout), f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}"
+    )
     if gate and not execute:
         gate_first(ctx, model, layout, image, program)
     if not execute:
@@ -200,6 +203,9 @@ def sbatch_command(
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, site)
+    declared_first(
+        model, {"each node": tasks_per_node} if tasks_per_node else None, f"--tasks-per-node {tasks_per_node}"
+    )
     text = sbatch_script(
         model,
         BatchJob(nodes, tasks_per_node, time_),

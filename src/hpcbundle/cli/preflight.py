@@ -7,10 +7,13 @@ from pathlib import Path
 
 import click
 
+from ..config.errors import UserError, format_problem
 from ..config.sites import Site
 from ..diagnose.program import ProgramProbe, probe_words, program_modules
+from ..knowledge.compat import knowledge_base
 from ..launch import LAUNCHERS, RankLayout, build_command
 from ..rules.engine import exit_status
+from ..rules.facts import declared_launch
 from .outputs import print_results
 
 
@@ -54,3 +57,20 @@ def doctor_first(
             err=True,
         )
         ctx.exit(2)
+
+
+def planned_ranks(site: Site, layout: RankLayout) -> dict[str, int] | None:
+    """Ranks per host of a launch as the command line tells (None when SLURM or the launcher places them)."""
+    launcher = LAUNCHERS.get(site.launcher.name)
+    placement = layout.placement(socket.gethostname()) if launcher is not None and launcher.takes_hosts else ()
+    return dict(placement) or None
+
+
+def declared_first(model: Site, ranks_per_host: dict[str, int] | None, flag: str) -> None:
+    """The rules over what the command declares (the site, its node, the ranks per host `flag` asks
+    for) before anything is started or written: WARNs on stderr, each FAIL refused as one line (exit 2)."""
+    results = declared_launch(model, ranks_per_host, knowledge_base())
+    failures = [r for r in results if r.status == "FAIL"]
+    if failures:
+        raise UserError(*(format_problem(model.where, r.key or flag, r.evidence, r.fix) for r in failures))
+    print_results([r for r in results if r.status == "WARN"], err=True)

@@ -84,7 +84,8 @@ class Facts:
     nodes       host -> node facts in the probe's shape (diagnose/probes.py): declared by the site
                 (one entry, `site NAME`) or observed on every node; an unanswered node is {'error': why}
     observed    True when `nodes` were observed (doctor), False when declared (check)
-    hosts       ranks per host of the planned launch (doctor --hosts)
+    hosts       ranks per host of the planned launch (launch --hosts, sbatch --tasks-per-node as
+                'each node', doctor --hosts); declared hosts are judged by the site's declared node
     reach, image_path, checksum, scope: what only doctor observes (TCP probes between the nodes,
                 the image path it looked for, whether it hashed it, and whether it ran on a login node)
     program     the program's environment on every node as the launcher starts it, and on the

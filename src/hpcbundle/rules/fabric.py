@@ -8,7 +8,7 @@ import re
 from ..config.fields import parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
-from ..knowledge.network import named_interfaces
+from ..knowledge.network import interface_settings, named_interfaces
 from .engine import Facts, Verdict, rule
 from .site import refusal
 
@@ -279,3 +279,101 @@ def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
         )
     devices = sorted({d for n in nodes.values() for d in n["infiniband"]})
     return Verdict("PASS", f"{', '.join(devices)} on every node ({', '.join(asks)})")
+
+
+# Interfaces NCCL's own default skips or that carry the same address on every node (Docker's and
+# libvirt's bridges): an exclusion list in NCCL_SOCKET_IFNAME replaces NCCL's default, so it must
+# exclude them itself (NCCL's environment variables doc: `^` excludes interfaces by prefix).
+BRIDGE_PREFIXES = ("docker", "virbr")
+
+
+@rule("nccl-socket-exclusion", needs=("site",))
+def nccl_socket_exclusion(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """An exclusion list in NCCL_SOCKET_IFNAME (^virbr0,lo) must also exclude docker*/virbr* bridges."""
+    setting = interface_settings(facts.site).get("env.NCCL_SOCKET_IFNAME")
+    if setting is None or not setting.value.startswith("^"):
+        return Verdict("SKIP", "NCCL_SOCKET_IFNAME is no exclusion list")
+    excluded = [prefix.strip() for prefix in setting.value[1:].split(",")]
+    exact = {prefix[1:] for prefix in excluded if prefix.startswith("=")}
+    open_prefixes = [p for p in BRIDGE_PREFIXES if not any(p.startswith(e) for e in excluded if e and e[0] != "=")]
+    if not open_prefixes:
+        return Verdict("PASS", f"NCCL_SOCKET_IFNAME={setting.value} excludes {', '.join(BRIDGE_PREFIXES)}*")
+    fix = (
+        f"name the data interface (network.interfaces: [ib0]) or exclude the bridges too in {setting.source} "
+        f"(^{','.join(BRIDGE_PREFIXES)},lo)"
+    )
+    why = "NCCL's default, which skips docker*, no longer applies"
+    if not facts.observed or facts.scope == "login":
+        return Verdict(
+            "WARN",
+            f"NCCL_SOCKET_IFNAME={setting.value} leaves {', '.join(p + '*' for p in open_prefixes)} selectable "
+            f"({why}): NCCL may bootstrap over a bridge with the same address on every node and hang",
+            fix,
+        )
+    bridges = {
+        f"{link['name']} on {host}"
+        for host, node in facts.ok_nodes().items()
+        for link in node.get("interfaces", [])
+        if link["name"].startswith(tuple(open_prefixes)) and link["name"] not in exact
+    }
+    if bridges:
+        return Verdict(
+            "FAIL",
+            f"NCCL_SOCKET_IFNAME={setting.value} leaves {', '.join(sorted(bridges))} selectable ({why}): "
+            "NCCL can bootstrap over it (the same address on every node) and hang",
+            fix,
+        )
+    return Verdict("PASS", f"no {', '.join(p + '*' for p in open_prefixes)} interface on the nodes")
+
+
+# NCCL picks the RoCE v2 GID of a port itself from 2.21 on (NCCL's release notes and environment
+# variables doc: NCCL_IB_GID_INDEX defaults to -1, dynamic selection); UCX's UCX_IB_GID_INDEX
+# defaults to auto (src/uct/ib/base/ib_md.c).
+NCCL_GID_AUTO = "2.21"
+
+
+@rule("gid-index", needs=("site", "image"))
+def gid_index(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A forced NCCL_IB_GID_INDEX on NCCL >= 2.21 (or UCX_IB_GID_INDEX): the library picks the RoCE v2 GID itself."""
+    env, nccl = facts.site.env, facts.image.get("nccl")
+    verdicts = []
+    if "NCCL_IB_GID_INDEX" in env and nccl and parse_version(nccl) >= parse_version(NCCL_GID_AUTO):
+        verdicts.append(
+            Verdict(
+                "WARN",
+                f"NCCL_IB_GID_INDEX={env['NCCL_IB_GID_INDEX']} is forced, but NCCL {nccl} (>= {NCCL_GID_AUTO}) "
+                "picks the RoCE v2 GID itself: a node whose GID table differs fails",
+                "drop env.NCCL_IB_GID_INDEX (pin it only where `show_gids` shows the same index on every node)",
+                "NCCL",
+                "env.NCCL_IB_GID_INDEX",
+            )
+        )
+    if "UCX_IB_GID_INDEX" in env:
+        verdicts.append(
+            Verdict(
+                "WARN",
+                f"UCX_IB_GID_INDEX={env['UCX_IB_GID_INDEX']} is forced, but UCX's default (auto) picks the "
+                "RoCE v2 GID itself: a node whose GID table differs fails",
+                "drop env.UCX_IB_GID_INDEX (pin it only where `show_gids` shows the same index on every node)",
+                "UCX",
+                "env.UCX_IB_GID_INDEX",
+            )
+        )
+    return verdicts or [Verdict("SKIP", "no GID index forced where the library would pick it")]
+
+
+@rule("omnipath-provider", needs=("site",))
+def omnipath_provider(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Intel MPI on Omni-Path names its libfabric provider (FI_PROVIDER=psm2): else a missing psm2 falls back to TCP."""
+    site = facts.site
+    if site.network.fabric != "omnipath" or site.mpi.flavour != "intelmpi":
+        return Verdict("SKIP", "no Intel MPI on Omni-Path")
+    named = [name for name in ("FI_PROVIDER", "I_MPI_OFI_PROVIDER") if name in site.env]
+    if named:
+        return Verdict("PASS", f"libfabric provider {site.env[named[0]]} named by env.{named[0]}")
+    return Verdict(
+        "WARN",
+        "Intel MPI on Omni-Path with no libfabric provider named: without a working psm2 provider libfabric "
+        "silently picks another one (tcp or sockets) and every message crawls",
+        "set env FI_PROVIDER: psm2 (then a missing provider is an error at MPI_Init)",
+    )

@@ -56,6 +56,12 @@ def declared_facts(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> Fact
     )
 
 
+def declared_launch(site: Site, ranks_per_host: dict[str, int] | None, kb: KnowledgeBase) -> list[Result]:
+    """`launch` and `sbatch` before anything starts: every rule over the site, the node it declares and
+    the planned ranks per host (None when the launcher places them: the site's node.ranks_per_node)."""
+    return evaluate(Facts(site=site, nodes={f"site {site.name}": declared_node(site, kb)}, hosts=ranks_per_host), kb)
+
+
 def check_declared(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> list[Result]:
     """`hpcbundle check`: every rule the declared facts can feed (the recipe alone, or on a site)."""
     return evaluate(declared_facts(recipe, site, kb), kb)

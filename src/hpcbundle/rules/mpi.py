@@ -106,3 +106,29 @@ def host_mpi(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f'set mpi.version: "{versions[0]}" in the site (or load that version)',
         )
     return Verdict("PASS", f"{site.flavour} {site.version} on {', '.join(found)}")
+
+
+# Open MPI's shared-memory btls: vader (1.8 to 4.x), sm (5.x, and an alias of vader in 4.x).
+SHARED_MEMORY_BTLS = ("vader", "sm")
+
+
+@rule("btl-shared-memory", needs=("site",))
+def btl_shared_memory(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """An Open MPI btl list on a site with several ranks per node names a shared-memory btl (vader or sm)."""
+    site = facts.site
+    btl, pml = site.mca.get("btl", ""), site.mca.get("pml", "")
+    if site.mpi.flavour != "openmpi" or not btl or btl.startswith("^") or pml == "ucx":
+        return Verdict("SKIP", "no Open MPI btl list for the ob1 pml")
+    per_node = max((facts.hosts or {}).values(), default=site.node.slots)
+    listed_btls = [name.strip() for name in btl.split(",")]
+    if any(name in SHARED_MEMORY_BTLS for name in listed_btls):
+        return Verdict("PASS", f"btl {btl} carries same-node messages through shared memory")
+    if per_node < 2:
+        return Verdict("SKIP", f"btl {btl}: one rank per node, no same-node messages")
+    return Verdict(
+        "WARN",
+        f"btl {btl} has no shared-memory btl, so the {per_node} ranks of a node send to each other through "
+        f"{'the HCA' if 'openib' in listed_btls or 'uct' in listed_btls else 'the network stack'}",
+        f"add vader (Open MPI < 5; sm on 5.x) to mca.btl, e.g. {btl.replace('self', 'vader,self')}",
+        key="mca.btl",
+    )

@@ -24,17 +24,21 @@ def node_probe(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("oversubscription", needs=("site", "nodes"))
 def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Ranks per node fit the node's GPUs (NCCL refuses two ranks on one GPU) and cores.
+    """Ranks per node match the GPUs (FAIL over: NCCL refuses two ranks on one GPU; WARN under) and fit the cores.
 
-    The ranks per node are the planned launch's (doctor --hosts), else the site's node.ranks_per_node.
+    The ranks per node are the planned launch's (launch --hosts, sbatch --tasks-per-node, doctor
+    --hosts), else the site's node.ranks_per_node. Declared hosts are judged by the node the site
+    declares; observed ones by what the probe saw there.
     """
     site, nodes = facts.site, facts.nodes or {}
     per_node = site.node.ranks_per_node
     hosts = facts.hosts or ({host: per_node for host in nodes} if per_node else {})
     if not hosts:
         return [Verdict("SKIP", "no --hosts and no node.ranks_per_node: ranks per node unknown")]
+    declared = next(iter(nodes.values()), {})
+    node_of = {h: nodes.get(h, {}) if facts.observed else nodes.get(h, declared) for h in hosts}
     verdicts = []
-    gpus = {h: _gpus(nodes.get(h, {}), site.node.gpus) for h in hosts}
+    gpus = {h: _gpus(node_of[h], site.node.gpus) for h in hosts}
     over = {h: r for h, r in hosts.items() if gpus[h] and r > gpus[h]}
     if over:
         verdicts.append(
@@ -42,9 +46,21 @@ def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
                 "FAIL",
                 ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in over.items())
                 + " (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
-                f"at most {min(gpus[h] for h in over)} ranks per node (one per GPU)",
+                f"at most {min(gpus[h] for h in over)} ranks per node, one per GPU",
             )
         )
+    under = {h: r for h, r in hosts.items() if gpus[h] and r < gpus[h]}
+    if under:
+        verdicts.append(
+            Verdict(
+                "WARN",
+                ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in under.items())
+                + ": the other GPUs stay idle",
+                f"one rank per GPU: {max(gpus[h] for h in under)} ranks per node",
+            )
+        )
+    # Cores only where a node was probed or the site's ranks_per_node is judged: slots given on the
+    # command line (-H f1:8) are the user's to set.
     cores = {h: r for h, r in hosts.items() if "cpus" in nodes.get(h, {}) and r > nodes[h]["cpus"]}
     if cores:
         evidence = ", ".join(f"{r} ranks on {h} ({nodes[h]['cpus']} CPUs)" for h, r in cores.items())
