@@ -201,3 +201,11 @@ def test_submit_prints_the_job_id_real_slurm_assigned(slurm_local, tmp_path):
     assert job_id.isdigit()
     shown = slurm_local.run(["scontrol", "show", "job", job_id], timeout=20)
     assert f"JobId={job_id} " in shown.stdout
+
+
+def test_more_tasks_per_node_than_gpus_writes_nothing_and_names_the_flag(tmp_path):
+    script = tmp_path / "job.sh"
+    args = ["--site", "roce-h100-ompi5", "--nodes", "2", "--tasks-per-node", "16", "-o", str(script)]
+    result = hpcbundle("sbatch", *args, "--", "python", "train.py")
+    assert result.returncode == 2 and not script.exists()
+    assert "--tasks-per-node 16: 16 ranks on each node but 8 GPUs there" in result.stderr

@@ -157,6 +157,18 @@ def test_gate_fails_nccl_on_sockets_on_an_infiniband_site_and_passes_nccl_on_ib(
     assert "NCCL NET/IB (mlx5_0:1/IB,mlx5_1:1/IB) via ib0, busbw 107 of 100 Gbit/s" in passed.line
 
 
+def test_gate_names_nccls_socket_threads_on_an_ethernet_gpu_site_and_asks_for_more_when_slow() -> None:
+    sockets = "NCCL_SOCKET_NTHREADS=4 x NCCL_NSOCKS_PERTHREAD=4"
+    ethernet = Expect(where="sites/eth.yaml", fabric="ethernet", link_gbps=100.0, gpu=True, nccl_sockets=sockets)
+    fast = Measured(nbytes=256 << 20, seconds=0.03, backend="horovod")
+    passed = judge(ethernet, _gpu_ranks("nccl-socket.log"), fast)
+    assert passed.status == "PASS" and f"NCCL NET/Socket (ib0,eth0) with {sockets} via ib0" in passed.line
+    slow = judge(ethernet, _gpu_ranks("nccl-socket.log"), Measured(nbytes=256 << 20, seconds=3.0, backend="horovod"))
+    assert slow.status == "FAIL" and f"raise NCCL_SOCKET_NTHREADS/NCCL_NSOCKS_PERTHREAD in env (now {sockets})" in (
+        slow.line
+    )
+
+
 def test_gate_on_one_node_or_without_a_link_speed_passes_saying_what_it_did_not_judge() -> None:
     one_node = judge(ETHERNET, [RankReport("node1"), RankReport("node1")], FAST)
     assert one_node.status == "PASS" and "(one node: the network was not exercised)" in one_node.line

@@ -196,8 +196,8 @@ def test_explain_names_the_site_key_and_why_of_each_token():
     assert lines[0].startswith("mpirun -np 4")
     assert any(
         line.startswith(
-            "-x 'NCCL_SOCKET_IFNAME=^virbr0,lo'  <- site ib-v100 env.NCCL_SOCKET_IFNAME: "
-            "keep NCCL off the libvirt bridge and loopback"
+            "-x NCCL_SOCKET_IFNAME=ib0         <- site ib-v100 env.NCCL_SOCKET_IFNAME: "
+            "NCCL's bootstrap and socket fallback over IPoIB (ib0)"
         )
         for line in lines
     )
@@ -472,15 +472,27 @@ def test_exec_of_a_missing_launcher_is_a_one_line_error(tmp_path):
 
 
 def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_path):
-    """Two ranks on a one-GPU node: NCCL would fail in ncclCommInitRank; doctor stops it first, exit 2."""
+    """Two ranks on a one-GPU node: NCCL would fail in ncclCommInitRank; the declared layout is refused
+    first, in one line naming the site, the flag and the fix, exit 2."""
     site = write_site(
         tmp_path, "local", {"node": {"cores": 2, "gpus": 1, "gpu_model": "H100", "driver": "580.159.04"}}, name="gpu1"
     )
     marker = tmp_path / "started"
     res = hpcbundle("launch", "--site", str(site), "--np", "2", "--exec", "--", "touch", str(marker))
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "FAIL  oversubscription" in res.stderr and "2 ranks on " in res.stderr and "but 1 GPUs there" in res.stderr
-    assert "nothing was started" in res.stderr and not marker.exists()
+    assert res.stderr.splitlines() == [res.stderr.strip()]
+    assert f"{site}: --np 2: 2 ranks on " in res.stderr and "but 1 GPUs there" in res.stderr
+    assert "at most 1 ranks per node, one per GPU" in res.stderr and not marker.exists()
+
+
+def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewer_warn():
+    refused = launch("--site", "ib-v100", "--np", "6", "--hosts", "f1:3,f2:3", "--", "python", "t.py")
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert "--hosts f1:3,f2:3: 3 ranks on f1 but 2 GPUs there" in refused.stderr
+    assert "(at most 2 ranks per node, one per GPU)" in refused.stderr
+    fewer = launch("--site", "ib-v100", "--np", "2", "--hosts", "f1:1,f2:1", "--", "python", "t.py")
+    assert fewer.exit_code == 0 and fewer.stdout.startswith("mpirun -np 2")
+    assert "WARN  oversubscription     1 ranks on f1 but 2 GPUs there" in fewer.stderr
 
 
 @pytest.mark.full_setup

@@ -45,6 +45,7 @@ class Expect:
     link_gbps: float | None = None
     threshold: float = DEFAULT_THRESHOLD
     gpu: bool = False
+    nccl_sockets: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Expect:
@@ -194,6 +195,7 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
         "nccl_devices": nccl_devices([line for rank in ranks for line in rank.nccl_lines], nccl) if nccl else [],
         "openmpi": mpi.describe(),
         "interface": iface,
+        "nccl_sockets": expect.nccl_sockets if nccl == "Socket" else "",
     }
     seen = _seen(facts)
 
@@ -235,8 +237,13 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
             f"busbw {busbw:.3g} Gbit/s is {fraction:.2f} of network.link_gbps {expect.link_gbps:g}, "
             f"below gate.threshold {expect.threshold:g}",
             "network.interfaces",
-            f"point it at the {expect.link_gbps:g} Gbit/s data link, let hpcbundle tune pick the allreduce "
-            "algorithm, or set network.link_gbps to what this link is rated",
+            f"point it at the {expect.link_gbps:g} Gbit/s data link, "
+            + (
+                f"raise NCCL_SOCKET_NTHREADS/NCCL_NSOCKS_PERTHREAD in env (now {expect.nccl_sockets or '1 x 1'}), "
+                if nccl == "Socket"
+                else ""
+            )
+            + "let hpcbundle tune pick the allreduce algorithm, or set network.link_gbps to what this link is rated",
         )
     note = "" if fraction is not None else " (busbw not judged: set network.link_gbps)"
     return GateVerdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
@@ -256,7 +263,8 @@ def _seen(facts: dict[str, Any]) -> str:
     """What the gate saw, in one clause: ranks, nodes, transports, interface, busbw."""
     devices = f" ({','.join(facts['nccl_devices'])})" if facts["nccl_devices"] else ""
     mpi = "MPI transport not reported" if facts["openmpi"] == "unknown" else f"Open MPI {facts['openmpi']}"
-    layers = [mpi] + ([f"NCCL NET/{facts['nccl']}{devices}"] if facts["nccl"] else [])
+    sockets = f" with {facts['nccl_sockets']}" if facts["nccl_sockets"] else ""
+    layers = [mpi] + ([f"NCCL NET/{facts['nccl']}{devices}{sockets}"] if facts["nccl"] else [])
     via = f" via {facts['interface']}" if facts["interface"] else ""
     link = f" of {facts['link_gbps']:g}" if facts["link_gbps"] else ""
     return (

@@ -48,7 +48,7 @@ def expect(site: Any) -> Expect:
     The interfaces are those the site names for data, in network.interfaces, mca or env (the network
     module says which keys); imported here, not on top, because this file also runs on the nodes alone.
     """
-    from ..knowledge.network import gate_interfaces
+    from ..knowledge.network import gate_interfaces, socket_threads
 
     interfaces, keys = gate_interfaces(site)
     return Expect(
@@ -59,6 +59,7 @@ def expect(site: Any) -> Expect:
         link_gbps=site.network.link_gbps,
         threshold=site.gate.threshold,
         gpu=bool(site.node.gpus),
+        nccl_sockets=socket_threads(site),
     )
 
 

@@ -27,6 +27,12 @@ INTERFACE_KEYS = (
 DERIVABLE_KEYS = frozenset({"mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"})
 # Keys that name the interfaces of the launcher's daemons only, never the job's data.
 CONTROL_KEYS = frozenset({"mca.oob_tcp_if_include"})
+# NCCL's socket transport sized by the link (NCCL's environment variables doc: NCCL_SOCKET_NTHREADS
+# 1-16, default 1, "for generic 100G networks, this value can be manually set to 4";
+# NCCL_NSOCKS_PERTHREAD default 1; "the product of NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD
+# cannot exceed 64"). (lowest link in Gbit/s, threads, sockets per thread), fastest first.
+SOCKET_TUNING = ((100.0, 4, 4), (25.0, 2, 2))
+SOCKET_KEYS = ("env.NCCL_SOCKET_NTHREADS", "env.NCCL_NSOCKS_PERTHREAD")
 # An adapter port (mlx5_0:1) in UCX_NET_DEVICES: an RDMA device, not a TCP interface.
 _ADAPTER_PORT = re.compile(r"\w+:\d+")
 
@@ -52,6 +58,42 @@ def derived_interfaces(site: Site) -> dict[str, str]:
     if names and site.node.gpus:
         derived["env.NCCL_SOCKET_IFNAME"] = names
     return derived
+
+
+def nccl_over_sockets(site: Site) -> bool:
+    """NCCL moves the data over TCP sockets: a GPU site on Ethernet, or one that disables NCCL's IB."""
+    return bool(site.node.gpus) and (site.network.fabric == "ethernet" or site.env.get("NCCL_IB_DISABLE") == "1")
+
+
+def derived_socket_threads(site: Site) -> dict[str, str]:
+    """NCCL's socket threads and sockets per thread that network.link_gbps derives (key -> value), where
+    NCCL goes over sockets; the site's own env wins over them (the launch command leaves these out then).
+
+        >>> site = Site.model_validate({"name": "demo", "description": "4 GPUs on 100 GbE",
+        ...     "mpi": {"flavour": "openmpi", "version": "4.1.6"}, "launcher": {"name": "mpirun"},
+        ...     "node": {"cores": 64, "gpus": 4, "gpu_model": "A100"},
+        ...     "network": {"fabric": "ethernet", "link_gbps": 100}})
+        >>> derived_socket_threads(site)
+        {'env.NCCL_SOCKET_NTHREADS': '4', 'env.NCCL_NSOCKS_PERTHREAD': '4'}
+    """
+    link = site.network.link_gbps
+    if not nccl_over_sockets(site) or not link:
+        return {}
+    for lowest, threads, sockets in SOCKET_TUNING:
+        if link >= lowest:
+            return dict(zip(SOCKET_KEYS, (str(threads), str(sockets)), strict=True))
+    return {}
+
+
+def socket_threads(site: Site) -> str:
+    """'4 threads x 4 sockets' as NCCL's socket transport will run on the site (its env, else derived);
+    '' where NCCL does not go over sockets or keeps its defaults."""
+    values = {key: site.env.get(key.split(".", 1)[1]) for key in SOCKET_KEYS} if nccl_over_sockets(site) else {}
+    derived = derived_socket_threads(site)
+    threads, sockets = (values.get(key) or derived.get(key) for key in SOCKET_KEYS)
+    if not threads and not sockets:
+        return ""
+    return f"NCCL_SOCKET_NTHREADS={threads or 1} x NCCL_NSOCKS_PERTHREAD={sockets or 1}"
 
 
 def interface_settings(site: Site) -> dict[str, Setting]:

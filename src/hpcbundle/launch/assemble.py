@@ -168,16 +168,21 @@ def build_command(
         main.site(f"export[{index}]", tokens, why)
     # The site's own variables and MCA parameters in its order, then what network.interfaces derives.
     derivable = set(network.derived_interfaces(site)) & launcher.interface_keys
+    from_link = network.derived_socket_threads(site)
     set_by_site = [(f"env.{name}", value) for name, value in site.env.items()]
     set_by_site += [(f"mca.{name}", value) for name, value in site.mca.items()]
     for key, value in set_by_site:
-        _place(main, env, key, *_setting(site, launcher, key, value), reasons.OVERRIDES if key in derivable else "")
+        how = reasons.OVERRIDES if key in derivable else reasons.OVERRIDES_LINK if key in from_link else ""
+        _place(main, env, key, *_setting(site, launcher, key, value), how)
     interfaces_why = site.why.get("network.interfaces")
     for key, (value, source) in network.interface_settings(site).items():
         if source == "network.interfaces" and key in launcher.interface_keys:
             option, assignment, why = _setting(site, launcher, key, value)
             why = f"{why}; {interfaces_why}" if interfaces_why else why
             _place(main, env, key, option, assignment, why, reasons.DERIVED)
+    for key, value in from_link.items():
+        if key.split(".", 1)[1] not in site.env:
+            _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_LINK)
     launcher.tail(site, main)
     if site.launcher.args:
         main.site("launcher.args", site.launcher.args, "extra launcher options from the site")

@@ -27,6 +27,8 @@ ENV: dict[str, str] = {
     "UCX_NET_DEVICES": "the adapter and port UCX may use",
     "NCCL_IB_GID_INDEX": "the RoCE GID (address and RoCE version) NCCL uses on each adapter port",
     "UCX_IB_GID_INDEX": "the RoCE GID (address and RoCE version) UCX uses on each adapter port",
+    "NCCL_SOCKET_NTHREADS": "CPU threads per NCCL socket connection (1-16, NCCL's default 1: too few for 100G)",
+    "NCCL_NSOCKS_PERTHREAD": "sockets each NCCL socket thread opens (threads x sockets at most 64)",
     "PMIX_MCA_gds": "the PMIx store the ranks read the job's data from (hash works across a container boundary)",
     "TF_NUM_INTRAOP_THREADS": "TensorFlow's threads within one op",
     "TF_NUM_INTEROP_THREADS": "TensorFlow's ops run at the same time",
@@ -51,6 +53,10 @@ MCA: dict[str, str] = {
 # site it would be harmless but a word in every command that nothing reads.
 DERIVED = ", derived from network.interfaces"
 OVERRIDES = ", set by the site over network.interfaces"
+# NCCL's socket threads on a GPU site whose NCCL goes over TCP, from network.link_gbps
+# (hpcbundle.knowledge.network.derived_socket_threads: >= 100 Gbit/s 4 x 4, >= 25 Gbit/s 2 x 2).
+DERIVED_LINK = ", derived from network.link_gbps (NCCL's docs: 100G networks want more than one socket thread)"
+OVERRIDES_LINK = ", set by the site over what network.link_gbps derives"
 
 
 def env(name: str) -> str:

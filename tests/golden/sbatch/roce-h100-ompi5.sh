@@ -18,6 +18,6 @@ set -u
 # 16 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -n 16 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA=mlx5 -x NCCL_IB_GID_INDEX=3 -x UCX_NET_DEVICES=mlx5_0:1 -x UCX_IB_GID_INDEX=3 --mca pml ucx --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 \
+mpirun -n 16 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA=mlx5 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 \
     apptainer exec --nv horovod.sif \
     python train.py

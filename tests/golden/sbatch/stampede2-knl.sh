@@ -18,7 +18,7 @@ set -u
 # 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-env TF_NUM_INTRAOP_THREADS=64 TF_NUM_INTEROP_THREADS=3 \
+env TF_NUM_INTRAOP_THREADS=64 TF_NUM_INTEROP_THREADS=3 FI_PROVIDER=psm2 \
     mpiexec.hydra -l -ppn 1 -n 2 \
-    taskset -c 0-64,68-132,136-200,204-268 numactl -p 1 \
+    taskset -c 0-63,68-131,136-199,204-267 numactl -p 1 \
     python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod --data_format NCHW --num_intra_threads 64 --num_inter_threads 3 --distortions=False --num_batches 200
