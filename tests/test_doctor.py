@@ -259,8 +259,23 @@ def test_two_ranks_on_the_one_gpu_of_an_h100_host_fail_before_launch():
         "oversubscription",
         "FAIL",
         "2 ranks on n1 but 1 GPUs there (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
-        "at most 1 ranks per node (one per GPU)",
+        "at most 1 ranks per node, one per GPU",
     )
+
+
+@pytest.mark.parametrize(
+    "ifaces, status",
+    [
+        ((("data0", True, "10.77.0.{}"), ("docker0", True, "172.17.0.1")), "FAIL"),
+        ((("data0", True, "10.77.0.{}"), ("virbr0", True, "192.168.122.1")), "PASS"),
+    ],
+)
+def test_an_nccl_exclusion_list_that_leaves_a_docker_bridge_on_a_node_selectable_fails(ifaces, status):
+    excluding = site(env={"NCCL_SOCKET_IFNAME": "^virbr0,lo"})
+    result = by_rule(diagnose(excluding, {"n1": node("n1", ifaces=ifaces)}))["nccl-socket-bridges"]
+    assert result.status == status
+    if status == "FAIL":
+        assert "leaves docker0 on n1 selectable" in result.evidence
 
 
 def test_open_mpi_5_on_the_nodes_fails_an_open_mpi_4_image():

@@ -69,8 +69,10 @@ def test_shipped_sites_name_each_interface_once():
     assert {key: setting.source for key, setting in eth.items()} == dict.fromkeys(
         ["network.interfaces", "mca.btl_tcp_if_include", "mca.oob_tcp_if_include", "env.NCCL_SOCKET_IFNAME"], DERIVED
     )
-    explicit = Setting("^virbr0,lo", "env.NCCL_SOCKET_IFNAME")
+    explicit = Setting("ib0", "env.NCCL_SOCKET_IFNAME")
     assert interface_settings(load_site("ib-v100", SITES)) == {"env.NCCL_SOCKET_IFNAME": explicit}
+    excluding = Setting("^virbr0,lo", "env.NCCL_SOCKET_IFNAME")
+    assert interface_settings(load_site("seed-v100", SITES)) == {"env.NCCL_SOCKET_IFNAME": excluding}
 
 
 def test_explain_says_which_interface_tokens_are_derived_and_which_the_site_set():

@@ -287,41 +287,67 @@ def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
 BRIDGE_PREFIXES = ("docker", "virbr")
 
 
+def _open_bridges(facts: Facts) -> tuple[str, list[str], tuple[str, ...]] | None:
+    """(the NCCL_SOCKET_IFNAME exclusion list, the bridge prefixes it leaves selectable, what it excludes);
+    None for no such list. An exact entry (=docker0) excludes one name, so it leaves the prefix open."""
+    setting = interface_settings(facts.site).get("env.NCCL_SOCKET_IFNAME")
+    if setting is None or not setting.value.startswith("^"):
+        return None
+    excluded = tuple(prefix.strip() for prefix in setting.value[1:].split(",") if prefix.strip())
+    prefixes = [e for e in excluded if not e.startswith("=")]
+    return setting.value, [p for p in BRIDGE_PREFIXES if not p.startswith(tuple(prefixes))], excluded
+
+
+def _excluded(name: str, excluded: tuple[str, ...]) -> bool:
+    """Whether NCCL's exclusion entries (prefixes, or =exact names) leave interface `name` out."""
+    return any(name == e[1:] if e.startswith("=") else name.startswith(e) for e in excluded)
+
+
+BRIDGE_FIX = (
+    "name the data interface (env.NCCL_SOCKET_IFNAME: ib0, or network.interfaces) or exclude the bridges too "
+    f"(^{','.join(BRIDGE_PREFIXES)},lo)"
+)
+
+
 @rule("nccl-socket-exclusion", needs=("site",))
 def nccl_socket_exclusion(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """An exclusion list in NCCL_SOCKET_IFNAME (^virbr0,lo) must also exclude docker*/virbr* bridges."""
-    setting = interface_settings(facts.site).get("env.NCCL_SOCKET_IFNAME")
-    if setting is None or not setting.value.startswith("^"):
+    found = _open_bridges(facts)
+    if found is None:
         return Verdict("SKIP", "NCCL_SOCKET_IFNAME is no exclusion list")
-    excluded = [prefix.strip() for prefix in setting.value[1:].split(",")]
-    exact = {prefix[1:] for prefix in excluded if prefix.startswith("=")}
-    open_prefixes = [p for p in BRIDGE_PREFIXES if not any(p.startswith(e) for e in excluded if e and e[0] != "=")]
+    value, open_prefixes, _ = found
     if not open_prefixes:
-        return Verdict("PASS", f"NCCL_SOCKET_IFNAME={setting.value} excludes {', '.join(BRIDGE_PREFIXES)}*")
-    fix = (
-        f"name the data interface (network.interfaces: [ib0]) or exclude the bridges too in {setting.source} "
-        f"(^{','.join(BRIDGE_PREFIXES)},lo)"
+        return Verdict("PASS", f"NCCL_SOCKET_IFNAME={value} excludes {', '.join(BRIDGE_PREFIXES)}*")
+    return Verdict(
+        "WARN",
+        f"NCCL_SOCKET_IFNAME={value} leaves {', '.join(p + '*' for p in open_prefixes)} selectable (NCCL's "
+        "default, which skips docker*, no longer applies): NCCL may bootstrap over a bridge with the same "
+        "address on every node and hang",
+        BRIDGE_FIX,
     )
-    why = "NCCL's default, which skips docker*, no longer applies"
-    if not facts.observed or facts.scope == "login":
-        return Verdict(
-            "WARN",
-            f"NCCL_SOCKET_IFNAME={setting.value} leaves {', '.join(p + '*' for p in open_prefixes)} selectable "
-            f"({why}): NCCL may bootstrap over a bridge with the same address on every node and hang",
-            fix,
-        )
-    bridges = {
+
+
+@rule("nccl-socket-bridges", needs=("site", "nodes", "observed"))
+def nccl_socket_bridges(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """No docker*/virbr* bridge on the nodes is left selectable by an NCCL_SOCKET_IFNAME exclusion list."""
+    found = _open_bridges(facts)
+    if found is None or not found[1]:
+        return Verdict("SKIP", "no NCCL_SOCKET_IFNAME exclusion list that leaves bridges selectable")
+    if facts.scope == "login":
+        return Verdict("SKIP", "interfaces are checked on the compute nodes only")
+    value, open_prefixes, excluded = found
+    bridges = sorted(
         f"{link['name']} on {host}"
         for host, node in facts.ok_nodes().items()
         for link in node.get("interfaces", [])
-        if link["name"].startswith(tuple(open_prefixes)) and link["name"] not in exact
-    }
+        if link["name"].startswith(tuple(open_prefixes)) and not _excluded(link["name"], excluded)
+    )
     if bridges:
         return Verdict(
             "FAIL",
-            f"NCCL_SOCKET_IFNAME={setting.value} leaves {', '.join(sorted(bridges))} selectable ({why}): "
-            "NCCL can bootstrap over it (the same address on every node) and hang",
-            fix,
+            f"NCCL_SOCKET_IFNAME={value} leaves {', '.join(bridges)} selectable: NCCL can bootstrap over it "
+            "(the same address on every node) and hang",
+            BRIDGE_FIX,
         )
     return Verdict("PASS", f"no {', '.join(p + '*' for p in open_prefixes)} interface on the nodes")
 
