@@ -40,25 +40,19 @@ def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     verdicts = []
     gpus = {h: _gpus(node_of[h], site.node.gpus) for h in hosts}
     over = {h: r for h, r in hosts.items() if gpus[h] and r > gpus[h]}
-    if over:
-        verdicts.append(
-            Verdict(
-                "FAIL",
-                ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in over.items())
-                + " (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
-                f"at most {min(gpus[h] for h in over)} ranks per node, one per GPU",
-            )
-        )
     under = {h: r for h, r in hosts.items() if gpus[h] and r < gpus[h]}
-    if under:
-        verdicts.append(
-            Verdict(
-                "WARN",
-                ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in under.items())
-                + ": the other GPUs stay idle",
-                f"one rank per GPU: {max(gpus[h] for h in under)} ranks per node",
-            )
-        )
+    for status, mismatch, consequence, fix in (
+        (
+            "FAIL",
+            over,
+            " (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
+            f"at most {min(gpus[h] for h in over or gpus)} ranks per node, one per GPU",
+        ),
+        ("WARN", under, ": the other GPUs stay idle", f"one rank per GPU: {max(gpus.values())} ranks per node"),
+    ):
+        if mismatch:
+            evidence = ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in mismatch.items())
+            verdicts.append(Verdict(status, evidence + consequence, fix))
     # Cores only where a node was probed or the site's ranks_per_node is judged: slots given on the
     # command line (-H f1:8) are the user's to set.
     cores = {h: r for h, r in hosts.items() if "cpus" in nodes.get(h, {}) and r > nodes[h]["cpus"]}
