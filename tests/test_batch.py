@@ -45,6 +45,7 @@ SITE_JOBS: dict[str, list[str]] = {
         "0.1 * $WORLD",
     ],
     "roce-h100-ompi5": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "train.py"],
+    "slurm-pyxis-h100": ["--image", "nvcr.io#nvidia/pytorch:24.01-py3", "--nodes", "2", "--", "python", "train.py"],
 }
 
 

@@ -73,6 +73,10 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
         ["--image", "horovod.sif", "--np", "16", "--hosts", "gpu01:8,gpu02:8", "--", "python", "train.py"],
         NOT_IN_SLURM,
     ),
+    "slurm-pyxis-h100": (
+        ["--image", "/scratch/images/horovod-cuda13.sqsh", "--np", "16", "--", "python", "/examples/pytorch_train.py"],
+        NOT_IN_SLURM,
+    ),
 }
 SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 
@@ -541,3 +545,20 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
     ran = hpcbundle("launch", "--site", str(good), *program)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is not a squashfs image path"),
+        ("/scratch/$USER/h.sqsh", "is not a squashfs image path"),
+        ("nvcr.io#nvidia/pytorch:24.01-py3;id", "is not an enroot image reference"),
+        ("docker://nvcr.io/nvidia/pytorch", "is not an enroot image reference"),
+    ],
+)
+def test_pyxis_takes_only_a_squashfs_path_or_an_enroot_reference(image, message):
+    result = CliRunner().invoke(
+        main, ["launch", "--site", "slurm-pyxis-h100", "--image", image, "--np", "8", "--", "python", "t.py"]
+    )
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

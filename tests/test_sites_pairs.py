@@ -253,3 +253,8 @@ def test_wheels_image_sets_the_nvidia_variables_docker_and_enroot_need():
     assert "rebuild the image" in old.fix
     assert _nvidia_env_verdict(docker_gpu, _recipe("cuda12.6-torch2.9")).status == "PASS"  # the nvidia/cuda base's
     assert _nvidia_env_verdict(_site("roce-h100-ompi5"), wheels, drop_labels=True).status == "SKIP"  # --nv binds
+
+
+def test_an_image_without_the_nvidia_variables_gets_no_gpu_under_pyxis():
+    old = _nvidia_env_verdict(_site("slurm-pyxis-h100"), _recipe("cuda13.0-torch2.11"), drop_labels=True)
+    assert old.status == "FAIL" and "enroot's nvidia hook gives its containers no GPU" in old.evidence

@@ -49,6 +49,8 @@ class RuntimeKnown:
     gpus_from_image_env  when its NVIDIA hook reads the image's NVIDIA_VISIBLE_DEVICES and
                          NVIDIA_DRIVER_CAPABILITIES: "always" (enroot: no GPU without them) or
                          "without --gpus" (the NVIDIA container toolkit under Docker/podman)
+    srun_plugin          its options are srun's own (a SPANK plugin such as pyxis): only the srun launcher
+                         takes them, and they come right after srun's options
     """
 
     command: str
@@ -58,6 +60,7 @@ class RuntimeKnown:
     image_keeps: frozenset[str] = frozenset()
     gpu_instead: str = ""
     gpus_from_image_env: Literal["always", "without --gpus"] | None = None
+    srun_plugin: bool = False
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -98,6 +101,11 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
     ),
     "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "none": RuntimeKnown("", needs_image=False),
+    # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
+    # the image's environment wins over the host's unless --container-env names the variable.
+    "pyxis": RuntimeKnown(
+        "srun", userns=True, image_keeps=SINGULARITY_KEEPS, gpus_from_image_env="always", srun_plugin=True
+    ),
     "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS),
 }
