@@ -101,6 +101,8 @@ BROKEN_YAML: dict[str, Content] = {
 
 BAD_COUNTS = ["0", "-1", HUGE, "٣", "²", "1e3", "", " ", "2\n", "0x10", "1.5", "10000000000"]
 BAD_HOSTS = ["", ",", "a:0", "a:00", "a:٠", "a:99999999999", f"a:{HUGE}", "a b", "a:1,,b", "-a", "a:-1", "a;b", "$(x)"]
+BAD_HOSTS += ["n[1-5000]", f"n[1-{HUGE}]", f"n[{HUGE}]", "n[1-64]-[1-65]", "n[3-1]", "n[01-4]", "n[1-", "@all"]
+BAD_HOSTS += ["n[1]!n1"]
 BAD_HOSTFILES = [
     b"a slots=0\n",
     b"a slots=99999999999\n",

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.diagnose.probes import numa_memory
-from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site
+from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site, parse_hosts
 
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
@@ -75,6 +75,10 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     ),
     "seed-v100": (
         ["--image", "horovod.sif", "--np", "4", "--hosts", "f1:2,f2:2", "--", "python", "/examples/keras_train.py"],
+        NOT_IN_SLURM,
+    ),
+    "slurm-pyxis-h100": (
+        ["--image", "/scratch/images/horovod-cuda13.sqsh", "--np", "16", "--", "python", "/examples/pytorch_train.py"],
         NOT_IN_SLURM,
     ),
 }
@@ -393,6 +397,35 @@ def test_impossible_launch_is_refused_in_one_line(args, env, message):
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+def test_hosts_take_slurm_host_lists_with_slots_for_each_of_their_hosts():
+    assert parse_hosts("n[01-03]:2,gpu[1,3],login") == (
+        ("n01", 2),
+        ("n02", 2),
+        ("n03", 2),
+        ("gpu1", 1),
+        ("gpu3", 1),
+        ("login", 1),
+    )
+    assert parse_hosts("f1:2, f1:2") == (("f1", 2), ("f1", 2))  # plain lists as before: order and repeats kept
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ("n[1-4097]", "--hosts: 'n[1-4097]' names 4097 hosts (give at most 4096 hosts (or a hostfile))"),
+        ("r[1-64]n[1-65]", "names 4160 hosts"),
+        ("n[1-" + "9" * 3000 + "]", "is not HOST or HOST:SLOTS"),
+        ("n[1-1234567]", "'[1-1234567]' is not a range list (write ranges like [01-04,07] (up to 6 digits))"),
+        ("@gpus", "'@gpus' is not HOST or HOST:SLOTS"),
+        ("n[4-1]", "--hosts: 'n[4-1]': "),
+    ],
+)
+def test_host_lists_past_the_bound_or_malformed_are_one_line_errors(hosts, message):
+    result = CliRunner().invoke(main, ["launch", "--site", "ib-v100", "--np", "2", "--hosts", hosts, "--", "python"])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
 def test_hosts_are_not_required_inside_a_slurm_allocation():
     assert (
         launch("--site", "ib-v100", "--image", "h.sif", "--np", "4", "--", "python", "t.py", env=IN_SLURM).exit_code
@@ -518,3 +551,20 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
     ran = hpcbundle("launch", "--site", str(good), *program)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is not a squashfs image path"),
+        ("/scratch/$USER/h.sqsh", "is not a squashfs image path"),
+        ("nvcr.io#nvidia/pytorch:24.01-py3;id", "is not an enroot image reference"),
+        ("docker://nvcr.io/nvidia/pytorch", "is not an enroot image reference"),
+    ],
+)
+def test_pyxis_takes_only_a_squashfs_path_or_an_enroot_reference(image, message):
+    result = CliRunner().invoke(
+        main, ["launch", "--site", "slurm-pyxis-h100", "--image", image, "--np", "8", "--", "python", "t.py"]
+    )
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1

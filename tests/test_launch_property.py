@@ -12,8 +12,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.launch import RankLayout, build_command, load_site
+from hpcbundle.config.errors import UserError
+from hpcbundle.launch import RankLayout, build_command, load_site, parse_hosts
 from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
+from hpcbundle.launch.layout import MAX_HOSTS
 
 from .helpers import ROOT
 
@@ -26,6 +28,7 @@ LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
     "stampede2-knl": (RankLayout(2, in_allocation=True), "horovod.sif"),
     "eth-a100-slurm": (RankLayout(8), "/scratch/$USER/horovod.sif"),
     "roce-h100-ompi5": (RankLayout(16, (("a", 8), ("b", 8))), "horovod.sif"),
+    "slurm-pyxis-h100": (RankLayout(16), "nvcr.io#nvidia/pytorch:24.01-py3"),
 }
 TRICKY = [
     " ",
@@ -130,3 +133,32 @@ def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, 
     argv = build_command(model, RankLayout(2 * per_node, in_allocation=True), words, image).argv
     launcher_at = argv.index(model.launcher.command)
     assert bash_argv(script) == argv[launcher_at + 1 :]
+
+
+_index = st.integers(min_value=0, max_value=10**3000).map(str)
+
+
+@given(
+    ranges=st.lists(st.tuples(_index, _index), min_size=1, max_size=4),
+    brackets=st.integers(min_value=1, max_value=3),
+    slots=st.one_of(st.none(), _index),
+)
+def test_any_host_list_expands_within_the_bound_or_is_a_one_line_error(ranges, brackets, slots):
+    listing = "[" + ",".join(f"{low}-{high}" for low, high in ranges) + "]"
+    text = "n" + "x".join([listing] * brackets) + (f":{slots}" if slots is not None else "")
+    try:
+        hosts = parse_hosts(text)
+    except UserError as error:
+        assert "\n" not in str(error) and str(error).startswith("--hosts: ")
+    else:
+        assert 0 < len(hosts) <= MAX_HOSTS
+
+
+@given(text=st.text(alphabet="n01-9[],:@!&^* .", max_size=40))
+def test_any_hosts_text_parses_or_is_a_one_line_error(text):
+    try:
+        hosts = parse_hosts(text)
+    except UserError as error:
+        assert "\n" not in str(error)
+    else:
+        assert 0 < len(hosts) <= MAX_HOSTS

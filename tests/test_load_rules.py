@@ -36,6 +36,9 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("launcher-mca", "ib-v100", {"launcher": {"name": "horovodrun"}}),
     ("launcher-interfaces", "eth-a100-slurm", {"launcher": {"name": "horovodrun"}, "env.NCCL_SOCKET_IFNAME": "eth0"}),
     ("runtime-known", "ib-v100", {"container.runtime": "singulrity"}),
+    ("srun-plugin-runtime", "ib-v100", {"container.runtime": "pyxis"}),
+    ("srun-plugin-runtime", "slurm-pyxis-h100", {"launcher.pmi": "none"}),
+    ("srun-plugin-runtime", "slurm-pyxis-h100", {"container.binds": ["/data,x"]}),
     ("rdma-on-tcp", "eth-a100-slurm", {"env.NCCL_IB_HCA": "mlx5_0"}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).

@@ -11,7 +11,8 @@ from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.rules.engine import RULES, exit_status
+from hpcbundle.knowledge.labels import image_facts, image_labels
+from hpcbundle.rules.engine import RULES, Facts, evaluate, exit_status
 from hpcbundle.rules.facts import check_declared
 from hpcbundle.rules.loading import all_recipes
 
@@ -247,8 +248,10 @@ def test_pair_rule(rule, recipe, site, status, words):
 
 def test_every_pair_rule_has_a_failing_or_warning_case():
     bad = {c[0].split()[0] for c in CASES if c[3] in ("FAIL", "WARN")}
-    # Loading refuses on the on_load rules: their bad cases are in tests/test_load_rules.py.
-    assert bad == {r.name for r in RULES if r.needs <= {"image", "site", "nodes"} and not r.on_load}
+    # Loading refuses on the on_load rules: their bad cases are in tests/test_load_rules.py. A recipe's
+    # declared image always sets the NVIDIA variables: nvidia-container-env's bad case is an older image (below).
+    pair_rules = {r.name for r in RULES if r.needs <= {"image", "site", "nodes"} and not r.on_load}
+    assert bad == pair_rules - {"nvidia-container-env"}
 
 
 def test_check_with_site_refuses_a_bad_pair_with_every_reason():
@@ -294,3 +297,29 @@ def test_good_pairs_pass(recipe, site):
 def test_unknown_site_in_check_is_a_one_line_error():
     result = hpcbundle("check", "cpu-local", "--site", "locl")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "did you mean local?" in result.stderr
+
+
+def _nvidia_env_verdict(site: Site, recipe: Recipe, drop_labels: bool = False):
+    """The nvidia-container-env finding for `recipe`'s image on `site`; `drop_labels`: an image built before it."""
+    image = image_facts(image_labels(recipe, KB))
+    if drop_labels:
+        image = {key: value for key, value in image.items() if not key.startswith("nvidia.")}
+    facts = Facts(site=site, image=image, image_source=f"image of {recipe.name}")
+    return next(result for result in evaluate(facts, KB) if result.rule == "nvidia-container-env")
+
+
+def test_wheels_image_sets_the_nvidia_variables_docker_and_enroot_need():
+    docker_gpu = _site("roce-h100-ompi5", container={"runtime": "docker", "gpu": True, "binds": []})
+    wheels = _recipe("cuda13.0-torch2.11")
+    assert _nvidia_env_verdict(docker_gpu, wheels).status == "PASS"
+    old = _nvidia_env_verdict(docker_gpu, wheels, drop_labels=True)
+    assert old.status == "WARN"
+    assert "NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility" in old.evidence
+    assert "rebuild the image" in old.fix
+    assert _nvidia_env_verdict(docker_gpu, _recipe("cuda12.6-torch2.9")).status == "PASS"  # the nvidia/cuda base's
+    assert _nvidia_env_verdict(_site("roce-h100-ompi5"), wheels, drop_labels=True).status == "SKIP"  # --nv binds
+
+
+def test_an_image_without_the_nvidia_variables_gets_no_gpu_under_pyxis():
+    old = _nvidia_env_verdict(_site("slurm-pyxis-h100"), _recipe("cuda13.0-torch2.11"), drop_labels=True)
+    assert old.status == "FAIL" and "enroot's nvidia hook gives its containers no GPU" in old.evidence

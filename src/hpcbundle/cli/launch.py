@@ -48,7 +48,11 @@ def sites_command(bundle) -> None:
 @site_option
 @image_option
 @click.option("--np", "np_", type=Count(1), required=True, help="Number of ranks.")
-@click.option("--hosts", help="Hosts and slots, e.g. f1:2,f2:2 (inside a SLURM allocation the launcher asks SLURM).")
+@click.option(
+    "--hosts",
+    help="Hosts and slots, e.g. f1:2,f2:2 or a SLURM host list n[01-04]:2 (slots for each; at most 4096 hosts; "
+    "inside a SLURM allocation the launcher asks SLURM).",
+)
 @click.option(
     "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
 )

@@ -49,9 +49,9 @@ _name = _whole(
     "use letters, digits, '.', '_' and '-' only, starting with a letter or digit",
 )
 # An image reference as Docker's reference grammar spells it: [registry[:port]/]path[:tag][@sha256:<64 hex>].
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE = re.compile(
-    rf"(?:[A-Za-z0-9.-]+(?::[0-9]{{1,5}})?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    rf"(?:[A-Za-z0-9.-]+(?::[0-9]{{1,5}})?/)?{IMAGE_COMPONENT}(?:/{IMAGE_COMPONENT})*"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[^@]*))?"
 )
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

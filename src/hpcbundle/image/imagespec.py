@@ -20,7 +20,7 @@ from .. import __version__
 from ..config.fields import major_minor
 from ..config.recipes import Recipe
 from ..knowledge.compat import CudaWheels, KnowledgeBase, pytorch_requirement
-from ..knowledge.labels import MANIFEST, image_labels
+from ..knowledge.labels import MANIFEST, NVIDIA_CONTAINER_ENV, image_labels
 
 VENV = "/opt/venv"
 MPI_PREFIX = "/opt/openmpi"
@@ -224,7 +224,8 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
         framework_requirements=_framework_requirements(recipe, kb),
         check_build=_check_build(recipe),
         copies=(VENV, *([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else [])),
-        runtime_env=search_env(recipe, layout, wheel_libs(recipe, layout, cuda_home, nccl_dir)),
+        runtime_env=search_env(recipe, layout, wheel_libs(recipe, layout, cuda_home, nccl_dir))
+        | (NVIDIA_CONTAINER_ENV if tree is not None and not host else {}),
         labels=labels,
         manifest=_manifest(recipe, labels),
     )

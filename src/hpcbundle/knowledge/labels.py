@@ -16,6 +16,14 @@ from .compat import KnowledgeBase
 
 MANIFEST = "/etc/hpcbundle/manifest.json"
 LABEL_PREFIX = "org.hpcbundle."
+NVIDIA_CONTAINER_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+"""What the nvidia/cuda base images set and the wheels route's images set themselves: without them enroot's
+nvidia hook and the NVIDIA container toolkit give a container no GPU ("Found no NVIDIA driver")."""
+NVIDIA_ENV_LABELS = {
+    "NVIDIA_VISIBLE_DEVICES": "nvidia.visible-devices",
+    "NVIDIA_DRIVER_CAPABILITIES": "nvidia.driver-capabilities",
+}
+"""The labels that record NVIDIA_CONTAINER_ENV in an image that sets it itself (not prefixed)."""
 
 
 def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
@@ -24,6 +32,7 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     The fabric labels say what the rules over a site's fabric need: `mpi.transports` (openib, ucx,
     ofi: the MPI's fast transports), `ucx.transports` (ib, rdmacm, cuda), `fabric-libs` (verbs,
     psm2: the fabric user space; `none` when there is none), and a digest-pinned base image.
+    Images of the wheels route (a plain OS base) record the NVIDIA_CONTAINER_ENV they set.
     """
     fw, gpu, mpi = recipe.frameworks, recipe.gpu, recipe.mpi
     labels = {
@@ -48,6 +57,8 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
             "nccl": gpu.nccl,
             "gpu-archs": gpu.targets.label(),
         }
+        if gpu.source == "wheels":
+            labels |= {NVIDIA_ENV_LABELS[name]: value for name, value in NVIDIA_CONTAINER_ENV.items()}
     if recipe.ucx:
         labels["ucx"] = recipe.ucx.version
     labels |= _fabric_labels(recipe, kb)

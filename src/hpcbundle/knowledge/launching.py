@@ -44,7 +44,14 @@ class LauncherKnown:
 class RuntimeKnown:
     """One container runtime: its command, whether ranks run in a user namespace by default, whether it
     needs an image, whether one container holds the launcher, the variables whose image value always
-    wins, and how GPUs reach the container when it has no GPU flag (`gpu_instead`)."""
+    wins, and how GPUs reach the container when it has no GPU flag (`gpu_instead`).
+
+    gpus_from_image_env  when its NVIDIA hook reads the image's NVIDIA_VISIBLE_DEVICES and
+                         NVIDIA_DRIVER_CAPABILITIES: "always" (enroot: no GPU without them) or
+                         "without --gpus" (the NVIDIA container toolkit under Docker/podman)
+    srun_plugin          its options are srun's own (a SPANK plugin such as pyxis): only the srun launcher
+                         takes them, and they come right after srun's options
+    """
 
     command: str
     userns: bool = False
@@ -52,6 +59,8 @@ class RuntimeKnown:
     wraps_launcher: bool = False
     image_keeps: frozenset[str] = frozenset()
     gpu_instead: str = ""
+    gpus_from_image_env: Literal["always", "without --gpus"] | None = None
+    srun_plugin: bool = False
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -90,9 +99,14 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
     "charliecloud": RuntimeKnown(
         "ch-run", userns=True, gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`"
     ),
-    "docker": RuntimeKnown("docker", wraps_launcher=True),
+    "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "none": RuntimeKnown("", needs_image=False),
-    "podman": RuntimeKnown("podman", wraps_launcher=True),
+    # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
+    # the image's environment wins over the host's unless --container-env names the variable.
+    "pyxis": RuntimeKnown(
+        "srun", userns=True, image_keeps=SINGULARITY_KEEPS, gpus_from_image_env="always", srun_plugin=True
+    ),
+    "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS),
 }
 

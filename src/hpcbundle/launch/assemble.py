@@ -25,6 +25,7 @@ _WRAPPER_WHY = {
         "per-rank wrapper inside the container: its processes descend from the daemon, "
         "so host-side settings would not reach them"
     ),
+    "plugin": "per-rank wrapper inside the container srun's plugin starts for each rank: the image must have the tool",
 }
 
 
@@ -56,6 +57,9 @@ def check_layout(
             f"{image!r} is not an image name",
             "name the image file, directory or tag (e.g. ./horovod.sif)",
         )
+    problem = runtime.image_problem(image) if image else None
+    if problem:
+        raise UserError.at("", "--image", *problem)
     if image and not runtime.needs_image:
         raise UserError.at(
             "",
@@ -199,6 +203,7 @@ def build_command(
     container = Parts(site, "runtime")
     if image or not runtime.needs_image:
         runtime.parts(site, image, container)
+        runtime.environment(site, [part.tokens[0].split("=", 1)[0] for part in env.items[1:]], container)
     else:
         container.add(
             [],
@@ -207,14 +212,19 @@ def build_command(
         )
     in_container = bool(image) and runtime.wraps_launcher
     wrappers = Parts(site, "wrapper")
-    place = "inside" if in_container else "outside" if image else "host"
+    place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     for index, wrapper in enumerate(site.wrappers):
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]
         wrappers.add(wrapper, f"site {site.name} wrappers[{index}]", why)
     body = Parts(site, "program")
     body.add(program, "PROGRAM (after --)", "what every rank runs")
-    order = [container, env, main, wrappers, body] if in_container else [env, main, wrappers, container, body]
+    if in_container:
+        order = [container, env, main, wrappers, body]
+    elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
+        order = [env, main, container, wrappers, body]
+    else:
+        order = [env, main, wrappers, container, body]
     return Command(tuple(part for parts in order for part in parts.items))
 
 

@@ -112,6 +112,7 @@ class Runtime:
     userns: ClassVar[bool]
     wraps_launcher: ClassVar[bool]
     image_keeps: ClassVar[frozenset[str]]
+    srun_plugin: ClassVar[bool]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -124,6 +125,13 @@ class Runtime:
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         """The words before the program: command, options, image (None only for runtime none)."""
         raise NotImplementedError
+
+    def image_problem(self, image: str) -> tuple[str, str] | None:
+        """Why `image` (--image) cannot be this runtime's image, and the fix; None when it can."""
+        return None
+
+    def environment(self, site: Site, names: list[str], out: Parts) -> None:
+        """Options that let the variables set in front of the launcher (`names`) win over the image's."""
 
     def start(self, site: Site, out: Parts, *words: str) -> None:
         key = "container.command" if site.container.command else "container.runtime"

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from ..config.errors import UserError, clip
 
 _HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,252})(?::([0-9]+))?")
 MAX_SLOTS = 100_000
 """The most slots one host may have (a typo such as 10000000000 is refused, not launched)."""
+MAX_HOSTS = 4096
+"""The most hosts --hosts may expand to (a typo such as n[1-1000000] is refused before it is expanded)."""
+_ITEMS = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")
+"""--hosts split at the commas outside brackets: 'n[01-04]:2,gpu[1,3]' -> 'n[01-04]:2', 'gpu[1,3]'."""
+_ITEM = re.compile(r"([A-Za-z0-9\[][A-Za-z0-9._\[\],-]{0,252})(?::([0-9]+))?")
+"""HOSTS[:SLOTS]: a host or a SLURM host list; nothing ClusterShell reads as a group (@) or an operator (!&^*)."""
+_BRACKET = re.compile(r"\[([^\]]*)\]")
+_RANGE = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
 
 
 @dataclass(frozen=True)
@@ -52,18 +63,65 @@ class RankLayout:
 
 
 def parse_hosts(text: str) -> tuple[tuple[str, int], ...]:
-    """Parse --hosts: 'f1:2,f2:2' -> (('f1', 2), ('f2', 2)); a bare host has one slot.
+    """Parse --hosts: HOSTS[:SLOTS] items split by commas, where HOSTS is a host or a SLURM host list
+    (`$SLURM_JOB_NODELIST`'s compressed form, expanded by ClusterShell's NodeSet) and SLOTS (default 1)
+    applies to each of its hosts; at most MAX_HOSTS hosts in all.
 
     >>> parse_hosts("f1:2,f2")
     (('f1', 2), ('f2', 1))
+    >>> parse_hosts("n[01-02]:2,gpu[1,3]")
+    (('n01', 2), ('n02', 2), ('gpu1', 1), ('gpu3', 1))
     """
-    hosts = []
-    for item in text.split(","):
-        match = _HOST.fullmatch(item.strip())
+    raw = _ITEMS.findall(text)
+    items = [item.strip() for item in raw]
+    if not raw or ",".join(raw) != text or not all(items):
+        raise UserError.at("", "--hosts", f"{clip(text)} is not a host list", "e.g. --hosts f1:2,f2:2 or n[01-04]:2")
+    matches = [_ITEM.fullmatch(item) for item in items]
+    for item, match in zip(items, matches, strict=True):
         if not match:
-            raise UserError.at("", "--hosts", f"{clip(item)} is not HOST or HOST:SLOTS", "e.g. --hosts f1:2,f2:2")
-        hosts.append((match.group(1), _slots(match.group(2), "", "--hosts")))
+            raise UserError.at("", "--hosts", f"{clip(item)} is not HOST or HOST:SLOTS", "e.g. --hosts f1:2,n[01-04]:2")
+    expected = sum(_count_hosts(match.group(1)) for match in matches if match)
+    if expected > MAX_HOSTS:
+        raise UserError.at(
+            "", "--hosts", f"{clip(text)} names {expected} hosts", f"give at most {MAX_HOSTS} hosts (or a hostfile)"
+        )
+    hosts = []
+    for match in matches:
+        assert match is not None
+        slots = _slots(match.group(2), "", "--hosts")
+        hosts += [(host, slots) for host in _expand(match.group(1))]
     return tuple(hosts)
+
+
+def _count_hosts(pattern: str) -> int:
+    """How many hosts a host list names at most, counted before NodeSet expands it (a bracket's
+    ranges multiply); indices of more than 6 digits are refused."""
+    counts = []
+    for bracket in _BRACKET.findall(pattern):
+        ranges = [_RANGE.fullmatch(part) for part in bracket.split(",")]
+        if not all(ranges):
+            raise UserError.at(
+                "",
+                "--hosts",
+                f"{clip(f'[{bracket}]')} is not a range list",
+                "write ranges like [01-04,07] (up to 6 digits)",
+            )
+        counts.append(sum(int(r.group(2) or r.group(1)) - int(r.group(1)) + 1 for r in ranges if r))
+    return math.prod(max(count, 1) for count in counts)
+
+
+def _expand(pattern: str) -> list[str]:
+    """The hosts of one host list, as ClusterShell's NodeSet expands it (no group resolution)."""
+    try:
+        names = list(NodeSet(pattern, resolver=RESOLVER_NOGROUP))
+    except NodeSetException as error:
+        raise UserError.at(
+            "", "--hosts", f"{clip(pattern)}: {clip(str(error), 60)}", "write hosts like n01 or n[01-04,07]"
+        ) from None
+    for name in names:
+        if not _HOST.fullmatch(name) or ":" in name:
+            raise UserError.at("", "--hosts", f"{clip(name)} is not a host name", "use letters, digits, '.', '_', '-'")
+    return names
 
 
 def _slots(digits: str | None, where: str, key: str) -> int:

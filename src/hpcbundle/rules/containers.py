@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.labels import NVIDIA_CONTAINER_ENV, NVIDIA_ENV_LABELS
 from ..knowledge.launching import RUNTIMES_KNOWN, in_user_namespace
 from .engine import Facts, Verdict, rule
 
@@ -91,6 +92,31 @@ def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if errors:
         return [Verdict("WARN", errors[0], "the image was not built by hpcbundle, or its manifest is damaged")]
     return []
+
+
+@rule("nvidia-container-env", needs=("image", "site"))
+def nvidia_container_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A GPU image run by enroot/pyxis or Docker/podman sets NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES."""
+    site, image = facts.site, facts.image or {}
+    runtime = site.container.runtime
+    reads = getattr(RUNTIMES_KNOWN.get(runtime), "gpus_from_image_env", None)
+    if not (site.node.gpus or site.container.gpu) or reads is None or "cuda" not in image:
+        return Verdict("SKIP", f"no GPU image that {runtime} gives GPUs by the image's NVIDIA_* variables")
+    if image.get("cuda.source") != "wheels":
+        return Verdict("PASS", "the image's nvidia/cuda base sets " + " and ".join(NVIDIA_CONTAINER_ENV))
+    values = {name: image.get(label) for name, label in NVIDIA_ENV_LABELS.items()}
+    capabilities = set((values["NVIDIA_DRIVER_CAPABILITIES"] or "").split(","))
+    if values["NVIDIA_VISIBLE_DEVICES"] not in (None, "", "void", "none") and capabilities & {"compute", "all"}:
+        shown = " ".join(f"{name}={value}" for name, value in values.items())
+        return Verdict("PASS", f"the image sets {shown}")
+    wanted = " ".join(f"{name}={value}" for name, value in NVIDIA_CONTAINER_ENV.items())
+    hook = "enroot's nvidia hook" if reads == "always" else f"the NVIDIA container toolkit ({runtime} without --gpus)"
+    return Verdict(
+        "FAIL" if reads == "always" else "WARN",
+        f"{facts.image_source or 'the image'} (a plain OS base, gpu.source: wheels) does not set {wanted}: "
+        f'{hook} gives its containers no GPU ("Found no NVIDIA driver")',
+        f"rebuild the image with this hpcbundle (its Dockerfile and .def set them), or add `ENV {wanted}`",
+    )
 
 
 @rule("userns-vader", needs=("site",))

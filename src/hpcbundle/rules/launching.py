@@ -151,6 +151,35 @@ def launcher_interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return found
 
 
+@rule("srun-plugin-runtime", needs=("site",), on_load=True)
+def srun_plugin_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A runtime that is srun's plugin (pyxis): the srun launcher, PMIx or PMI2, binds without commas."""
+    site = facts.site
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    if known is None or not known.srun_plugin:
+        return []
+    name = site.container.runtime
+    found = []
+    if site.launcher.name != "srun":
+        found.append(
+            refusal("launcher.name", f"{name}'s options are srun's: {site.launcher.name} cannot take them", "use srun")
+        )
+    elif not (site.launcher.pmi or "").startswith(("pmix", "pmi2")):
+        found.append(
+            refusal(
+                "launcher.pmi",
+                f"srun starts {name} ranks without PMIx or PMI2, so MPI cannot wire them",
+                "set launcher.pmi: pmix (and an image MPI built with PMIx support)",
+            )
+        )
+    found += [
+        refusal(f"container.binds[{index}]", "a comma would split --container-mounts", "rename the path without ','")
+        for index, bind in enumerate(site.container.binds)
+        if "," in bind
+    ]
+    return found
+
+
 @rule("runtime-known", needs=("site",), on_load=True)
 def runtime_known(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """container.runtime is a runtime hpcbundle knows, and it can give the container the site's GPUs."""
