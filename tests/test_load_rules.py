@@ -37,6 +37,8 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("launcher-interfaces", "eth-a100-slurm", {"launcher": {"name": "horovodrun"}, "env.NCCL_SOCKET_IFNAME": "eth0"}),
     ("runtime-known", "ib-v100", {"container.runtime": "singulrity"}),
     ("rdma-on-tcp", "eth-a100-slurm", {"env.NCCL_IB_HCA": "mlx5_0"}),
+    ("cpus-per-rank", "eth-a100-slurm", {"node.cpus_per_rank": 17}),
+    ("gpu-numa-map", "roce-h100-ompi5", {"node.gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1, 1]}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [
