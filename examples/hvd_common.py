@@ -143,10 +143,20 @@ def shard_indices(n: int, rank: int, size: int, epoch: int = 0, seed: int = 0, s
 
 
 def threads_per_rank(local_size: int) -> int:
-    """CPU threads for each of `local_size` ranks on this node: the cores this process may run on
-    (SLURM's cgroup, taskset or the launcher's binding; os.cpu_count() would count the whole host)
-    shared out, at least one."""
+    """CPU threads for each of `local_size` ranks on this node: OMP_NUM_THREADS when the launch line
+    sets it (hpcbundle's batch scripts set it to the CPUs each rank asked SLURM for), else the cores
+    this process may run on (SLURM's cgroup, taskset or the launcher's binding; os.cpu_count() would
+    count the whole host) shared out, at least one."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    if re.fullmatch(r"[1-9][0-9]{0,3}", given):
+        return int(given)
     return max(1, len(os.sched_getaffinity(0)) // local_size)
+
+
+def local_gpu(local_rank: int, visible: int) -> int:
+    """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where a placement
+    wrapper (hpcbundle's gpu-numa) left each rank its own GPU alone in CUDA_VISIBLE_DEVICES."""
+    return local_rank % visible
 
 
 def steps_per_epoch(n: int, size: int, batch_size: int) -> int:

@@ -99,7 +99,7 @@ def main():
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
     if gpus:
-        tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        tf.config.experimental.set_visible_devices(gpus[common.local_gpu(hvd.local_rank(), len(gpus))], "GPU")
     else:
         tf.config.threading.set_intra_op_parallelism_threads(common.threads_per_rank(hvd.local_size()))
     # 2. Log (and write) only on rank 0.

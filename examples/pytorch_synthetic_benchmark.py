@@ -109,7 +109,7 @@ def main():
     hvd.init()
     use_cuda = torch.cuda.is_available() and not args.no_cuda
     if use_cuda:
-        torch.cuda.set_device(hvd.local_rank())  # one GPU per local rank
+        torch.cuda.set_device(common.local_gpu(hvd.local_rank(), torch.cuda.device_count()))
     else:
         torch.set_num_threads(common.threads_per_rank(hvd.local_size()))
     device_name = "GPU" if use_cuda else "CPU rank"

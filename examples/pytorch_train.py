@@ -70,8 +70,9 @@ def main():
     # 1. Initialize Horovod; pin one GPU per local rank (CPU when there is none).
     hvd.init()
     if torch.cuda.is_available():
-        torch.cuda.set_device(hvd.local_rank())
-        device = torch.device("cuda", hvd.local_rank())
+        gpu = common.local_gpu(hvd.local_rank(), torch.cuda.device_count())
+        torch.cuda.set_device(gpu)
+        device = torch.device("cuda", gpu)
     else:
         device = torch.device("cpu")
         torch.set_num_threads(common.threads_per_rank(hvd.local_size()))

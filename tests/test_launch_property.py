@@ -130,7 +130,8 @@ def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, 
     job = BatchJob(nodes=2)
     script = sbatch_script(model, job, words, image, TEMPLATES)
     per_node = model.node.slots
-    argv = build_command(model, RankLayout(2 * per_node, in_allocation=True), words, image).argv
+    layout = RankLayout(2 * per_node, in_allocation=True, cpus_per_rank=model.node.cpus_for(per_node))
+    argv = build_command(model, layout, words, image).argv
     launcher_at = argv.index(model.launcher.command)
     assert bash_argv(script) == argv[launcher_at + 1 :]
 

@@ -109,11 +109,18 @@ class Container(StrictModel):
     args: list[str] = Field(default_factory=list)
 
 
+MAX_CPUS = 1 << 20
+"""The most CPUs one node or rank may declare (a typo with many digits is refused)."""
+MAX_GPUS = 1024
+MAX_NUMA_NODE = 1023
+"""The highest NUMA node number (a Linux kernel has at most 1024 nodes)."""
+
+
 class Node(StrictModel):
     """One compute node: what it has, and how many ranks go on it."""
 
-    cores: PositiveInt
-    gpus: int = Field(0, ge=0)
+    cores: PositiveInt = Field(le=MAX_CPUS)
+    gpus: int = Field(0, ge=0, le=MAX_GPUS)
     gpu_model: str | None = None
     driver: Version | None = Field(None, description="NVIDIA driver version on the nodes")
     ranks_per_node: PositiveInt | None = Field(None, description="default: one rank per GPU, else per core")
@@ -123,10 +130,32 @@ class Node(StrictModel):
         "[0, 1] in flat-quadrant mode (node 1 is MCDRAM)",
     )
 
+    cpus_per_rank: PositiveInt | None = Field(
+        None,
+        le=MAX_CPUS,
+        description="CPUs (as SLURM counts them) each rank gets in batch jobs: sbatch/srun -c and "
+        "OMP_NUM_THREADS; default node.cores over the ranks per node",
+    )
+    gpu_numa: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE)]] | None = Field(
+        None,
+        max_length=MAX_GPUS,
+        description="GPU index -> its NUMA node (`nvidia-smi topo -m`, NUMA Affinity; drafted by "
+        "`site detect`), e.g. [0, 0, 0, 0, 1, 1, 1, 1]; when set, every rank runs under the gpu-numa "
+        "placement wrapper: its local rank's GPU, and that GPU's NUMA node's cores and memory",
+    )
+
     @property
     def slots(self) -> int:
         """Ranks one node takes: ranks_per_node, else one per GPU, else one per core."""
         return self.ranks_per_node or self.gpus or self.cores
+
+    def cpus_for(self, ranks_per_node: int) -> int:
+        """CPUs per rank when `ranks_per_node` ranks share a node: cpus_per_rank, else the cores shared out.
+
+        >>> Node(cores=96, gpus=8).cpus_for(8), Node(cores=2).cpus_for(4)
+        (12, 1)
+        """
+        return self.cpus_per_rank or max(1, self.cores // ranks_per_node)
 
 
 class Network(StrictModel):

@@ -21,6 +21,7 @@ import socket
 from typing import Any
 
 from ..config.sites import PROGRAM_ENV
+from .topo import parse_topo
 
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
 
@@ -116,6 +117,7 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
         lines += [f"  gpus: {len(gpu['gpus'])}", f"  gpu_model: {_q(model)}  # nvidia-smi: {gpu['gpus'][0]['name']}"]
         if gpu.get("driver") and re.match(r"^\d+(\.\d+){0,3}$", gpu["driver"]):
             lines.append(f"  driver: {_q(gpu['driver'])}")
+        lines.append(_gpu_numa_line(observed.get("gpu_topology"), len(gpu["gpus"])))
     else:
         lines.append(f"  gpus: 0  # {gpu.get('note') or 'no GPU'}")
     iface, why = choose_interface(observed)
@@ -144,6 +146,21 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     if iface:
         lines += ["why:", f"  network.interfaces: {_q(why)}"]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_numa_line(topology: str | None, gpus: int) -> str:
+    """node.gpu_numa from `nvidia-smi topo -m` when it maps every GPU, else a comment saying why not."""
+    if not topology:
+        return "  # gpu_numa: not drafted (nvidia-smi topo -m printed nothing)"
+    found = parse_topo(topology)
+    if found.nodes is None:
+        return f"  # gpu_numa: not drafted ({found.why})"
+    if len(found.nodes) != gpus:
+        return f"  # gpu_numa: not drafted (nvidia-smi topo -m shows {len(found.nodes)} GPUs, nvidia-smi lists {gpus})"
+    nodes = ", ".join(map(str, found.nodes))
+    return (
+        f"  gpu_numa: [{nodes}]  # {found.why}; CONFIRM: each rank then runs on its GPU's NUMA node (gpu-numa wrapper)"
+    )
 
 
 def _export_lines(program_env: dict[str, str], launcher: str) -> list[str]:
@@ -183,6 +200,7 @@ def observe(hosts: list[str]) -> dict[str, Any]:
         "default_route": probes.default_route_interface(),
         "host_routes": {h: probes.route_interface(h) for h in hosts},
         "slurm": probes.slurm(),
+        "gpu_topology": probes.gpu_topology(),
         "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")},
         "program_env": {name: os.environ[name] for name in PROGRAM_ENV if os.environ.get(name)},
     }

@@ -152,6 +152,44 @@ def parse_gpus(text: str) -> dict[str, Any]:
     }
 
 
+GPU_BUS_QUERY = ["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader"]
+
+
+def gpu_numa(devices: Path = Path("/sys/bus/pci/devices")) -> dict[str, Any]:
+    """{'nodes': NUMA node of each GPU in index order (None: the kernel does not say), 'note'}:
+    nvidia-smi's PCI bus ids, then each device's numa_node in sysfs."""
+    text = _out(GPU_BUS_QUERY) if shutil.which("nvidia-smi") else None
+    if text is None:
+        return {"nodes": [], "note": "nvidia-smi not found or failed: no GPU to place"}
+    nodes: list[int | None] = []
+    for bus_id in sysfs_bus_ids(text):
+        try:
+            value = (devices / bus_id / "numa_node").read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            value = ""
+        nodes.append(int(value) if re.fullmatch(r"[0-9]{1,4}", value) else None)
+    return {"nodes": nodes, "note": "" if nodes else "nvidia-smi lists no GPU"}
+
+
+def gpu_topology() -> str | None:
+    """`nvidia-smi topo -m`'s matrix (diagnose/topo.py reads it), None without nvidia-smi."""
+    return _out(["nvidia-smi", "topo", "-m"]) if shutil.which("nvidia-smi") else None
+
+
+def sysfs_bus_ids(text: str) -> list[str]:
+    """GPU_BUS_QUERY's bus ids as sysfs names them (4-digit domain, lower case); others are left out.
+
+    >>> sysfs_bus_ids("00000000:07:00.0\\n00000000:C4:00.0\\n")
+    ['0000:07:00.0', '0000:c4:00.0']
+    """
+    found = []
+    for line in text.splitlines():
+        match = re.fullmatch(r"\s*[0-9A-Fa-f]{4}([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*", line)
+        if match:
+            found.append(match.group(1).lower())
+    return found
+
+
 def host_mpi() -> dict[str, Any] | None:
     """{'flavour', 'version', 'evidence'} from `mpirun --version` (or mpiexec), None when absent."""
     for command in ("mpirun", "mpiexec"):
@@ -250,6 +288,7 @@ def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, An
         "infiniband": infiniband(),
         "numa": numa_memory(),
         "gpu": gpus(),
+        "gpu_numa": gpu_numa(),
         "mpi": host_mpi(),
         "runtimes": runtimes(),
         "image": image(image_path, checksum),

@@ -14,6 +14,7 @@ from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
+from .placement import gpu_numa_wrapper
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
@@ -119,6 +120,9 @@ def check_layout(
         )
 
 
+# Variables that size a rank's threads: where a site sets one, it sizes them itself.
+THREAD_COUNTS = frozenset({"OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"})
+
 _ACTIVATE = {
     "VIRTUAL_ENV": "activate the venv (source VENV/bin/activate)",
     "CONDA_PREFIX": "activate the conda env (conda activate ENV)",
@@ -178,6 +182,10 @@ def build_command(
     for key, value in set_by_site:
         how = reasons.OVERRIDES if key in derivable else reasons.OVERRIDES_LINK if key in from_link else ""
         _place(main, env, key, *_setting(site, launcher, key, value), how)
+    threads = layout.cpus_per_rank
+    if threads and not THREAD_COUNTS & (set(site.env) | set(site.export)):
+        option, assignment, _ = _setting(site, launcher, "env.OMP_NUM_THREADS", str(threads))
+        _place_derived(main, env, option, assignment, layout.cpus_source, reasons.THREADS)
     interfaces_why = site.why.get("network.interfaces")
     for key, (value, source) in network.interface_settings(site).items():
         if source == "network.interfaces" and key in launcher.interface_keys:
@@ -213,6 +221,10 @@ def build_command(
     in_container = bool(image) and runtime.wraps_launcher
     wrappers = Parts(site, "wrapper")
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
+    if site.node.gpu_numa:
+        wrappers.site(
+            "node.gpu_numa", gpu_numa_wrapper(site.node.gpu_numa), f"{reasons.GPU_NUMA}; {_WRAPPER_WHY[place]}"
+        )
     for index, wrapper in enumerate(site.wrappers):
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]
@@ -244,3 +256,11 @@ def _place(
         main.site(key, option, why, how)
     else:
         env.site(key, [assignment], why, how)
+
+
+def _place_derived(main: Parts, env: Parts, option: tuple[str, ...], assignment: str, source: str, why: str) -> None:
+    """A variable hpcbundle derives (not a site key): on the launcher's option, else in front of it."""
+    if option:
+        main.add(option, source, why)
+    else:
+        env.add([assignment], source, why)

@@ -56,15 +56,21 @@ def script_environment(scripts_dir: Path) -> jinja2.Environment:
 
 
 def directives(site: Site, job: BatchJob) -> list[str]:
-    """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', ...]."""
+    """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', '--cpus-per-task=20', ...].
+
+    --cpus-per-task is node.cpus_per_rank, else node.cores over the ranks per node: without it a
+    job confined by cgroups gives each rank one core (SLURM's default) and its data loading starves.
+    """
     slurm = site.slurm
     time = job.time or slurm.time
     if time is not None and not (len(time) <= 20 and re.fullmatch(SLURM_TIME, time)):
         raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+    per_node = job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
         "nodes": str(job.nodes),
-        "ntasks-per-node": str(job.tasks_per_node or site.node.slots),
+        "ntasks-per-node": str(per_node),
+        "cpus-per-task": str(site.node.cpus_for(per_node)),
         "time": time,
         "partition": slurm.partition,
         "account": slurm.account,
@@ -98,15 +104,20 @@ def sbatch_script(
     ...     print(line)
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
-        srun --mpi=pmix -n 8 \
+        srun --mpi=pmix -n 8 -c 16 \
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py
     """
     per_node = job.tasks_per_node or site.node.slots
+    cpus_source = (
+        "node.cpus_per_rank" if site.node.cpus_per_rank else f"node.cores {site.node.cores} / {per_node} ranks"
+    )
     layout = RankLayout(
         np=job.nodes * per_node,
         in_allocation=True,
         np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
+        cpus_per_rank=site.node.cpus_for(per_node),
+        cpus_source=cpus_source,
     )
     command = build_command(site, layout, program, image)
     gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None

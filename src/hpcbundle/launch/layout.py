@@ -30,6 +30,7 @@ class RankLayout:
     `hosts` come from --hosts; `hostfile` is passed to the launcher and `hostfile_slots` is what
     the CLI counted in it; `in_allocation` says the launch runs inside a SLURM allocation, where
     the launcher takes the nodes from SLURM. `np_source` names where np came from, for --explain.
+    `cpus_per_rank` (batch jobs) is what each rank asked SLURM for, and `cpus_source` where it came from.
     """
 
     np: int
@@ -38,6 +39,8 @@ class RankLayout:
     hostfile_slots: int | None = None
     in_allocation: bool = False
     np_source: str = "flag --np"
+    cpus_per_rank: int | None = None
+    cpus_source: str = ""
 
     @property
     def slots(self) -> int | None:

@@ -47,6 +47,24 @@ MCA: dict[str, str] = {
     "btl_openib_allow_ib": "Open MPI >= 4.0 uses the openib btl on InfiniBand ports only when this is set",
 }
 
+# CPUs per rank in batch jobs (node.cpus_per_rank, else node.cores over the ranks per node).
+SRUN_CPUS = (
+    "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun no longer inherits it from the batch "
+    "job (SLURM >= 22.05), so without -c each rank would get one CPU"
+)
+THREADS = (
+    "threads per rank to match the CPUs each rank gets (the examples size their intra-op threads by it); "
+    "mpirun keeps --bind-to none (Horovod's advice: a rank pinned to one core starves its background "
+    "thread), so it does not map ranks to CPUs itself (--map-by slot:PE=N would bind them); the gpu-numa "
+    "wrapper (node.gpu_numa) binds per NUMA node instead"
+)
+GPU_NUMA = (
+    "per-rank placement: the rank's local rank (from Open MPI, hydra or SLURM) picks its GPU "
+    "(CUDA_VISIBLE_DEVICES) and that GPU's NUMA node's cores and memory (numactl --cpunodebind --membind; "
+    "taskset over the node's CPUs where numactl is missing); inline POSIX sh, so it runs on the host "
+    "and in any image, and the map is its only argument"
+)
+
 # How --explain marks an interface setting (hpcbundle.knowledge.network.interface_settings): derived
 # from network.interfaces, or set by the site's own key where network.interfaces would have
 # derived it. NCCL_SOCKET_IFNAME is derived on GPU sites only: NCCL runs nowhere else, so on a CPU

@@ -331,3 +331,31 @@ def declared_gpus(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict(
         "PASS", f"{node.gpus} x {node.gpu_model or 'GPU'} per node, driver {node.driver or 'as found'}, as declared"
     )
+
+
+@rule("gpu-numa", needs=("site", "nodes", "observed"))
+def gpu_numa(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """node.gpu_numa is each GPU's NUMA node on the nodes (sysfs numa_node of nvidia-smi's PCI bus ids):
+    a wrong map binds a rank to the far socket's cores and memory."""
+    declared = facts.site.node.gpu_numa
+    if declared is None:
+        return Verdict("SKIP", "the site has no node.gpu_numa (no per-rank GPU/NUMA placement)")
+    if facts.scope == "login":
+        return Verdict("SKIP", "the GPUs' NUMA nodes are checked in the job, on the compute nodes")
+    seen = {h: (n.get("gpu_numa") or {}) for h, n in facts.ok_nodes().items()}
+    known = {h: g["nodes"] for h, g in seen.items() if g.get("nodes")}
+    if not known:
+        notes = sorted({g.get("note", "") for g in seen.values()} - {""})
+        return Verdict(
+            "SKIP", f"node.gpu_numa {declared} not checked: {'; '.join(notes) or 'no GPU seen'} on {', '.join(seen)}"
+        )
+    wrong = {h: nodes for h, nodes in known.items() if list(nodes) != list(declared)}
+    if wrong:
+        host, nodes = next(iter(wrong.items()))
+        shown = ", ".join("?" if n is None else str(n) for n in nodes)
+        return Verdict(
+            "FAIL",
+            f"{', '.join(wrong)}: the GPUs sit on NUMA nodes [{shown}]; the site says node.gpu_numa: {declared}",
+            f"set node.gpu_numa: [{shown}] in {facts.site.where} (`hpcbundle site detect` on {host} drafts it)",
+        )
+    return Verdict("PASS", f"node.gpu_numa {declared} as seen{facts.on(known)}")

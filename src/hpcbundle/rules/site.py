@@ -102,6 +102,47 @@ def gate_threshold(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
+@rule("cpus-per-rank", needs=("site",), on_load=True)
+def cpus_per_rank(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """node.cpus_per_rank CPUs for each of the node's ranks fit in node.cores (SLURM refuses the job otherwise)."""
+    node = facts.site.node
+    if node.cpus_per_rank is None or node.cpus_per_rank * node.slots <= node.cores:
+        return []
+    return [
+        refusal(
+            "node.cpus_per_rank",
+            f"{node.cpus_per_rank} CPUs x {node.slots} ranks per node is more than node.cores {node.cores}",
+            f"set at most {max(1, node.cores // node.slots)}, or drop it (default: node.cores over the ranks per node)",
+        )
+    ]
+
+
+@rule("gpu-numa-map", needs=("site",), on_load=True)
+def gpu_numa_map(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """node.gpu_numa names one NUMA node for each of the node's GPUs, and only NUMA nodes the site has."""
+    node = facts.site.node
+    if node.gpu_numa is None:
+        return []
+    if len(node.gpu_numa) != node.gpus:
+        return [
+            refusal(
+                "node.gpu_numa",
+                f"maps {len(node.gpu_numa)} GPUs but node.gpus is {node.gpus}",
+                "give one NUMA node per GPU, in GPU index order (`hpcbundle site detect` drafts it)",
+            )
+        ]
+    known = node.numa_memory
+    return [
+        refusal(
+            f"node.gpu_numa[{index}]",
+            f"GPU {index} on NUMA node {numa}, which the site does not have (node.numa_memory: {known})",
+            "use a NUMA node `numactl -H` lists, or fix node.numa_memory",
+        )
+        for index, numa in enumerate(node.gpu_numa)
+        if known is not None and numa not in known
+    ]
+
+
 @rule("why-keys", needs=("site",), on_load=True)
 def why_keys(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every `why:` line explains a key the site has (--explain shows it beside that key)."""

@@ -4,6 +4,7 @@
 #SBATCH --job-name=horovod
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=16
 #SBATCH --time=04:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:4
@@ -18,6 +19,6 @@ set -u
 # 8 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl '^openib' --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 \
+mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl '^openib' -x OMP_NUM_THREADS=16 --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 \
     singularity exec --nv horovod.sif \
     python /examples/pytorch_train.py

@@ -4,6 +4,7 @@
 #SBATCH --job-name=horovod
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=20
 #SBATCH --time=02:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:2
@@ -17,6 +18,6 @@ set -u
 # 4 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=ib0 -mca btl openib,vader,self -mca pml ob1 -mca btl_openib_allow_ib 1 \
+mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=ib0 -mca btl openib,vader,self -mca pml ob1 -mca btl_openib_allow_ib 1 -x OMP_NUM_THREADS=20 \
     singularity exec --nv horovod.sif \
     python /examples/keras_train.py

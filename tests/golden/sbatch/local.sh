@@ -4,6 +4,7 @@
 #SBATCH --job-name=horovod
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=1
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
 set -euo pipefail
@@ -11,5 +12,5 @@ set -euo pipefail
 # 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot \
+mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 \
     python3 train.py

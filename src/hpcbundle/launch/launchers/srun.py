@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.sites import Site
+from .. import reasons
 from ..base import LAUNCHERS, Launcher
 from ..command import Parts
 from ..layout import RankLayout
@@ -31,6 +32,8 @@ class Srun(Launcher):
                 "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)",
             )
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
+        if layout.cpus_per_rank:
+            out.add(["-c", str(layout.cpus_per_rank)], layout.cpus_source, reasons.SRUN_CPUS)
         if site.node.ranks_per_node:
             out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")
         self.add_flags(site, out, {"tag_output": "--label"})

@@ -1,0 +1,244 @@
+"""CPUs and GPU/NUMA placement per rank: sbatch's --cpus-per-task and srun -c, the gpu-numa wrapper
+(run for real under this machine's Open MPI), `site detect`'s map from real `nvidia-smi topo -m`
+outputs, and the rules over node.cpus_per_rank and node.gpu_numa."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpcbundle.config.loading import parse_yaml, validate
+from hpcbundle.config.sites import Site
+from hpcbundle.diagnose.detect import draft_site
+from hpcbundle.diagnose.probes import parse_gpus
+from hpcbundle.diagnose.topo import parse_topo
+from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.launch.placement import gpu_numa_wrapper
+from hpcbundle.rules.engine import Facts, evaluate
+
+from .helpers import ROOT, hpcbundle
+from .test_detect import observed
+from .test_interfaces import make_site
+from .test_launch import _need_mpirun, write_site
+
+TOPO = ROOT / "tests" / "data" / "topo"
+NODE0_CPUS = Path("/sys/devices/system/node/node0/cpulist")
+
+
+def _topo(name: str) -> str:
+    """A captured `nvidia-smi topo -m` output without its source line."""
+    source, text = (TOPO / name).read_text().split("\n", 1)
+    assert source.startswith("# source: https://github.com/")
+    return text
+
+
+# --- CPUs per rank in batch scripts ------------------------------------------------------------
+
+
+def test_srun_batch_job_asks_for_the_nodes_cores_per_rank_and_passes_them_to_srun():
+    text = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--image", "h.sif", "--nodes", "2", "--", "python", "t.py")
+    lines = text.stdout.splitlines()
+    assert "#SBATCH --cpus-per-task=16" in lines  # 64 cores / 4 GPUs
+    launch = "\n".join(lines[lines.index("# shellcheck disable=SC2016") + 1 :])
+    assert "srun --mpi=pmix -n 8 -c 16 " in launch and " OMP_NUM_THREADS=16 " in launch
+
+
+def test_tasks_per_node_and_the_sites_cpus_per_rank_set_the_cpus(tmp_path):
+    fewer = hpcbundle("sbatch", "--site", "roce-h100-ompi5", "--nodes", "1", "--tasks-per-node", "4", "--", "t")
+    assert "#SBATCH --cpus-per-task=24" in fewer.stdout and "-x OMP_NUM_THREADS=24 " in fewer.stdout
+    site = write_site(
+        tmp_path, "roce-h100-ompi5", {"node": {"cores": 96, "gpus": 8, "gpu_model": "H100", "cpus_per_rank": 10}}
+    )
+    explicit = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "--", "t")
+    assert "#SBATCH --cpus-per-task=10" in explicit.stdout and "-x OMP_NUM_THREADS=10 " in explicit.stdout
+
+
+def test_a_site_that_sizes_its_own_threads_keeps_them():
+    knl = hpcbundle("sbatch", "--site", "stampede2-knl", "--nodes", "2", "--", "python", "t.py").stdout
+    assert "TF_NUM_INTRAOP_THREADS=64" in knl and "OMP_NUM_THREADS" not in knl
+
+
+def test_cpus_per_rank_over_the_nodes_cores_is_refused_in_one_line(tmp_path):
+    site = write_site(
+        tmp_path, "eth-a100-slurm", {"node": {"cores": 64, "gpus": 4, "gpu_model": "A100", "cpus_per_rank": 17}}
+    )
+    result = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "-o", str(tmp_path / "job.sh"), "--", "t")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "node.cpus_per_rank: 17 CPUs x 4 ranks per node is more than node.cores 64" in result.stderr
+    assert not (tmp_path / "job.sh").exists()
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        ({"gpu_numa": [0, 1, 1]}, "node.gpu_numa: maps 3 GPUs but node.gpus is 2"),
+        (
+            {"gpu_numa": [0, 3], "numa_memory": [0, 1]},
+            "node.gpu_numa[1]: GPU 1 on NUMA node 3, which the site does not have",
+        ),
+        ({"gpu_numa": [0, 1024]}, "node.gpu_numa.1: Input should be less than or equal to 1023"),
+        ({"gpu_numa": [0, int("9" * 3000)]}, "has an integer of more than 18 digits"),
+        ({"cpus_per_rank": int("9" * 3000)}, "has an integer of more than 18 digits"),
+    ],
+    ids=["more-gpus", "unknown-numa-node", "numa-bound", "thousands-of-digits", "cpus-thousands-of-digits"],
+)
+def test_a_bad_placement_key_is_one_line_exit_2_nothing_written(tmp_path, node, message):
+    base = {"cores": 8, "gpus": 2, "gpu_model": "V100"}
+    site = write_site(tmp_path, "ib-v100", {"node": base | node})
+    result = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "-o", str(tmp_path / "job.sh"), "--", "t")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr, result.stderr
+    assert not (tmp_path / "job.sh").exists()
+
+
+# --- the gpu-numa wrapper ----------------------------------------------------------------------
+
+
+def test_a_site_with_a_gpu_numa_map_wraps_every_rank_outside_the_container():
+    result = hpcbundle(
+        "launch", "--site", "roce-h100-ompi5", "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--explain", "--", "t"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpu-numa 0,0,0,0,1,1,1,1 apptainer exec --nv h.sif t" in result.stdout
+    assert "site roce-h100-ompi5 node.gpu_numa" in result.stdout
+
+
+def _wrapped(
+    env: dict[str, str], gpu_numa: list[int], program: str, path: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The wrapper run directly (no launcher) with the launcher's variables in `env`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "SLURM_", "PMI_", "MPI_", "CUDA_"))}
+    clean |= {"PATH": path or clean["PATH"]} | env
+    return subprocess.run(
+        [*gpu_numa_wrapper(gpu_numa), "sh", "-c", program], capture_output=True, text=True, timeout=30, env=clean
+    )
+
+
+SHOW = 'echo "$CUDA_VISIBLE_DEVICES $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"}, "1"),  # mpirun in a batch job
+        ({"MPI_LOCALRANKID": "1", "SLURM_LOCALID": "0"}, "1"),  # hydra in a batch job
+        ({"PMI_LOCAL_RANK": "1"}, "1"),
+        ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "4,5"}, "5"),  # srun: the job's GPUs, this rank's
+        ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "3"}, "3"),  # one GPU already given to the rank
+    ],
+    ids=["open-mpi", "hydra", "pmi", "srun-job-gpus", "srun-gpu-per-task"],
+)
+def test_wrapper_reads_the_local_rank_of_each_launcher(env, expected):
+    result = _wrapped(env, [0, 0], SHOW)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [expected, NODE0_CPUS.read_text().strip()]
+
+
+def test_wrapper_without_a_local_rank_or_a_gpu_for_it_stops_in_one_line():
+    alone = _wrapped({}, [0, 0], "true")
+    assert alone.returncode == 2 and "gpu-numa: no local rank" in alone.stderr
+    beyond = _wrapped({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, [0, 0], "true")
+    assert beyond.returncode == 2 and "local rank 2 has no GPU (node.gpu_numa: 0,0" in beyond.stderr
+
+
+def test_wrapper_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_path):
+    for tool in ("sh", "taskset", "cat", "grep", "cut"):
+        found = shutil.which(tool)
+        assert found, tool
+        (tmp_path / tool).symlink_to(found)
+    result = _wrapped({"SLURM_LOCALID": "0"}, [0], SHOW, path=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", NODE0_CPUS.read_text().strip()]
+
+
+@pytest.mark.full_setup
+def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_path):
+    """This machine has one NUMA node and no GPU: the run shows each rank's CUDA_VISIBLE_DEVICES and
+    the binding numactl applied (node 0's CPUs and memory); what a GPU changes is not shown here."""
+    _need_mpirun()
+    assert shutil.which("numactl"), "numactl is missing: `make setup` installs it"
+    site = write_site(
+        tmp_path,
+        "local",
+        {"node": {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0]}},
+        name="local-gpu-numa",
+    )
+    report = (
+        'r=$OMPI_COMM_WORLD_RANK; { echo "rank $r local $OMPI_COMM_WORLD_LOCAL_RANK '
+        'CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; '
+        'grep -E "^Cpus_allowed_list|^Mems_allowed_list" /proc/self/status; numactl --show; } > "$0/rank-$r"'
+    )
+    # --no-doctor: the preflight rightly finds no GPU here (declared-gpus)
+    launch = ["launch", "--site", str(site), "--np", "2", "--no-doctor", "--exec"]
+    result = hpcbundle(*launch, "--", "sh", "-c", report, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    cpus = NODE0_CPUS.read_text().strip()
+    for rank in (0, 1):
+        text = (tmp_path / f"rank-{rank}").read_text()
+        print(text)
+        assert f"rank {rank} local {rank} CUDA_VISIBLE_DEVICES={rank}\n" in text
+        assert f"Cpus_allowed_list:\t{cpus}\n" in text and "Mems_allowed_list:\t0\n" in text
+        assert "policy: bind\n" in text and "cpubind: 0 \n" in text and "membind: 0 \n" in text
+
+
+# --- nvidia-smi topo -m -> node.gpu_numa -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, nodes",
+    [
+        ("dgx-h100-vllm-13855.txt", (0, 0, 0, 0, 1, 1, 1, 1)),
+        ("8x-rtx4090-go-gpuallocator-17.txt", (0, 0, 0, 0, 1, 1, 1, 1)),
+        ("5x-gpu-club-3090-46.txt", (1, 0, 0, 0, 0)),
+        ("a100-nccl-707.txt", (0, 0, 0, 0)),
+        ("dgx2-v100-nccl-tests-78.txt", None),
+    ],
+)
+def test_topo_parser_reads_each_gpus_numa_node_from_real_outputs(name, nodes):
+    assert parse_topo(_topo(name)).nodes == nodes
+
+
+def test_topo_parser_refuses_what_is_not_a_numa_node():
+    text = _topo("5x-gpu-club-3090-46.txt").replace("1               N/A", "N/A             N/A", 1)
+    assert parse_topo(text).why == "GPU0 has NUMA Affinity 'N/A', not a NUMA node number"
+    assert parse_topo("no matrix here").nodes is None
+
+
+def test_site_detect_drafts_the_map_from_topo_and_the_draft_loads():
+    gpu = parse_gpus("NVIDIA H100 80GB HBM3, 580.159.04, 9.0, 81559 MiB\n" * 8)
+    facts = observed(gpu=gpu, default_route="data0", gpu_topology=_topo("dgx-h100-vllm-13855.txt"))
+    text = draft_site(facts, "h100", ["H100"])
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert site.node.gpu_numa == [0, 0, 0, 0, 1, 1, 1, 1]
+    old = draft_site(
+        observed(gpu=gpu, default_route="data0", gpu_topology=_topo("dgx2-v100-nccl-tests-78.txt")), "v", []
+    )
+    assert "# gpu_numa: not drafted (this nvidia-smi prints no NUMA Affinity column" in old
+
+
+# --- doctor: the map against the nodes ---------------------------------------------------------
+
+
+def _gpu_numa_result(site: Site, nodes: dict[str, dict]) -> tuple[str, str]:
+    facts = Facts(site=site, nodes=nodes, observed=True)
+    (result,) = [r for r in evaluate(facts, knowledge_base()) if r.rule == "gpu-numa"]
+    return result.status, result.evidence
+
+
+def test_doctor_checks_the_map_against_each_nodes_sysfs():
+    site = make_site(node={"cores": 8, "gpus": 2, "gpu_model": "A100", "gpu_numa": [0, 1]})
+    assert _gpu_numa_result(site, {"n1": {"gpu_numa": {"nodes": [0, 1], "note": ""}}})[0] == "PASS"
+    status, evidence = _gpu_numa_result(site, {"n1": {"gpu_numa": {"nodes": [1, 0], "note": ""}}})
+    assert status == "FAIL" and "n1: the GPUs sit on NUMA nodes [1, 0]" in evidence
+
+
+def test_doctor_skips_the_map_where_no_gpu_is_seen_as_on_this_machine():
+    from hpcbundle.diagnose.probes import gpu_numa
+
+    site = make_site(node={"cores": 8, "gpus": 2, "gpu_model": "A100", "gpu_numa": [0, 1]})
+    status, evidence = _gpu_numa_result(site, {"here": {"gpu_numa": gpu_numa()}})
+    assert status == "SKIP" and "not checked" in evidence
