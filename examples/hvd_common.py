@@ -154,8 +154,8 @@ def threads_per_rank(local_size: int) -> int:
 
 
 def local_gpu(local_rank: int, visible: int) -> int:
-    """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where a placement
-    wrapper (hpcbundle's gpu-numa) left each rank its own GPU alone in CUDA_VISIBLE_DEVICES."""
+    """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where the launcher
+    gave each rank one GPU of its own (srun --gpus-per-task=1)."""
     return local_rank % visible
 
 

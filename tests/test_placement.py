@@ -118,31 +118,36 @@ def _wrapped(
     )
 
 
-SHOW = 'echo "$CUDA_VISIBLE_DEVICES $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+SHOW = 'echo "${CUDA_VISIBLE_DEVICES:-unset} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
+NO_NODE = 7  # a NUMA node this machine lacks: numactl refuses to bind to it
 
 
 @pytest.mark.parametrize(
-    "env, expected",
+    "env",
     [
-        ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"}, "1"),  # mpirun in a batch job
-        ({"MPI_LOCALRANKID": "1", "SLURM_LOCALID": "0"}, "1"),  # hydra in a batch job
-        ({"PMI_LOCAL_RANK": "1"}, "1"),
-        ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "4,5"}, "5"),  # srun: the job's GPUs, this rank's
-        ({"SLURM_LOCALID": "1", "CUDA_VISIBLE_DEVICES": "3"}, "3"),  # one GPU already given to the rank
+        {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"},  # mpirun in a batch job
+        {"MPI_LOCALRANKID": "1", "SLURM_LOCALID": "0"},  # hydra in a batch job
+        {"PMI_LOCAL_RANK": "1"},
+        {"SLURM_LOCALID": "2", "CUDA_VISIBLE_DEVICES": "0,2,1"},  # srun: the job's GPUs, this rank's third
+        {"SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "1"},  # one GPU already given to the rank
     ],
     ids=["open-mpi", "hydra", "pmi", "srun-job-gpus", "srun-gpu-per-task"],
 )
-def test_wrapper_reads_the_local_rank_of_each_launcher(env, expected):
-    result = _wrapped(env, [0, 0], SHOW)
+def test_wrapper_binds_each_launchers_rank_to_its_gpus_node_and_leaves_the_gpus_visible(env):
+    """GPU 1 sits on node 0 (this machine's only node), GPU 0 on a node that does not exist: the rank
+    runs only where the wrapper found GPU 1 for it, and sees the GPUs its launcher gave it."""
+    result = _wrapped(env, [NO_NODE, 0], SHOW)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [expected, NODE0_CPUS.read_text().strip()]
+    assert result.stdout.split() == [env.get("CUDA_VISIBLE_DEVICES", "unset"), NODE0_CPUS.read_text().strip()]
+    other_gpu = _wrapped({**env, "CUDA_VISIBLE_DEVICES": "0"}, [NO_NODE, 0], "echo ran")
+    assert other_gpu.returncode != 0 and "ran" not in other_gpu.stdout
 
 
 def test_wrapper_without_a_local_rank_or_a_gpu_for_it_stops_in_one_line():
     alone = _wrapped({}, [0, 0], "true")
     assert alone.returncode == 2 and "gpu-numa: no local rank" in alone.stderr
     beyond = _wrapped({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, [0, 0], "true")
-    assert beyond.returncode == 2 and "local rank 2 has no GPU (node.gpu_numa: 0,0" in beyond.stderr
+    assert beyond.returncode == 2 and "local rank 2 has no GPU in the map (node.gpu_numa: 0,0" in beyond.stderr
 
 
 def test_wrapper_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_path):
@@ -152,13 +157,13 @@ def test_wrapper_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_p
         (tmp_path / tool).symlink_to(found)
     result = _wrapped({"SLURM_LOCALID": "0"}, [0], SHOW, path=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["0", NODE0_CPUS.read_text().strip()]
+    assert result.stdout.split() == ["unset", NODE0_CPUS.read_text().strip()]
 
 
 @pytest.mark.full_setup
 def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_path):
-    """This machine has one NUMA node and no GPU: the run shows each rank's CUDA_VISIBLE_DEVICES and
-    the binding numactl applied (node 0's CPUs and memory); what a GPU changes is not shown here."""
+    """This machine has one NUMA node and no GPU: the run shows the binding numactl applied to each
+    rank (node 0's CPUs and memory) and that both GPUs stay visible; what a GPU changes is not shown."""
     _need_mpirun()
     assert shutil.which("numactl"), "numactl is missing: `make setup` installs it"
     site = write_site(
@@ -180,7 +185,7 @@ def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_pa
     for rank in (0, 1):
         text = (tmp_path / f"rank-{rank}").read_text()
         print(text)
-        assert f"rank {rank} local {rank} CUDA_VISIBLE_DEVICES={rank}\n" in text
+        assert f"rank {rank} local {rank} CUDA_VISIBLE_DEVICES=\n" in text
         assert f"Cpus_allowed_list:\t{cpus}\n" in text and "Mems_allowed_list:\t0\n" in text
         assert "policy: bind\n" in text and "cpubind: 0 \n" in text and "membind: 0 \n" in text
 
