@@ -25,8 +25,8 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.render import render_image, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.launch import RankLayout, build_command, load_site
-from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
+from hpcbundle.launch import build_command, load_site
+from hpcbundle.launch.batch import BatchJob, job_layout, sbatch_script, script_environment
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
@@ -155,7 +155,7 @@ def _launch_round_trips(site, program: list[str], image: str | None) -> None:
     """The sbatch script runs only the launcher, with exactly the argv; the printed line parses back to it."""
     try:
         script = sbatch_script(site, BatchJob(nodes=2), program, image, script_environment(ROOT / "scripts"))
-        command = build_command(site, RankLayout(np=2 * site.node.slots, in_allocation=True), program, image)
+        command = build_command(site, job_layout(site, BatchJob(nodes=2)), program, image)
     except UserError as exc:  # refused (e.g. an image that starts with '-'): one line, nothing run
         assert all("\n" not in line for line in exc.lines)
         return

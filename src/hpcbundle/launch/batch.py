@@ -83,6 +83,22 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
 
 
+def job_layout(site: Site, job: BatchJob) -> RankLayout:
+    """The ranks a batch job runs: nodes x tasks per node, inside the allocation, each asking SLURM for
+    its CPUs (node.cpus_per_rank, else node.cores over the ranks per node)."""
+    per_node = job.tasks_per_node or site.node.slots
+    cpus_source = (
+        "node.cpus_per_rank" if site.node.cpus_per_rank else f"node.cores {site.node.cores} / {per_node} ranks"
+    )
+    return RankLayout(
+        np=job.nodes * per_node,
+        in_allocation=True,
+        np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
+        cpus_per_rank=site.node.cpus_for(per_node),
+        cpus_source=cpus_source,
+    )
+
+
 def sbatch_script(
     site: Site,
     job: BatchJob,
@@ -108,17 +124,7 @@ def sbatch_script(
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py
     """
-    per_node = job.tasks_per_node or site.node.slots
-    cpus_source = (
-        "node.cpus_per_rank" if site.node.cpus_per_rank else f"node.cores {site.node.cores} / {per_node} ranks"
-    )
-    layout = RankLayout(
-        np=job.nodes * per_node,
-        in_allocation=True,
-        np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
-        cpus_per_rank=site.node.cpus_for(per_node),
-        cpus_source=cpus_source,
-    )
+    layout = job_layout(site, job)
     command = build_command(site, layout, program, image)
     gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None
     return env.get_template(TEMPLATE).render(
