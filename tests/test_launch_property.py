@@ -29,6 +29,7 @@ LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
     "eth-a100-slurm": (RankLayout(8), "/scratch/$USER/horovod.sif"),
     "roce-h100-ompi5": (RankLayout(16, (("a", 8), ("b", 8))), "horovod.sif"),
     "slurm-pyxis-h100": (RankLayout(16), "nvcr.io#nvidia/pytorch:24.01-py3"),
+    "seed-v100": (RankLayout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
 }
 TRICKY = [
     " ",
