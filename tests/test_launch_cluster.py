@@ -82,3 +82,35 @@ def test_exec_over_the_decoy_interface_is_killed_at_the_bound_and_blames_the_int
     assert wait_until(lambda: all(not netns_cluster.pids(node) for node in netns_cluster.nodes), timeout=20), {
         node: netns_cluster.pids(node) for node in netns_cluster.nodes
     }
+
+
+def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster, tmp_path):
+    """3 ranks (2 on node1, 1 on node2) of a site declaring 2 GPUs per node on NUMA node 0, run by
+    `launch --exec` through the rsh agent: each rank reports what the wrapper applied. Every node
+    here has one NUMA node (node 0) and no GPU, so the report shows the binding and the untouched
+    CUDA_VISIBLE_DEVICES (exported from the launching shell, as a batch step's would be), not a rank
+    moved to another socket or a GPU selected. --no-doctor: the preflight rightly finds no GPU
+    (declared-gpus FAILs) on nodes that have none."""
+    site = _netns_site(tmp_path, netns_cluster, "data0")
+    data = yaml.safe_load(site.read_text())
+    data["node"] = {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0]}
+    data["export"] = ["CUDA_VISIBLE_DEVICES"]
+    site.write_text(yaml.safe_dump(data))
+    report = (
+        'r=$OMPI_COMM_WORLD_RANK; { echo "rank $r host $(hostname) local $OMPI_COMM_WORLD_LOCAL_RANK'
+        ' CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status;'
+        ' numactl --show; } > "$0/rank-$r"'
+    )
+    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site), "--np", "3"]
+    argv += ["--hosts", "node1:2,node2:1", "--no-doctor", "--timeout", "45", "--exec", "--", "sh", "-c", report]
+    result = netns_cluster.run("node1", [*argv, str(tmp_path)], timeout=60, env={"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " gpu-numa 0,0 sh -c " in result.stderr, result.stderr
+    cpus = Path("/sys/devices/system/node/node0/cpulist").read_text().strip()
+    expected = {0: ("node1", 0), 1: ("node1", 1), 2: ("node2", 0)}
+    for rank, (host, local) in expected.items():
+        text = (tmp_path / f"rank-{rank}").read_text()
+        print(f"--- rank {rank}\n{text}", end="")
+        assert f"rank {rank} host {host} local {local} CUDA_VISIBLE_DEVICES=1,0\n" in text
+        assert f"Cpus_allowed_list:\t{cpus}\n" in text and "Mems_allowed_list:\t0\n" in text
+        assert "policy: bind\n" in text and "cpubind: 0 \n" in text and "membind: 0 \n" in text
