@@ -16,7 +16,7 @@ from hpcbundle.rules.engine import RULES, Facts, evaluate, exit_status
 from hpcbundle.rules.facts import check_declared
 from hpcbundle.rules.loading import all_recipes
 
-from .helpers import RECIPES, recipe_data
+from .helpers import GOLDEN, RECIPES, assert_golden, recipe_data
 from .test_launch import SITES, hpcbundle
 
 KB = knowledge_base()
@@ -283,15 +283,18 @@ def test_ib_v100_passes_only_the_image_whose_open_mpi_has_the_openib_btl():
         ("cuda12.2-tf2.15-torch2.1-ucx", "ib-a100-ucx"),
         ("cuda12.2-tf2.15-torch2.1-ucx", "eth-a100-slurm"),
         ("cuda13.0-torch2.11-ompi5", "roce-h100-ompi5"),
+        ("cuda13.0-torch2.11", "slurm-pyxis-h100"),
         ("knl-intelmpi-tf2.15", "stampede2-knl"),
         ("cpu-local", "local"),
         ("cpu-local", "local-charliecloud"),
     ],
 )
-def test_good_pairs_pass(recipe, site):
+def test_good_pairs_pass_and_print_their_golden_verdicts(recipe, site):
+    """Each shipped site with its fitting recipe: every rule's line, as a user reads it before building."""
     result = hpcbundle("check", recipe, "--site", site)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout
+    assert_golden(GOLDEN / "check" / f"{site}.txt", result.stdout)
 
 
 def test_unknown_site_in_check_is_a_one_line_error():
