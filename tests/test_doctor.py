@@ -6,13 +6,15 @@ No machine is needed.
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
-from hpcbundle.diagnose.probes import numa_memory, parse_gpus
+from hpcbundle.diagnose.probes import numa_memory, parse_gpus, runtimes
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.launching import runtime_detection
 from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
 
@@ -347,3 +349,45 @@ def test_an_image_without_ucx_or_verbs_fails_on_an_infiniband_ucx_site():
 def test_a_numactl_node_list_too_long_or_not_in_ascii_digits_is_skipped_not_expanded(nodes):
     results = diagnose(site(wrappers=[["numactl", "-m", nodes]]), {"n1": {**node("n1"), "numa": {"0": 1}}})
     assert by_rule(results)["numa-memory"].status == "SKIP"
+
+
+# --- the container runtime on the nodes: a binary, or pyxis inside srun --------------------------
+
+PYXIS = {"launcher": {"name": "srun", "pmi": "pmix"}, "container": {"runtime": "pyxis"}}
+PYXIS_FIX = "install pyxis and enroot on those nodes (then `srun --help` lists --container-image)"
+
+
+def _runtime_result(site_model: Site, nodes: dict) -> Result:
+    return by_rule(diagnose(site_model, nodes))["container-runtime"]
+
+
+def test_pyxis_is_found_where_srun_help_lists_its_option_and_failed_where_not():
+    found = node("n1") | {"runtimes": {"pyxis": "`srun --help` lists --container-image"}}
+    lacking = node("n2") | {"runtimes": {}, "runtimes_missing": {"pyxis": "`srun --help` lists no --container-image"}}
+    assert _runtime_result(site(**PYXIS), {"n1": found}).status == "PASS"
+    result = _runtime_result(site(**PYXIS), {"n1": found, "n2": lacking})
+    assert result.status == "FAIL" and PYXIS_FIX in result.fix and "another container.runtime" in result.fix
+    assert result.evidence == "pyxis is a plugin of srun, not a binary: n2: `srun --help` lists no --container-image"
+
+
+@pytest.mark.full_setup
+@pytest.mark.parametrize("configured", [True, False], ids=["slurm-conf", "no-slurm-conf"])
+def test_the_real_probe_fails_pyxis_on_this_machines_srun_without_the_plugin(tmp_path, monkeypatch, configured):
+    """This machine's srun (slurm-wlm, `make setup`) has no pyxis: with a slurm.conf (a minimal one: --help
+    only reads it) its --help lists no --container-image; without one srun stops at once. Both are
+    doctor's FAIL with the fix."""
+    assert shutil.which("srun"), "srun is missing: `make setup` installs slurm-wlm"
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "ClusterName=probe\nSlurmctldHost=localhost\nNodeName=localhost CPUs=1\nPartitionName=debug Nodes=localhost\n"
+    )
+    if configured:
+        monkeypatch.setenv("SLURM_CONF", str(conf))
+    else:
+        monkeypatch.delenv("SLURM_CONF", raising=False)  # and /etc/slurm has no slurm.conf here
+    found, missing = runtimes({"pyxis": runtime_detection()["pyxis"]})
+    why = "`srun --help` lists no --container-image" if configured else "`srun --help` fails: srun: "
+    assert found == {} and missing["pyxis"].startswith(why), missing
+    result = _runtime_result(site(**PYXIS), {"here": node("here") | {"runtimes": found, "runtimes_missing": missing}})
+    print(result.line())
+    assert result.status == "FAIL" and PYXIS_FIX in result.fix and missing["pyxis"] in result.evidence

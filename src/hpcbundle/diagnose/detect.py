@@ -21,6 +21,7 @@ import socket
 from typing import Any
 
 from ..config.sites import PROGRAM_ENV
+from ..knowledge.launching import runtime_detection
 from .topo import parse_topo
 
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
@@ -184,7 +185,7 @@ def observe(hosts: list[str]) -> dict[str, Any]:
     """Gather the facts draft_site needs, on this node (the edge: runs ip, nvidia-smi, mpirun, sinfo)."""
     from . import probes
 
-    found = probes.facts()
+    found = probes.facts(detection=runtime_detection())
     host = socket.gethostname()
     try:
         address = socket.gethostbyname(host)

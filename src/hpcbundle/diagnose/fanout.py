@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..knowledge.launching import runtime_detection
 from .probes import facts
 
 
@@ -75,9 +76,11 @@ def gather(
 
     Returns (host -> facts or {'error'}, interface -> [(from, to, address, 'ok' or why)]).
     """
+    detection = runtime_detection()
     words = ["facts", *(["--image", image_path] if image_path else []), *(["--checksum"] if checksum else [])]
+    words += ["--runtimes", json.dumps(detection)]
     if not hosts:
-        return {socket.gethostname(): facts(image_path, checksum)}, {}
+        return {socket.gethostname(): facts(image_path, checksum, detection)}, {}
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         found = dict(
             zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True)

@@ -4,7 +4,8 @@ Every function here reads the machine (``ip -j addr``, /sys/class/infiniband, ``
 ``mpirun --version``, runtime ``--version``, the image) and returns plain JSON-able data, the
 facts the rules judge (src/hpcbundle/rules/); diagnose/fanout.py runs it on every node. Run on a node as::
 
-    python3 -m hpcbundle.diagnose.probes facts --image /var/tmp/img --checksum   # one JSON object
+    python3 -m hpcbundle.diagnose.probes facts --image /var/tmp/img --checksum \
+        --runtimes '{"pyxis": ["srun", "--container-image"]}'                   # one JSON object
     python3 -m hpcbundle.diagnose.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
     python3 -m hpcbundle.diagnose.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
 """
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,20 +27,19 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "etc/hpcbundle/manifest.json"
-RUNTIME_COMMANDS = {
-    "singularity": "singularity",
-    "apptainer": "apptainer",
-    "charliecloud": "ch-run",
-    "docker": "docker",
-    "podman": "podman",
-}
 _PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
 def _out(argv: list[str], timeout: float = 10.0) -> str | None:
     """stdout+stderr of a bounded command, or None when it is missing, fails to start or times out."""
+    return _attempt(argv, timeout)[0]
+
+
+def _attempt(argv: list[str], timeout: float = 10.0) -> tuple[str | None, str]:
+    """(stdout+stderr, "") of a bounded command, or (None, why it gave nothing)."""
+    command = f"`{shlex.join(argv)}`"
     if shutil.which(argv[0], path=_PATH) is None:
-        return None
+        return None, f"{argv[0]} is not on PATH"
     try:
         env = os.environ if "USER" in os.environ else {**os.environ, "USER": _user()}  # ch-run needs $USER
         res = subprocess.run(
@@ -50,9 +51,14 @@ def _out(argv: list[str], timeout: float = 10.0) -> str | None:
             stdin=subprocess.DEVNULL,
             env=env,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (res.stdout + res.stderr) if res.returncode == 0 else None
+    except OSError as exc:
+        return None, f"{command} does not start: {exc.strerror}"
+    except subprocess.TimeoutExpired:
+        return None, f"{command} gave no answer within {timeout:g} s"
+    text = res.stdout + res.stderr
+    if res.returncode:
+        return None, f"{command} fails: {(text.strip().splitlines() or [f'exit {res.returncode}'])[-1]}"
+    return text, ""
 
 
 def _user() -> str:
@@ -211,14 +217,25 @@ def host_mpi() -> dict[str, Any] | None:
     return None
 
 
-def runtimes() -> dict[str, str]:
-    """Runtime name -> its `--version` first line, for every runtime found on PATH."""
-    found = {}
-    for name, command in RUNTIME_COMMANDS.items():
-        text = _out([command, "--version"])
-        if text:
-            found[name] = text.strip().splitlines()[0]
-    return found
+def runtimes(detection: dict[str, list[str]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(name -> what shows it is here, name -> why it is not) for each runtime of `detection`.
+
+    `detection` (knowledge/launching.py's runtime_detection) maps a name to [command, option]: with no
+    option the runtime is here when `command --version` answers (its first line is the evidence); with
+    one, when `command --help` lists that option (pyxis: srun's plugin, whose options srun --help shows).
+    """
+    found, missing = {}, {}
+    for name, (command, option) in detection.items():
+        text, why = _attempt([command, "--help" if option else "--version"])
+        if text is None:
+            missing[name] = why
+        elif not option:
+            found[name] = (text.strip().splitlines() or [f"{command} --version"])[0]
+        elif re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text):
+            found[name] = f"`{command} --help` lists {option}"
+        else:
+            missing[name] = f"`{command} --help` lists no {option}"
+    return found, missing
 
 
 def slurm() -> dict[str, Any]:
@@ -278,8 +295,11 @@ def _sha256_tree(root: Path) -> str:
     return digest.hexdigest()
 
 
-def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, Any]:
-    """Everything the per-node checks need, as one JSON-able mapping."""
+def facts(
+    image_path: str | None = None, checksum: bool = False, detection: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """Everything the per-node checks need, as one JSON-able mapping; `detection`: the runtimes to look for."""
+    found, missing = runtimes(detection or {})
     return {
         "host": socket.gethostname(),
         "cpus": os.cpu_count() or 1,
@@ -290,7 +310,8 @@ def facts(image_path: str | None = None, checksum: bool = False) -> dict[str, An
         "gpu": gpus(),
         "gpu_numa": gpu_numa(),
         "mpi": host_mpi(),
-        "runtimes": runtimes(),
+        "runtimes": found,
+        "runtimes_missing": missing,
         "image": image(image_path, checksum),
     }
 
@@ -339,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("facts")
     f.add_argument("--image")
     f.add_argument("--checksum", action="store_true")
+    f.add_argument("--runtimes", default="{}", help="JSON: runtime name -> [command, option its --help lists or '']")
     li = sub.add_parser("listen")
     li.add_argument("address")
     li.add_argument("--seconds", type=float, default=10.0)
@@ -348,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args(argv)
     if args.what == "facts":
-        print(json.dumps(facts(args.image, args.checksum)))
+        print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes))))
     elif args.what == "listen":
         listen(args.address, args.seconds, args.expect)
     else:

@@ -51,6 +51,9 @@ class RuntimeKnown:
                          "without --gpus" (the NVIDIA container toolkit under Docker/podman)
     srun_plugin          its options are srun's own (a SPANK plugin such as pyxis): only the srun launcher
                          takes them, and they come right after srun's options
+    detect_option        how doctor finds it on a node: "" when `command --version` answers; else the option
+                         that `command --help` lists when it is installed (a plugin with no binary of its own)
+    install              what a node needs for it (default: the runtime's name), for doctor's fix
     """
 
     command: str
@@ -61,6 +64,8 @@ class RuntimeKnown:
     gpu_instead: str = ""
     gpus_from_image_env: Literal["always", "without --gpus"] | None = None
     srun_plugin: bool = False
+    detect_option: str = ""
+    install: str = ""
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -102,13 +107,29 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
     "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "none": RuntimeKnown("", needs_image=False),
     # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
-    # the image's environment wins over the host's unless --container-env names the variable.
+    # the image's environment wins over the host's unless --container-env names the variable. It has no
+    # binary: its README shows `srun --help` listing its options once plugstack.conf loads it.
     "pyxis": RuntimeKnown(
-        "srun", userns=True, image_keeps=SINGULARITY_KEEPS, gpus_from_image_env="always", srun_plugin=True
+        "srun",
+        userns=True,
+        image_keeps=SINGULARITY_KEEPS,
+        gpus_from_image_env="always",
+        srun_plugin=True,
+        detect_option="--container-image",
+        install="pyxis and enroot",
     ),
     "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS),
 }
+
+
+def runtime_detection() -> dict[str, list[str]]:
+    """What the node probe looks for: runtime name -> [command, the option its --help lists, or "" for --version].
+
+    >>> runtime_detection()["pyxis"], runtime_detection()["charliecloud"]
+    (['srun', '--container-image'], ['ch-run', ''])
+    """
+    return {name: [known.command, known.detect_option] for name, known in RUNTIMES_KNOWN.items() if known.command}
 
 
 def in_user_namespace(site: Site) -> bool:

@@ -11,18 +11,31 @@ from .engine import Facts, Verdict, rule
 
 @rule("container-runtime", needs=("site", "nodes", "observed"))
 def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """The site's container runtime is installed on every node."""
+    """The site's container runtime is on every node: its --version answers, or srun --help lists pyxis's option.
+
+    Which test applies is the runtime row's detect_option (knowledge/launching.py)."""
     name = facts.site.container.runtime
     if name == "none":
         return Verdict("SKIP", "container.runtime: none (the host's own software)")
-    command = facts.site.container.command or getattr(RUNTIMES_KNOWN.get(name), "command", name)
+    known = RUNTIMES_KNOWN.get(name)
+    command = facts.site.container.command or getattr(known, "command", name)
     nodes = facts.ok_nodes()
     missing = [h for h, n in nodes.items() if name not in n.get("runtimes", {})]
     if missing:
+        status = "WARN" if facts.scope == "login" else "FAIL"
+        if known and known.detect_option:
+            unseen = f"`{known.command} --help` lists no {known.detect_option}"
+            why = "; ".join(f"{h}: {nodes[h].get('runtimes_missing', {}).get(name, unseen)}" for h in missing)
+            return Verdict(
+                status,
+                f"{name} is a plugin of {known.command}, not a binary: {why}",
+                f"install {known.install} on those nodes (then `{known.command} --help` lists {known.detect_option}), "
+                "or pick another container.runtime in the site",
+            )
         return Verdict(
-            "WARN" if facts.scope == "login" else "FAIL",
+            status,
             f"`{command} --version` fails or is not on PATH on {', '.join(missing)}",
-            f"install {name} there or set container.runtime/command in the site",
+            f"install {(known and known.install) or name} there or set container.runtime/command in the site",
         )
     versions = sorted({n["runtimes"][name] for n in nodes.values()})
     return Verdict(
