@@ -148,18 +148,65 @@ def test_image_missing_or_different_on_one_node_fails(second, check, evidence):
     assert (result.status, result.evidence) == ("FAIL", evidence)
 
 
-def test_sif_that_cannot_be_opened_warns():
-    results = diagnose(
-        site(),
-        {
-            "n1": node(
-                "n1", image={"path": "/h.sif", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64}
-            )
-        },
-        image="/h.sif",
-        checksum=True,
-    )
+def test_a_file_image_that_is_no_sif_warns():
+    image = {"path": "/h.sqfs", "exists": True, "kind": "file", "manifest": None, "sha256": "c" * 64}
+    results = diagnose(site(), {"n1": node("n1", image=image)}, image="/h.sqfs", checksum=True)
     assert by_rule(results)["image-metadata"].status == "WARN" and exit_status(results) == 1
+
+
+def sif_image(sha: str = "aa" * 32, *, manifest: bool = True, mpi: str = "4.1.4", **extra) -> dict:
+    """A SIF as the probe reports it: its labels (JSON metadata) and the manifest from its SquashFS."""
+    labels = {"org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": mpi, "org.label-schema.x": "1"}
+    found = {"path": "/h.sif", "exists": True, "kind": "sif", "sha256": sha, "labels": labels}
+    return found | {"manifest": {"labels": labels} if manifest else None} | extra
+
+
+def test_the_same_sif_on_every_node_passes_and_its_manifest_is_read():
+    nodes = {h: node(h, image=sif_image()) for h in ("n1", "n2")}
+    results = by_rule(diagnose(site(), nodes, image="/h.sif", checksum=True))
+    assert (results["image checksum"].status, results["image checksum"].evidence) == (
+        "PASS",
+        "/h.sif: sha256 aaaaaaaaaaaa… on n1, n2",
+    )
+    assert results["image-metadata"].evidence == "read /etc/hpcbundle/manifest.json in /h.sif on n1"
+    assert results["mpi-abi-host"].status == "PASS"
+
+
+def test_a_different_sif_on_one_node_fails_naming_it():
+    nodes = {"n1": node("n1", image=sif_image()), "n2": node("n2", image=sif_image("bb" * 32))}
+    result = by_rule(diagnose(site(), nodes, image="/h.sif", checksum=True))["image checksum"]
+    assert (result.status, result.evidence) == (
+        "FAIL",
+        "/h.sif differs between nodes: sha256 aaaaaaaaaaaa… on n1; sha256 bbbbbbbbbbbb… on n2",
+    )
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_a_damaged_sif_on_one_node_fails_naming_it_also_without_a_checksum(checksum):
+    why = "truncated: data object 3 ends at byte 47775744, the file has 20971520"
+    nodes = {"n1": node("n1", image=sif_image()), "n2": node("n2", image=sif_image(damaged=why))}
+    results = by_rule(diagnose(site(), nodes, image="/h.sif", checksum=checksum))
+    assert (results["image intact"].status, results["image intact"].evidence) == (
+        "FAIL",
+        f"/h.sif is damaged on n2: {why}",
+    )
+    assert results["image-metadata"].evidence == "read /etc/hpcbundle/manifest.json in /h.sif on n1"
+
+
+def test_a_sif_hashed_too_slowly_warns_instead_of_comparing():
+    nodes = {
+        "n1": node("n1", image=sif_image()),
+        "n2": node("n2", image=sif_image(sha256_error="hashing stopped after 20 s")),
+    }
+    result = by_rule(diagnose(site(), nodes, image="/h.sif", checksum=True))["image checksum"]
+    assert (result.status, result.evidence) == ("WARN", "/h.sif: checksum not compared, n2: hashing stopped after 20 s")
+
+
+def test_a_sifs_labels_feed_the_image_rules_when_it_has_no_manifest():
+    image = sif_image(manifest=False, mpi="5.0.3", manifest_error="cat: no matches for /etc/hpcbundle/manifest.json")
+    results = by_rule(diagnose(site(), {"n1": node("n1", image=image)}, image="/h.sif"))
+    assert results["image-metadata"].evidence == "read the labels of /h.sif on n1"
+    assert results["mpi-abi-host"].status == "FAIL"
 
 
 def test_gpu_checks_skip_without_a_gpu_and_judge_driver_and_arch_with_one():

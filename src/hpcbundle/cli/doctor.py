@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -60,7 +61,9 @@ def doctor_command(
     model = load_site(site, bundle.get().sites_dir)
     placed = parse_hosts(hosts) if hosts is not None else ()
     probe = program_probe(model, placed, program, image)
-    results = doctor(model, image, placed, checksum=not no_checksum, timeout=timeout, probe=probe)
+    results = doctor(
+        model, image, placed, checksum=not no_checksum, timeout=timeout, probe=probe, environment=os.environ
+    )
     print_results(results)
     ctx.exit(exit_status(results))
 

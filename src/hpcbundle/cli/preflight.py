@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -47,7 +48,7 @@ def doctor_first(
     from ..diagnose.doctor import doctor  # imported when a check runs: printing a line stays fast
 
     probe = program_probe(model, hosts, program, image)
-    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe)
+    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe, environment=os.environ)
     shown = [r for r in results if r.status in ("WARN", "FAIL")]
     print_results(shown, err=True)
     if exit_status(results) == 2:

@@ -23,18 +23,23 @@ from typing import Any, Literal, Mapping
 
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
-from ..knowledge.labels import manifest_facts
+from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
 from ..rules.engine import Facts, Result, evaluate, failed
 from . import fanout, program
 
 
 def image_manifest(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str] | None, str]:
-    """The image's facts from the first node whose probe read its manifest, and where they were read."""
-    for host, node in nodes.items():
-        image = node.get("image") or {}
-        if "error" not in node and image.get("manifest"):
-            return manifest_facts(image["manifest"]), f"{image['path']}/etc/hpcbundle/manifest.json on {host}"
+    """The image's facts from the first node whose probe read its manifest (else a SIF's org.hpcbundle.*
+    labels), and where they were read."""
+    images = {host: node.get("image") or {} for host, node in nodes.items() if "error" not in node}
+    for host, image in images.items():
+        if image.get("manifest"):
+            where = f"{MANIFEST} in {image['path']}" if image["kind"] == "sif" else f"{image['path']}{MANIFEST}"
+            return manifest_facts(image["manifest"]), f"{where} on {host}"
+    for host, image in images.items():
+        if any(key.startswith(LABEL_PREFIX) for key in image.get("labels") or {}):
+            return image_facts(image["labels"]), f"the labels of {image['path']} on {host}"
     return None, ""
 
 
@@ -75,8 +80,12 @@ def doctor(
     scope: Literal["nodes", "login"] = "nodes",
     timeout: float = 30.0,
     probe: program.ProgramProbe | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
+
+    The probes get the site's exported variables from `environment` (the launching shell's), as the
+    launch gives them to its ranks: a runtime found through an exported PATH is found by both.
 
     With `probe` (the job's launch line running a probe, built by the caller), the program's
     environment on every node is observed at the same time, through the launcher; it is judged
@@ -88,7 +97,13 @@ def doctor(
     with ThreadPoolExecutor(max_workers=1) as pool:
         seen = pool.submit(program.observe, probe, timeout, stop) if probe else None
         nodes, reach = fanout.gather(
-            dict(site.mca), [h for h, _ in hosts], image, checksum, probe_ifaces, timeout=timeout
+            dict(site.mca),
+            [h for h, _ in hosts],
+            image,
+            checksum,
+            probe_ifaces,
+            timeout=timeout,
+            environment={name: environment[name] for name in site.export if name in (environment or {})},
         )
         facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
         results = evaluate(facts, knowledge_base())

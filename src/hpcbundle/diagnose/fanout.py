@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Mapping
 
 from ..knowledge.launching import runtime_detection
 from .probes import facts
@@ -37,8 +37,10 @@ def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
     return [*agent, host, shlex.join(words)]
 
 
-def _self(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle.diagnose.probes", *args]
+def _self(environment: Mapping[str, str], *args: str) -> list[str]:
+    """The probe module run by this Python, with `environment` set first (`env NAME=VALUE ...`)."""
+    settings = [f"{name}={value}" for name, value in environment.items()]
+    return [*(["env", *settings] if settings else []), sys.executable, "-m", "hpcbundle.diagnose.probes", *args]
 
 
 def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
@@ -71,19 +73,29 @@ def gather(
     interfaces_to_probe: list[str],
     timeout: float = 30.0,
     connect_seconds: float = 3.0,
+    environment: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
     """Facts from every host (or this one when `hosts` is empty) and a real TCP probe over each interface.
 
-    Returns (host -> facts or {'error'}, interface -> [(from, to, address, 'ok' or why)]).
+    `environment`: what the launch gives its ranks from the launching shell (the site's exports, e.g.
+    PATH), set for the probes too, so they find the runtime where the ranks find it. Hashing the
+    image may take two thirds of `timeout`. Returns (host -> facts or {'error'}, interface -> [(from,
+    to, address, 'ok' or why)]).
     """
+    environment = environment or {}
     detection = runtime_detection()
+    hash_seconds = timeout * 2 / 3
     words = ["facts", *(["--image", image_path] if image_path else []), *(["--checksum"] if checksum else [])]
-    words += ["--runtimes", json.dumps(detection)]
+    words += ["--runtimes", json.dumps(detection), "--hash-seconds", f"{hash_seconds:g}"]
     if not hosts:
-        return {socket.gethostname(): facts(image_path, checksum, detection)}, {}
+        return {socket.gethostname(): facts(image_path, checksum, detection, hash_seconds)}, {}
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         found = dict(
-            zip(hosts, pool.map(lambda h: _run_json(remote_argv(mca, h, _self(*words)), timeout), hosts), strict=True)
+            zip(
+                hosts,
+                pool.map(lambda h: _run_json(remote_argv(mca, h, _self(environment, *words)), timeout), hosts),
+                strict=True,
+            )
         )
     reach: dict[str, list[tuple[str, str, str, str]]] = {}
     if len(hosts) > 1:
@@ -96,12 +108,12 @@ def gather(
                 if link:
                     addrs[host] = link["ipv4"][0].split("/")[0]
             if len(addrs) == len(hosts):
-                reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout)
+                reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout, environment)
     return found, reach
 
 
 def _tcp_mesh(
-    mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float
+    mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float, environment: Mapping[str, str]
 ) -> list[tuple[str, str, str, str]]:
     """Listen on each host's address, connect from every other host; bounded by `seconds` per connection."""
     listeners: dict[str, subprocess.Popen] = {}
@@ -111,7 +123,9 @@ def _tcp_mesh(
         for host, addr in addrs.items():
             listeners[host] = subprocess.Popen(
                 remote_argv(
-                    mca, host, _self("listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1))
+                    mca,
+                    host,
+                    _self(environment, "listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1)),
                 ),  # noqa: S603
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -135,7 +149,8 @@ def _tcp_mesh(
             if not targets:
                 return []
             answer = _run_json(
-                remote_argv(mca, src, _self("connect", *targets.values(), "--seconds", str(seconds))), seconds + timeout
+                remote_argv(mca, src, _self(environment, "connect", *targets.values(), "--seconds", str(seconds))),
+                seconds + timeout,
             )
             return [
                 (src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()

@@ -20,6 +20,7 @@ import re
 import shlex
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -248,8 +249,9 @@ def slurm() -> dict[str, Any]:
     return {"sinfo": shutil.which("sinfo") is not None, "partition": default, "job": os.environ.get("SLURM_JOB_ID")}
 
 
-def image(path: str | None, checksum: bool) -> dict[str, Any] | None:
-    """Whether the image exists here, its kind, its sha256 (when asked) and its manifest (directory images)."""
+def image(path: str | None, checksum: bool, hash_seconds: float = 60.0) -> dict[str, Any] | None:
+    """Whether the image exists here, its kind, its sha256 (when asked; hashing stops after
+    `hash_seconds`) and its manifest (directory images, SIF files)."""
     if not path:
         return None
     target = Path(path)
@@ -259,7 +261,7 @@ def image(path: str | None, checksum: bool) -> dict[str, Any] | None:
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
-        "kind": "dir" if target.is_dir() else "file",
+        "kind": "dir" if target.is_dir() else "sif" if path.endswith(".sif") or _is_sif(target) else "file",
         "manifest": None,
     }
     manifest = target / MANIFEST
@@ -268,20 +270,114 @@ def image(path: str | None, checksum: bool) -> dict[str, Any] | None:
             info["manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             info["manifest_error"] = f"{manifest}: {exc}"
+    elif info["kind"] == "sif":
+        try:
+            info |= sif_contents(target)
+        except SifDamaged as exc:
+            info["damaged"] = str(exc)
     if checksum:
-        info["sha256"] = _sha256_tree(target) if target.is_dir() else _sha256_file(target)
+        deadline = time.monotonic() + hash_seconds
+        try:
+            info["sha256"] = _sha256_tree(target, deadline) if target.is_dir() else _sha256_file(target, deadline)
+        except TimeoutError:
+            info["sha256_error"] = f"hashing stopped after {hash_seconds:g} s"
+        except OSError as exc:
+            info["sha256_error"] = f"hashing failed: {exc.strerror or exc}"
     return info
 
 
-def _sha256_file(path: Path) -> str:
+# --------------------------------------------------------------------------- SIF files
+# The SIF layout (github.com/apptainer/sif, pkg/sif): a global header, then fixed-size data object
+# descriptors (little-endian, packed); the system partition holds the image's SquashFS.
+SIF_MAGIC = b"SIF_MAGIC\0"
+SIF_HEADER = struct.Struct("<32s10s3s3s16s8q")  # launch, magic, version, arch, id; times, descriptors, data
+SIF_DESCRIPTOR = struct.Struct("<i?3I7q128s384s")  # type, used, ids, offset, size, ..., name, extra
+SIF_PARTITION, SIF_JSON_METADATA = 0x4004, 0x4006  # inspect's labels live in the JSON metadata object
+SIF_PRIMARY_SYSTEM, SIF_SQUASHFS = 2, 1  # a partition's extra: fstype, parttype
+SQUASHFS_MAGIC = b"hsqs"
+
+
+class SifDamaged(ValueError):
+    """A SIF file whose layout does not hold: not SIF, truncated, or its parts unreadable."""
+
+
+def _is_sif(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(SIF_HEADER.size)[32:42] == SIF_MAGIC
+    except OSError:
+        return False
+
+
+def sif_contents(path: Path) -> dict[str, Any]:
+    """A SIF's labels (its JSON metadata, as `apptainer inspect --labels` shows them) and manifest
+    (`unsquashfs -cat` at the system partition's offset), read without starting the image; every data
+    object must lie inside the file (a truncated copy raises SifDamaged)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        header = handle.read(SIF_HEADER.size)
+        if len(header) < SIF_HEADER.size or header[32:42] != SIF_MAGIC:
+            raise SifDamaged(f"no SIF header ({size} bytes)")
+        count, table = SIF_HEADER.unpack(header)[8:10]
+        end = table + count * SIF_DESCRIPTOR.size
+        if count < 0 or table < 0 or end > size:
+            raise SifDamaged(f"truncated: its descriptors end at byte {end}, the file has {size}")
+        handle.seek(table)
+        raw = handle.read(end - table)
+        info: dict[str, Any] = {"labels": {}, "manifest": None}
+        system = None
+        for index in range(count):
+            kind, used, ident, _group, _link, offset, length = SIF_DESCRIPTOR.unpack_from(
+                raw, index * SIF_DESCRIPTOR.size
+            )[:7]
+            extra = raw[index * SIF_DESCRIPTOR.size + 201 : (index + 1) * SIF_DESCRIPTOR.size]
+            if not used:
+                continue
+            if offset < 0 or length < 0 or offset + length > size:
+                raise SifDamaged(f"truncated: data object {ident} ends at byte {offset + length}, the file has {size}")
+            handle.seek(offset)
+            if kind == SIF_JSON_METADATA:
+                info["labels"] = _sif_labels(handle.read(length), ident)
+            elif kind == SIF_PARTITION and struct.unpack_from("<ii", extra)[1] == SIF_PRIMARY_SYSTEM:
+                system = (offset, length, struct.unpack_from("<i", extra)[0], handle.read(48))
+    if system is None:
+        raise SifDamaged("no system partition")
+    offset, length, fstype, superblock = system
+    if fstype != SIF_SQUASHFS:
+        return info | {"manifest_error": f"{path}: its system partition is not SquashFS (fstype {fstype})"}
+    if len(superblock) < 48 or superblock[:4] != SQUASHFS_MAGIC or struct.unpack_from("<q", superblock, 40)[0] > length:
+        raise SifDamaged(f"its system partition at byte {offset} is no whole SquashFS")
+    text, why = _attempt(["unsquashfs", "-o", str(offset), "-cat", str(path), MANIFEST])
+    try:
+        info["manifest"] = json.loads(text) if text is not None else None
+    except ValueError as exc:
+        why = f"/{MANIFEST} in {path}: {exc}"
+    if info["manifest"] is None:
+        info["manifest_error"] = why
+    return info
+
+
+def _sif_labels(data: bytes, ident: int) -> dict[str, str]:
+    """The labels of a SIF's JSON metadata object: {"data": {"attributes": {"labels": {...}}}}."""
+    try:
+        labels = json.loads(data)["data"]["attributes"]["labels"] or {}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SifDamaged(f"its JSON metadata (data object {ident}) is unreadable: {exc}") from None
+    return {str(key): str(value) for key, value in labels.items()}
+
+
+def _sha256_file(path: Path, deadline: float) -> str:
+    """sha256 of a file, read in 1 MiB blocks; TimeoutError once past `deadline` (time.monotonic)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
+            if time.monotonic() > deadline:
+                raise TimeoutError(path)
             digest.update(block)
     return digest.hexdigest()
 
 
-def _sha256_tree(root: Path) -> str:
+def _sha256_tree(root: Path, deadline: float) -> str:
     """One digest over a directory image: relative paths, link targets and file contents, in order."""
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
@@ -289,14 +385,17 @@ def _sha256_tree(root: Path) -> str:
         if path.is_symlink():
             digest.update(b"L" + rel + b"\0" + os.readlink(path).encode() + b"\0")
         elif path.is_file():
-            digest.update(b"F" + rel + b"\0" + _sha256_file(path).encode())
+            digest.update(b"F" + rel + b"\0" + _sha256_file(path, deadline).encode())
         elif path.is_dir():
             digest.update(b"D" + rel + b"\0")
     return digest.hexdigest()
 
 
 def facts(
-    image_path: str | None = None, checksum: bool = False, detection: dict[str, list[str]] | None = None
+    image_path: str | None = None,
+    checksum: bool = False,
+    detection: dict[str, list[str]] | None = None,
+    hash_seconds: float = 60.0,
 ) -> dict[str, Any]:
     """Everything the per-node checks need, as one JSON-able mapping; `detection`: the runtimes to look for."""
     found, missing = runtimes(detection or {})
@@ -312,7 +411,7 @@ def facts(
         "mpi": host_mpi(),
         "runtimes": found,
         "runtimes_missing": missing,
-        "image": image(image_path, checksum),
+        "image": image(image_path, checksum, hash_seconds),
     }
 
 
@@ -360,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("facts")
     f.add_argument("--image")
     f.add_argument("--checksum", action="store_true")
+    f.add_argument("--hash-seconds", type=float, default=60.0, help="stop hashing the image after this long")
     f.add_argument("--runtimes", default="{}", help="JSON: runtime name -> [command, option its --help lists or '']")
     li = sub.add_parser("listen")
     li.add_argument("address")
@@ -370,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args(argv)
     if args.what == "facts":
-        print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes))))
+        print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes), args.hash_seconds)))
     elif args.what == "listen":
         listen(args.address, args.seconds, args.expect)
     else:

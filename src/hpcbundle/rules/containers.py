@@ -47,7 +47,7 @@ def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("image", needs=("site", "nodes", "observed"))
 def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """The image exists at the same path on every node, with the same checksum."""
+    """The image exists at the same path on every node, whole (a SIF's layout holds), with the same checksum."""
     path = facts.image_path
     if not path:
         return Verdict("SKIP", "no --image: the program runs on the host", subject="present")
@@ -67,8 +67,24 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "copy the image to the same path on every node (or put it on a shared file system)",
             "present",
         )
+    damaged = {h: i["damaged"] for h, i in seen.items() if i.get("damaged")}
+    if damaged:
+        return Verdict(
+            "FAIL",
+            f"{path} is damaged on " + "; ".join(f"{h}: {why}" for h, why in damaged.items()),
+            "copy the image again from a node where it is whole, then compare with sha256sum",
+            "intact",
+        )
     if not facts.checksum:
         return Verdict("PASS", f"{path} exists on {', '.join(seen)} (checksum not compared)", subject="present")
+    unhashed = {h: i["sha256_error"] for h, i in seen.items() if i.get("sha256_error")}
+    if unhashed:
+        return Verdict(
+            "WARN",
+            f"{path}: checksum not compared, " + "; ".join(f"{h}: {why}" for h, why in unhashed.items()),
+            "raise doctor's --timeout (hashing reads the whole image on every node), or pass --no-checksum",
+            "checksum",
+        )
     sums: dict[str, list[str]] = {}
     for host, info in seen.items():
         sums.setdefault(info.get("sha256", "?"), []).append(host)
@@ -85,7 +101,8 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("image-metadata", needs=("site", "nodes", "observed"))
 def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """The image's recipe metadata can be read (directory images hold /etc/hpcbundle/manifest.json)."""
+    """The image's recipe metadata can be read: /etc/hpcbundle/manifest.json of a directory image or a
+    SIF (read from its SquashFS, not run), else a SIF's org.hpcbundle.* labels."""
     if not facts.image_path:
         return []
     if facts.image is not None:
@@ -97,9 +114,9 @@ def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         return [
             Verdict(
                 "WARN",
-                f"{facts.image_path} is a file image (.sif/SquashFS) that doctor cannot open here: "
+                f"{facts.image_path} is a file image but no SIF (SquashFS, ext3) that doctor cannot open here: "
                 "MPI and CUDA of the image unchecked",
-                "run `singularity inspect --labels IMAGE` (org.hpcbundle.* labels) or give the image as a directory",
+                "build the image as a SIF or a directory (`apptainer build IMAGE.sif ...`)",
             )
         ]
     if errors:
