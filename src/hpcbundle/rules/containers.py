@@ -101,8 +101,10 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("image-metadata", needs=("site", "nodes", "observed"))
 def image_metadata(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """The image's recipe metadata can be read: /etc/hpcbundle/manifest.json of a directory image or a
-    SIF (read from its SquashFS, not run), else a SIF's org.hpcbundle.* labels."""
+    """The image's recipe metadata can be read: its manifest (directory or SIF), else a SIF's labels.
+
+    A SIF's manifest is read from its SquashFS and its org.hpcbundle.* labels from its JSON metadata:
+    the image is not run."""
     if not facts.image_path:
         return []
     if facts.image is not None:
