@@ -198,6 +198,10 @@ def build_sif(
             partial.rename(sif)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    for stale in root.glob(f"{recipe.name}-*.sif"):  # the recipe's older builds: gigabytes each
+        if stale != sif:
+            stale.unlink(missing_ok=True)
+            stale.with_name(f"{stale.name}.lock").unlink(missing_ok=True)
     return SifBuild(sif, definition, time.monotonic() - t0, cached=False, log=res.stdout)
 
 
