@@ -24,7 +24,7 @@ SIF_SUDO ?=
 export SIF_BOOTSTRAP ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif sif-base build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -55,9 +55,10 @@ wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for 
 	ls "wheelhouse/torch-$$TORCH_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==$$TORCH_VERSION+$$TORCH_VARIANT"
 
-build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
+build-sif: venv wheelhouse ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
 	@bootstrap=(); [[ -z $$SIF_BOOTSTRAP ]] || bootstrap=(--bootstrap "$$SIF_BOOTSTRAP"); \
 	$(HPCBUNDLE) render $(RECIPE) --format singularity "$${bootstrap[@]}" -o $(BUILD)/$(RECIPE).def
+	@$(BIN)/python -m hpcbundle_testbed.sif horovod $(RECIPE) wheelhouse
 	@builder=$$(PATH="$$PATH:$(abspath $(BIN))" && command -v apptainer || command -v singularity || true); \
 	if [ -z "$$builder" ]; then \
 	  echo "make build-sif: neither apptainer nor singularity is installed on this host (make setup installs Apptainer)." >&2; \
@@ -73,6 +74,9 @@ build-sif: venv ## Build build/$(RECIPE).sif with apptainer or singularity (RECI
 	$(SIF_SUDO) "$$builder" build $(SIF_FLAGS) "$$partial" $(BUILD)/$(RECIPE).def; \
 	mv -f "$$partial" $(BUILD)/$(RECIPE).sif; \
 	echo "built $(BUILD)/$(RECIPE).sif"
+
+sif-base: venv ## Print a local base for SIF_BOOTSTRAP=localimage:...: the debootstrapped Debian 12 as a sandbox (cached)
+	@$(BIN)/python -m hpcbundle_testbed.sif base
 
 build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name; DOCKER_HOST=your engine)
 	@if [ -n "$${DOCKER_HOST:-}" ]; then \

@@ -1,7 +1,9 @@
 """Shared helpers for the Horovod examples (framework-free: numpy and the standard library only).
 
 - Data: `load_dataset` reads real MNIST / Fashion-MNIST IDX files from a directory (plain or .gz),
-  falls back to scikit-learn's bundled 8x8 digits (works offline), or makes synthetic images.
+  falls back to the 8x8 digits shipped beside the examples (data/digits.csv.gz: scikit-learn's
+  bundled copy of the UCI optdigits set, the file `sklearn.datasets.load_digits` reads; numpy reads
+  it here, so neither scikit-learn nor a download is needed), or makes synthetic images.
 - Sharding: `epoch_batches` gives each rank a disjoint shard of a per-epoch shuffle, cut into the
   same number of steps on every rank (Horovod needs every rank to take part in every allreduce).
 - Checkpoints: `atomic_write_bytes` (temp file in the same directory + fsync + os.replace), so a
@@ -25,6 +27,9 @@ import numpy as np
 
 # IDX type codes -> big-endian numpy dtypes (http://yann.lecun.com/exdb/mnist/).
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+DIGITS = Path(__file__).resolve().parent / "data" / "digits.csv.gz"
+"""The 8x8 digits (UCI Optical Recognition of Handwritten Digits, CC BY 4.0), byte for byte the copy
+scikit-learn bundles (BSD-3-Clause), shipped with the examples: images copy examples/ whole."""
 _IDX_FILES = {
     "x_train": "train-images-idx3-ubyte",
     "y_train": "train-labels-idx1-ubyte",
@@ -118,15 +123,13 @@ def _load_raw(data_dir, synthetic, seed, synthetic_size, image_size):
             num_classes,
             f"IDX files in {d}",
         )
-    from sklearn.datasets import load_digits  # bundled with scikit-learn, no download
-
-    digits = load_digits()
-    x = (digits.images / 16.0).astype(np.float32)  # (1797, 8, 8), values 0..16
-    y = digits.target.astype(np.int64)
+    table = np.loadtxt(DIGITS, delimiter=",", dtype=np.float32)  # 1797 rows: 64 pixels (0..16), the digit
+    x = table[:, :-1].reshape(-1, 8, 8) / 16.0
+    y = table[:, -1].astype(np.int64)
     order = np.random.RandomState(1234).permutation(len(x))  # fixed split, independent of --seed
     n_test = len(x) // 5
     test, train = order[:n_test], order[n_test:]
-    return x[train], y[train], x[test], y[test], 10, "scikit-learn digits 8x8"
+    return x[train], y[train], x[test], y[test], 10, "digits 8x8 (UCI optdigits, as scikit-learn bundles it)"
 
 
 # ------------------------------------------------------------------------------------- sharding

@@ -7,7 +7,7 @@ Launch (any of these; each starts one process per rank):
     horovodrun -np 2 python examples/pytorch_train.py --epochs 3
 (as root, Open MPI's mpirun also needs --allow-run-as-root; 2 ranks on 2 cores: --oversubscribe).
 
-Data: --data-dir DIR with MNIST/Fashion-MNIST IDX files, else scikit-learn's bundled 8x8 digits;
+Data: --data-dir DIR with MNIST/Fashion-MNIST IDX files, else the 8x8 digits in data/;
 --synthetic for throughput runs. With --checkpoint-dir, rank 0 writes a checkpoint atomically after
 every epoch and a restarted job resumes after the last completed epoch.
 Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L images/sec=R ranks=N`

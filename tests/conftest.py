@@ -5,4 +5,5 @@ pytest_plugins = [
     "hpcbundle_testbed.docker_plugin",
     "hpcbundle_testbed.gpu_plugin",
     "hpcbundle_testbed.gpu_device",
+    "hpcbundle_testbed.sif_plugin",
 ]

@@ -1,9 +1,9 @@
 """A real Apptainer builds a small SIF from a local base with the header `hpcbundle render --bootstrap`
 writes, and runs it: exec, the recipe's labels read back by `apptainer inspect`, `apptainer test`.
 
-The base is the testbed's debootstrapped Debian rootfs (cached), unpacked as a sandbox directory; the
+The base is the testbed's debootstrapped Debian rootfs, a cached sandbox directory (hpcbundle_testbed.sif); the
 .def takes the stage header, %environment and %labels of the rendered cpu-local .def and a %post and
-%test of its own (the cpu-local image itself is too heavy for this lane). Runs in `make test`, not in
+%test of its own (tests/test_sif.py builds the whole cpu-local .def). Runs in `make test`, not in
 `make check` (marker `apptainer`). Apptainer comes from the set-up, or is installed now; never skipped.
 """
 
@@ -19,24 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle_testbed.apptainer import build_argv, ensure_apptainer
-from hpcbundle_testbed.docker_engine.rootfs import debootstrap_tarball
+from hpcbundle_testbed.apptainer import build_argv
+from hpcbundle_testbed.sif import base_sandbox as cached_base_sandbox
+from hpcbundle_testbed.sif_plugin import RUN_FLAGS
 
 from .helpers import hpcbundle
 
 pytestmark = pytest.mark.apptainer
 RECIPE = "cpu-local"
 MARKER = "/etc/hpcbundle-built-by-post"
-# Where the container runs: a user namespace (this root lacks capabilities plain `exec` asks for).
-RUN_FLAGS = ["--userns"]
-
-
-@pytest.fixture(scope="module")
-def apptainer() -> str:
-    try:
-        return ensure_apptainer()
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"no Apptainer: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +41,9 @@ def work() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def base_sandbox(work: Path) -> Path:
-    """The cached debootstrapped Debian rootfs, unpacked as a sandbox directory."""
-    sandbox = work / "base"
-    sandbox.mkdir()
-    subprocess.run(["tar", "-C", str(sandbox), "-xf", str(debootstrap_tarball().path)], check=True, timeout=300)
-    return sandbox
+def base_sandbox() -> Path:
+    """The cached debootstrapped Debian rootfs with this machine's layer, as a sandbox directory."""
+    return cached_base_sandbox()
 
 
 def section(text: str, name: str) -> str:

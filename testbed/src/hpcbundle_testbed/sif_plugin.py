@@ -1,0 +1,117 @@
+"""pytest fixtures for Apptainer and the SIF images built from rendered .defs (hpcbundle_testbed.sif).
+
+Load with ``pytest_plugins = ["hpcbundle_testbed.sif_plugin"]``. Each SIF is built once and cached
+under ``$HPCBUNDLE_CACHE/sif/``; a warm session finds it. Nothing skips: Apptainer comes from the
+set-up or is installed now, and a build that fails fails the test with its log's tail. Build times
+are printed in the session summary ("sif images").
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcbundle.config.bundle import Bundle
+from hpcbundle.config.recipes import Recipe
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
+
+from .apptainer import ensure_apptainer
+from .gpu_plugin import CudaStack, HostInstall
+from .sif import SifBuild, build_sif, setup_horovod_wheel
+
+RUN_FLAGS = ("--userns",)
+"""How the tests run a container: in a user namespace (this root lacks capabilities plain `exec` asks for)."""
+
+_REPORT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _REPORT:
+        terminalreporter.section("sif images")
+        for line in _REPORT:
+            terminalreporter.write_line(line)
+
+
+def in_sif(apptainer: str, sif: SifBuild, argv: list[str], binds: tuple[str, ...] = (), timeout: float = 300) -> str:
+    """argv's standard output inside the SIF (`apptainer exec --userns`, with `binds` as --bind specs); the
+    test fails unless it exits 0."""
+    flags = [*RUN_FLAGS, *(f"--bind={spec}" for spec in binds)]
+    res = subprocess.run(
+        [apptainer, "exec", *flags, str(sif.path), *argv], capture_output=True, text=True, timeout=timeout
+    )
+    if res.returncode:
+        pytest.fail(
+            f"{' '.join(argv)} in {sif.path.name} failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
+        )
+    return res.stdout
+
+
+@pytest.fixture(scope="session")
+def apptainer() -> str:
+    """The Apptainer to build and run with (the set-up's, or installed now)."""
+    try:
+        return ensure_apptainer()
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"no Apptainer: {exc}", pytrace=False)
+
+
+def rendered_def(bundle: Bundle, recipe: str, base: Path) -> str:
+    """The recipe's .def as `hpcbundle render RECIPE --format singularity --bootstrap localimage:BASE` prints it."""
+    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(bundle.root), "render", recipe]
+    argv += ["--format", "singularity", "--bootstrap", f"localimage:{base}"]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if res.returncode:
+        pytest.fail(f"{' '.join(argv[3:])}: {res.stderr.strip()}", pytrace=False)
+    return res.stdout
+
+
+def sif_image(
+    bundle: Bundle,
+    recipe: Recipe,
+    apptainer: str,
+    wheels: tuple[Path, ...],
+    horovod: Path | None,
+    env: dict[str, str] | None = None,
+) -> SifBuild:
+    """The recipe's SIF (cached or built now), its build reported in the session summary."""
+    try:
+        built = build_sif(
+            recipe,
+            lambda base: rendered_def(bundle, recipe.name, base),
+            apptainer,
+            bundle.examples_dir,
+            wheels,
+            horovod,
+            env,
+        )
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"SIF {recipe.name}: {exc}", pytrace=False)
+    how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
+    reuse = f"Horovod wheel from {horovod.name}" if horovod else "Horovod compiled (no cached wheel)"
+    _REPORT.append(f"{built.path.name}: {how}, {built.path.stat().st_size / 1e9:.2f} GB; {reuse}")
+    return built
+
+
+@pytest.fixture(scope="session")
+def cpu_local_sif(bundle_under_test: Bundle, apptainer: str, wheelhouse: Path) -> SifBuild:
+    """The cpu-local recipe's rendered .def built into a SIF from the debootstrapped base, with the
+    cached torch+cpu wheel and the set-up's Horovod wheel when its key matches the recipe."""
+    recipe = load_recipe("cpu-local", bundle_under_test.recipes_dir)
+    horovod = setup_horovod_wheel(recipe, image_spec(recipe, knowledge_base()))
+    return sif_image(bundle_under_test, recipe, apptainer, (wheelhouse,), horovod)
+
+
+@pytest.fixture(scope="session")
+def gpu_sif(
+    bundle_under_test: Bundle, apptainer: str, cuda_wheelhouse: CudaStack, gpu_host_install: HostInstall
+) -> SifBuild:
+    """The CUDA-wheels recipe's rendered .def built into a SIF offline (PIP_NO_INDEX=1) from the cached CUDA
+    wheelhouse and the Horovod NCCL wheel the install script cached for the same key (no GPU needed)."""
+    wheels = (cuda_wheelhouse.wheelhouse.path,)
+    horovod = gpu_host_install.wheel.parent
+    return sif_image(bundle_under_test, cuda_wheelhouse.recipe, apptainer, wheels, horovod, {"PIP_NO_INDEX": "1"})

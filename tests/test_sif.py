@@ -1,0 +1,81 @@
+"""The cpu-local recipe's rendered .def, unchanged but for `--bootstrap localimage:<base>`, built into a
+SIF by the real Apptainer from the debootstrapped Debian base (no registry) and run with `exec --userns`.
+
+The build reuses what is already here, as the Docker route does: the cached torch+cpu wheel and the
+set-up's Horovod wheel (scripts/setup/horovod-wheel.sh) when its key names the recipe's versions,
+placed at wheelhouse/horovod/<horovod_key>/ where the rendered Horovod step installs it instead of
+compiling. The SIF is cached by the .def's hash, the base and the wheels (hpcbundle_testbed.sif).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.labels import MANIFEST
+from hpcbundle.rules.loading import load_recipe
+from hpcbundle_testbed.cuda_wheels import check_build_marks
+from hpcbundle_testbed.sif import SifBuild
+from hpcbundle_testbed.sif_plugin import RUN_FLAGS, in_sif
+
+from .helpers import ROOT
+
+pytestmark = pytest.mark.apptainer
+RECIPE = "cpu-local"
+
+
+def test_build_reused_the_cached_horovod_wheel(cpu_local_sif: SifBuild) -> None:
+    if cpu_local_sif.cached:
+        return  # the cached SIF's build was checked when it was built
+    assert "Horovod: the cached wheel /wheelhouse/horovod/" in cpu_local_sif.log, cpu_local_sif.log[-3000:]
+    assert "Horovod: building" not in cpu_local_sif.log
+
+
+def test_inspect_shows_the_recipe_labels(apptainer: str, cpu_local_sif: SifBuild) -> None:
+    res = subprocess.run(
+        [apptainer, "inspect", "--labels", "--json", str(cpu_local_sif.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    labels = json.loads(res.stdout)["data"]["attributes"]["labels"]
+    recipe = load_recipe(RECIPE, ROOT / "recipes")
+    expected = image_spec(recipe, knowledge_base()).labels
+    assert {k: v for k, v in labels.items() if k.startswith("org.hpcbundle.")} == expected
+
+
+def test_apptainer_test_runs_the_test_section(apptainer: str, cpu_local_sif: SifBuild) -> None:
+    res = subprocess.run(
+        [apptainer, "test", *RUN_FLAGS, str(cpu_local_sif.path)], capture_output=True, text=True, timeout=300
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "[X] PyTorch" in out, out[-3000:]
+
+
+def test_check_build_inside(apptainer: str, cpu_local_sif: SifBuild) -> None:
+    marks = check_build_marks(in_sif(apptainer, cpu_local_sif, ["horovodrun", "--check-build"]))
+    recipe = load_recipe(RECIPE, ROOT / "recipes")
+    assert set(image_spec(recipe, knowledge_base()).check_build) <= marks, marks
+
+
+def test_manifest_is_inside_at_its_fixed_path(apptainer: str, cpu_local_sif: SifBuild) -> None:
+    manifest = json.loads(in_sif(apptainer, cpu_local_sif, ["cat", MANIFEST]))
+    recipe = load_recipe(RECIPE, ROOT / "recipes")
+    assert manifest == json.loads(image_spec(recipe, knowledge_base()).manifest)
+    assert re.search(r"^    org\.hpcbundle\.recipe cpu-local$", cpu_local_sif.definition, re.M)
+
+
+def test_readme_training_command_runs_inside_on_the_shipped_digits(apptainer: str, cpu_local_sif: SifBuild) -> None:
+    """The README's in-container command exactly as it shows it (its sbatch line's program), no --synthetic:
+    the digits data set ships with the examples, so no scikit-learn and no download is needed."""
+    out = in_sif(apptainer, cpu_local_sif, ["python", "/examples/pytorch_train.py"], timeout=600)
+    assert "digits 8x8" in out, out[-2000:]
+    accuracy = float(re.search(r"^final: accuracy=([0-9.]+) ", out, re.M)[1])
+    assert accuracy > 0.8, out[-2000:]
