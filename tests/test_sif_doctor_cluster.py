@@ -25,7 +25,6 @@ import pytest
 import yaml
 
 from hpcbundle_testbed import SshCluster
-from hpcbundle_testbed.apptainer import ensure_apptainer
 from hpcbundle_testbed.sif_images import small_sif
 from hpcbundle_testbed.sites import ssh_site
 
@@ -36,14 +35,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.apptainer]
 NODES = ["node1", "node2", "node3"]
 IMAGE = "/dev/shm/hpcbundle-small.sif"
 LABELS = {"org.hpcbundle.recipe": "small", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4"}
-
-
-@pytest.fixture(scope="module")
-def apptainer() -> str:
-    try:
-        return ensure_apptainer()
-    except (RuntimeError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"no Apptainer: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="module")
