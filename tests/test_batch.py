@@ -46,7 +46,15 @@ SITE_JOBS: dict[str, list[str]] = {
     ],
     "roce-h100-ompi5": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "train.py"],
     "seed-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_train.py"],
-    "slurm-pyxis-h100": ["--image", "nvcr.io#nvidia/pytorch:24.01-py3", "--nodes", "2", "--", "python", "train.py"],
+    "slurm-pyxis-h100": [
+        "--image",
+        "registry.example.org#team/horovod:cuda13",
+        "--nodes",
+        "2",
+        "--",
+        "python",
+        "train.py",
+    ],
 }
 
 

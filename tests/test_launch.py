@@ -558,8 +558,8 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
     [
         ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is not a squashfs image path"),
         ("/scratch/$USER/h.sqsh", "is not a squashfs image path"),
-        ("nvcr.io#nvidia/pytorch:24.01-py3;id", "is not an enroot image reference"),
-        ("docker://nvcr.io/nvidia/pytorch", "is not an enroot image reference"),
+        ("registry.example.org#team/horovod:cuda13;id", "is not an enroot image reference"),
+        ("docker://registry.example.org/team/horovod", "is not an enroot image reference"),
     ],
 )
 def test_pyxis_takes_only_a_squashfs_path_or_an_enroot_reference(image, message):

@@ -28,7 +28,7 @@ LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
     "stampede2-knl": (RankLayout(2, in_allocation=True), "horovod.sif"),
     "eth-a100-slurm": (RankLayout(8), "/scratch/$USER/horovod.sif"),
     "roce-h100-ompi5": (RankLayout(16, (("a", 8), ("b", 8))), "horovod.sif"),
-    "slurm-pyxis-h100": (RankLayout(16), "nvcr.io#nvidia/pytorch:24.01-py3"),
+    "slurm-pyxis-h100": (RankLayout(16), "registry.example.org#team/horovod:cuda13"),
     "seed-v100": (RankLayout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
 }
 TRICKY = [

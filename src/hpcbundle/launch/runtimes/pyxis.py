@@ -15,7 +15,8 @@ _ENROOT_URI = re.compile(
     rf"(?:[a-z0-9_.-]{{1,64}}@)?(?:[A-Za-z0-9.-]{{1,253}}(?::[0-9]{{1,5}})?#)?{IMAGE_COMPONENT}(?:/{IMAGE_COMPONENT}){{0,8}}"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
 )
-"""An image as enroot names it, [USER@][REGISTRY#]IMAGE[:TAG] (pyxis README), e.g. nvcr.io#nvidia/pytorch:24.01-py3."""
+"""An image as enroot names it, [USER@][REGISTRY#]IMAGE[:TAG] (pyxis README),
+e.g. registry.example.org#team/horovod:cuda13."""
 
 
 @RUNTIMES.register
@@ -26,7 +27,7 @@ class Pyxis(Runtime):
             --container-mounts=/var/spool/slurmd:/var/spool/slurmd --container-env=PMIX_MCA_gds python train.py
 
     The image is a squashfs file (`enroot import -o horovod.sqsh dockerd://horovod:cuda13`) or an
-    image reference enroot pulls (`nvcr.io#nvidia/pytorch:24.01-py3`). container.binds become one
+    image reference enroot pulls (`registry.example.org#team/horovod:cuda13`). container.binds become one
     --container-mounts=SRC:DST[,...] (a bare path is SRC:SRC). The image's environment wins over
     the host's, so the variables the site sets in front of srun are named in --container-env.
     GPUs come from enroot's nvidia hook, which reads the image's NVIDIA_VISIBLE_DEVICES.
@@ -44,7 +45,7 @@ class Pyxis(Runtime):
             return None
         return (
             f"{image[:80]!r} is not an enroot image reference",
-            "write [USER@][REGISTRY#]IMAGE[:TAG], e.g. nvcr.io#nvidia/pytorch:24.01-py3, or /path/image.sqsh",
+            "write [USER@][REGISTRY#]IMAGE[:TAG], e.g. registry.example.org#team/horovod:cuda13, or /path/image.sqsh",
         )
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
