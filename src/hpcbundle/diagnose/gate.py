@@ -20,7 +20,6 @@ from typing import Any
 # Fabrics on which the data must not go over TCP sockets (NCCL NET/Socket, Open MPI's tcp btl).
 RDMA_FABRICS = ("infiniband", "roce", "omnipath")
 DEFAULT_THRESHOLD = 0.5
-DEFAULT_TIMEOUT = 30
 
 _NCCL_CHANNEL = re.compile(r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : .* via (\S+)")
 _NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")

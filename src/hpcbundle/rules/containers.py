@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import NVIDIA_CONTAINER_ENV, NVIDIA_ENV_LABELS
@@ -67,21 +69,21 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "copy the image to the same path on every node (or put it on a shared file system)",
             "present",
         )
-    damaged = {h: i["damaged"] for h, i in seen.items() if i.get("damaged")}
+    damaged = _per_host(seen, "damaged")
     if damaged:
         return Verdict(
             "FAIL",
-            f"{path} is damaged on " + "; ".join(f"{h}: {why}" for h, why in damaged.items()),
+            f"{path} is damaged on {damaged}",
             "copy the image again from a node where it is whole, then compare with sha256sum",
             "intact",
         )
     if not facts.checksum:
         return Verdict("PASS", f"{path} exists on {', '.join(seen)} (checksum not compared)", subject="present")
-    unhashed = {h: i["sha256_error"] for h, i in seen.items() if i.get("sha256_error")}
+    unhashed = _per_host(seen, "sha256_error")
     if unhashed:
         return Verdict(
             "WARN",
-            f"{path}: checksum not compared, " + "; ".join(f"{h}: {why}" for h, why in unhashed.items()),
+            f"{path}: checksum not compared, {unhashed}",
             "raise doctor's --timeout (hashing reads the whole image on every node), or pass --no-checksum",
             "checksum",
         )
@@ -207,3 +209,8 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "; ".join(m[1] for m in missing),
         )
     return Verdict("PASS", f"PMIX_MCA_gds=hash and {spool} bound into {site.container.runtime}")
+
+
+def _per_host(seen: dict[str, dict[str, Any]], key: str) -> str:
+    """`host: value; ...` for the hosts whose image facts hold `key` ('' when none does)."""
+    return "; ".join(f"{host}: {info[key]}" for host, info in seen.items() if info.get(key))

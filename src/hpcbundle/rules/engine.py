@@ -73,6 +73,11 @@ class Verdict(NamedTuple):
     key: str = ""
 
 
+def refusal(key: str, problem: str, fix: str = "") -> Verdict:
+    """The FAIL of an on_load rule at one key: what loading prints as `FILE: key: problem (fix)`."""
+    return Verdict("FAIL", problem, fix, key=key)
+
+
 @dataclass(frozen=True)
 class Facts:
     """What the rules read; absent facts are None and the rules that need them do not run.

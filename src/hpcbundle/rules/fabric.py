@@ -9,8 +9,7 @@ from ..config.fields import parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
 from ..knowledge.network import interface_settings, named_interfaces
-from .engine import Facts, Verdict, rule
-from .site import refusal
+from .engine import Facts, Verdict, refusal, rule
 
 RDMA_FABRICS = ("infiniband", "roce")
 TCP_FABRICS = ("ethernet", "loopback")

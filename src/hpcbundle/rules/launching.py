@@ -9,8 +9,7 @@ from ..config.fields import parse_version
 from ..config.sites import LauncherSettings, Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown
-from .engine import Facts, Verdict, rule
-from .site import refusal
+from .engine import Facts, Verdict, refusal, rule
 
 
 def _unknown(kind: str, name: str, names: list[str], key: str) -> Verdict:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from ..config.recipes import CUDA_IMAGE, PLAIN_IMAGES
 from ..knowledge.build_env import derived
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, rule
-from .site import refusal
+from .engine import Facts, Verdict, refusal, rule
 
 
 @rule("mpi-install", needs=("recipe",), on_load=True)

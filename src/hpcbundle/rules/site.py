@@ -7,12 +7,7 @@ import shlex
 from typing import Any
 
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, rule
-
-
-def refusal(key: str, problem: str, fix: str = "") -> Verdict:
-    """The FAIL of an on_load rule at one key: what loading prints as `FILE: key: problem (fix)`."""
-    return Verdict("FAIL", problem, fix, key=key)
+from .engine import Facts, Verdict, refusal, rule
 
 
 @rule("env-one-line", needs=("site",), on_load=True)
