@@ -79,3 +79,29 @@ def test_readme_training_command_runs_inside_on_the_shipped_digits(apptainer: st
     assert "digits 8x8" in out, out[-2000:]
     accuracy = float(re.search(r"^final: accuracy=([0-9.]+) ", out, re.M)[1])
     assert accuracy > 0.8, out[-2000:]
+
+
+def readme_build_sif_line() -> str:
+    """The README's `make build-sif ... SIF_BOOTSTRAP=localimage:$(make -s sif-base) ...` line, as printed."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("make build-sif RECIPE=cpu-local SIF_BOOTSTRAP=localimage:$(make -s sif-base)")
+    return readme[start : readme.index("\n```", start)].replace("\\\n", " ")
+
+
+def test_readme_build_sif_line_builds_the_sif_as_written(apptainer: str) -> None:
+    """The card's own flow, typed as the README shows it, from the repository root: a SIF with the
+    recipe's labels at build/cpu-local.sif (removed afterwards: it is large)."""
+    sif = ROOT / "build" / f"{RECIPE}.sif"
+    try:
+        res = subprocess.run(
+            ["bash", "-c", readme_build_sif_line()], cwd=ROOT, capture_output=True, text=True, timeout=1800
+        )
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+        inspected = subprocess.run(
+            [apptainer, "inspect", "--labels", "--json", str(sif)], capture_output=True, text=True, timeout=60
+        )
+        assert inspected.returncode == 0, inspected.stderr
+        labels = json.loads(inspected.stdout)["data"]["attributes"]["labels"]
+        assert labels["org.hpcbundle.recipe"] == RECIPE
+    finally:
+        sif.unlink(missing_ok=True)
