@@ -72,10 +72,17 @@ def test_manifest_is_inside_at_its_fixed_path(apptainer: str, cpu_local_sif: Sif
     assert re.search(r"^    org\.hpcbundle\.recipe cpu-local$", cpu_local_sif.definition, re.M)
 
 
-def test_readme_training_command_runs_inside_on_the_shipped_digits(apptainer: str, cpu_local_sif: SifBuild) -> None:
-    """The README's in-container command exactly as it shows it (its sbatch line's program), no --synthetic:
-    the digits data set ships with the examples, so no scikit-learn and no download is needed."""
-    out = in_sif(apptainer, cpu_local_sif, ["python", "/examples/pytorch_train.py"], timeout=600)
+@pytest.mark.parametrize(
+    "program",
+    [["python", "/examples/pytorch_train.py"], ["python", "/examples/keras_train.py", "--epochs", "24"]],
+    ids=["pytorch-sbatch-line", "keras-launch-line"],
+)
+def test_readme_training_commands_run_inside_on_the_shipped_digits(
+    apptainer: str, cpu_local_sif: SifBuild, program: list[str]
+) -> None:
+    """The README's in-container programs exactly as it shows them (its sbatch and launch lines), no
+    --synthetic: the digits data set ships with the examples, so no scikit-learn and no download."""
+    out = in_sif(apptainer, cpu_local_sif, program, timeout=900)
     assert "digits 8x8" in out, out[-2000:]
     accuracy = float(re.search(r"^final: accuracy=([0-9.]+) ", out, re.M)[1])
     assert accuracy > 0.8, out[-2000:]
