@@ -55,3 +55,10 @@ def hpcbundle(
         stdin=subprocess.DEVNULL,
         cwd=cwd,
     )
+
+
+def launched_command(stderr: str) -> str:
+    """The one command `hpcbundle launch --exec` ran: it echoes it as `+ CMD` on stderr."""
+    lines = [line[2:] for line in stderr.splitlines() if line.startswith("+ ")]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]

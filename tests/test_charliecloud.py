@@ -36,7 +36,7 @@ from hpcbundle_testbed.charliecloud import IN_IMAGE_TESTS, RUN_ENV
 from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sites import charliecloud_site
 
-from .helpers import ROOT
+from .helpers import ROOT, launched_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
@@ -67,13 +67,6 @@ def launch(site: Path, image: Path, np_: int, hosts: str, *program: str) -> list
         "--",
         *program,
     )
-
-
-def generated(out: str) -> str:
-    """The command `hpcbundle launch --exec` ran (it echoes it as `+ CMD` on stderr)."""
-    lines = [line[2:] for line in out.splitlines() if line.startswith("+ ")]
-    assert len(lines) == 1, out[-3000:]
-    return lines[0]
 
 
 def run_on_node1(cluster: NetnsCluster, argv: list[str], timeout: float) -> tuple[int, str]:
@@ -122,7 +115,7 @@ def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(
     status, out = run_on_node1(
         netns_cluster, launch(site, ch_image, 3, "node1:1,node2:1,node3:1", *ALLREDUCE_TF), timeout=240
     )
-    command = generated(out)
+    command = launched_command(out)
     assert status == 0, out[-4000:]
     assert f"ch-run --set-env {ch_image} -- {shlex.join(ALLREDUCE_TF)}" in command
     assert "--mca btl_vader_single_copy_mechanism none" in command and "-H node1:1,node2:1,node3:1" in command
@@ -152,7 +145,7 @@ def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(
         timeout=300,
     )
     assert status == 0, out[-4000:]
-    assert "ch-run --set-env" in generated(out)
+    assert "ch-run --set-env" in launched_command(out)
     epochs = re.findall(r"^epoch (\d+)/2: loss=([\d.]+)", out, re.M)
     final = re.findall(r"^final: accuracy=([\d.]+) loss=[\d.]+ images/sec=[\d.]+ ranks=(\d+)$", out, re.M)
     assert [e for e, _ in epochs] == ["1", "2"] and len(final) == 1, out[-3000:]
@@ -202,7 +195,7 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
         netns_cluster, launch(good, ch_image, 2, "node1:2", "python", big, str(BIG_MIB)), timeout=180
     )
     good_seconds = time.monotonic() - t0
-    command = generated(out)
+    command = launched_command(out)
     assert "--mca btl self,vader,tcp" in command and "--mca btl_vader_single_copy_mechanism none" in command
     assert status == 0, out[-4000:]
     assert re.search(rf"^big_allreduce: OK size=2 mib={BIG_MIB} ", out, re.M), out[-3000:]
@@ -211,7 +204,7 @@ def test_large_shared_memory_allreduce_passes_with_the_generated_command_and_han
     status, out = run_on_node1(
         netns_cluster, launch(bad, ch_image, 2, "node1:2", "python", big, str(SMALL_MIB)), timeout=HANG_BOUND + 60
     )
-    assert "btl_vader_single_copy_mechanism" not in generated(out)
+    assert "btl_vader_single_copy_mechanism" not in launched_command(out)
     assert status == 0, out[-4000:]
     assert re.search(rf"^big_allreduce: OK size=2 mib={SMALL_MIB} ", out, re.M), out[-3000:]
 

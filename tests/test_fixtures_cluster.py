@@ -171,3 +171,14 @@ def test_own_cores_gives_each_node_a_core_of_its_own_and_remote_ranks_keep_it(cl
         assert res.returncode == 0, res.stderr
         seen = dict(line.split() for line in res.stdout.splitlines())
         assert seen == {node: str(core) for node, core in cluster.cores.items()}
+
+
+def test_image_tests_refuse_in_one_line_when_the_disk_cannot_hold_them(tmp_path: Path, monkeypatch) -> None:
+    from hpcbundle_testbed import cache
+
+    monkeypatch.setattr(cache, "SCRATCH_GB", 10**6)
+    problem = cache.disk_space_problem(tmp_path / "cache", tmp_path)
+    need = 10**6 + cache.FILLED_CACHE_GB  # a cold cache and the scratch space, on one file system
+    assert problem.startswith("only ") and f"need about {need} GB there (a cold cache fills to" in problem, problem
+    (tmp_path / "cache" / "docker").mkdir()  # warm: only the scratch space
+    assert f"need about {10**6} GB there (a run takes" in cache.disk_space_problem(tmp_path / "cache", tmp_path)

@@ -22,11 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from hpcbundle_testbed import SshCluster
 from hpcbundle_testbed.sif_images import small_sif
-from hpcbundle_testbed.sites import ssh_site
+from hpcbundle_testbed.sites import sif_site
 
 from .helpers import ROOT
 
@@ -76,15 +75,6 @@ def cli_on_node1(cluster: SshCluster, apptainer: str, *args: str) -> subprocess.
     return over_ssh(cluster, "node1", argv, shell(apptainer))
 
 
-def apptainer_site(directory: Path, cluster: SshCluster, name: str, export: list[str]) -> Path:
-    """The ssh cluster's site with runtime apptainer in a user namespace (this root lacks capabilities)."""
-    path = ssh_site(directory, cluster, name, export=export)
-    data = yaml.safe_load(path.read_text())
-    data["container"] = {"runtime": "apptainer", "args": ["--userns"]}
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def doctor(cluster: SshCluster, apptainer: str, site: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return cli_on_node1(
         cluster, apptainer, "doctor", "--site", str(site), "--image", IMAGE, "--hosts", ",".join(NODES), *extra
@@ -108,7 +98,7 @@ def test_apptainer_is_on_the_launching_shells_path_only(cluster: SshCluster, app
 def test_without_path_exported_doctor_fails_the_runtime_on_every_node_reached_by_ssh(
     cluster: SshCluster, apptainer: str, tmp_path: Path
 ):
-    site = apptainer_site(tmp_path, cluster, "sif-bare", ["PYTHONPATH"])
+    site = sif_site(tmp_path, cluster, "sif-bare", export=["PYTHONPATH"])
     result = doctor(cluster, apptainer, site, "--no-checksum")
     status, evidence = row(result.stdout, "container-runtime")
     assert status == "FAIL" and "is not on PATH on node1, node2, node3;" in evidence, result.stdout + result.stderr
@@ -117,7 +107,7 @@ def test_without_path_exported_doctor_fails_the_runtime_on_every_node_reached_by
 def test_same_sif_everywhere_passes_and_doctor_agrees_with_the_launch_on_the_runtime(
     cluster: SshCluster, apptainer: str, tmp_path: Path
 ):
-    site = apptainer_site(tmp_path, cluster, "sif-path", ["PATH", "PYTHONPATH"])
+    site = sif_site(tmp_path, cluster, "sif-path", export=["PATH", "PYTHONPATH"])
     result = doctor(cluster, apptainer, site)
     out = result.stdout
     assert row(out, "container-runtime") == ("PASS", "apptainer: apptainer version 1.4.5"), out
@@ -128,7 +118,7 @@ def test_same_sif_everywhere_passes_and_doctor_agrees_with_the_launch_on_the_run
     assert "Traceback" not in result.stderr
     # The launch refuses to export PYTHONPATH into the image; the job needs only PATH (doctor's probes
     # needed PYTHONPATH to import this checkout).
-    launch_site = apptainer_site(tmp_path, cluster, "sif-launch", ["PATH"])
+    launch_site = sif_site(tmp_path, cluster, "sif-launch", export=["PATH"])
     launch = cli_on_node1(
         cluster,
         apptainer,
@@ -152,7 +142,7 @@ def test_same_sif_everywhere_passes_and_doctor_agrees_with_the_launch_on_the_run
 
 
 def test_a_truncated_sif_on_node2_fails_naming_it(cluster: SshCluster, apptainer: str, tmp_path: Path):
-    site = apptainer_site(tmp_path, cluster, "sif-cut", ["PATH", "PYTHONPATH"])
+    site = sif_site(tmp_path, cluster, "sif-cut", export=["PATH", "PYTHONPATH"])
     over_ssh(cluster, "node2", ["truncate", "-s", "8M", IMAGE], check=True)
     result = doctor(cluster, apptainer, site, "--no-checksum")
     assert result.returncode == 2, result.stdout + result.stderr

@@ -94,12 +94,26 @@ CASES = [
     ("userns-vader", _recipe("cpu-local"), _site("local-charliecloud"), "PASS", "user namespace"),
     (
         "userns-vader",
+        _recipe("cpu-local"),
+        _site("local-charliecloud", mca={"btl": "self,tcp"}),
+        "PASS",
+        "no shared-memory btl",
+    ),
+    (
+        "userns-vader",
         _recipe("cuda11.8-tf2.14-torch2.1"),
         _site("ib-v100", container={"userns": True}),
         "WARN",
         "singularity runs ranks in user namespaces",
     ),
     ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", ""),
+    (
+        "userns-vader",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", container={"args": ["--userns"]}),
+        "WARN",
+        "singularity runs ranks in user namespaces",
+    ),
     ("openib-btl", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "FAIL", "built without verbs"),
     ("openib-btl", _recipe("cuda12.6-torch2.9"), _site("ib-v100"), "FAIL", "no openib btl"),
     (

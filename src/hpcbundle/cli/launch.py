@@ -92,7 +92,7 @@ def launch_command(
     layout = layout_from(np_, hosts, hostfile)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     command = build_command(model, layout, program, image, os.environ if execute else None)
-    declared_first(
+    warned = declared_first(
         model, planned_ranks(model, layout), f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}"
     )
     if gate and not execute:
@@ -105,7 +105,7 @@ def launch_command(
     for line in command.explain() if explain else ():
         click.echo(line, err=True)
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program)
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
     if gate:
         gate_first(ctx, model, layout, image, program)
     limit, source = (
@@ -207,7 +207,7 @@ def sbatch_command(
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, site)
-    declared_first(
+    warned = declared_first(
         model, {"each node": tasks_per_node} if tasks_per_node else None, f"--tasks-per-node {tasks_per_node}"
     )
     text = sbatch_script(
@@ -225,5 +225,5 @@ def sbatch_command(
         echo_text(text)
     if submit:
         if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
-            doctor_first(ctx, model, image, (), "login")
+            doctor_first(ctx, model, image, (), "login", shown=warned)
         click.echo(submit_script(text, output))

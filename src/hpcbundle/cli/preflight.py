@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ from ..config.sites import Site
 from ..diagnose.program import ProgramProbe, probe_words, program_modules
 from ..knowledge.compat import knowledge_base
 from ..launch import LAUNCHERS, RankLayout, build_command
-from ..rules.engine import exit_status
+from ..rules.engine import Result, exit_status
 from ..rules.facts import declared_launch
 from .outputs import print_results
 
@@ -42,15 +43,21 @@ def program_probe(
 
 
 def doctor_first(
-    ctx: click.Context, model: Site, image: str | None, hosts: tuple, scope: str, program: tuple[str, ...] = ()
+    ctx: click.Context,
+    model: Site,
+    image: str | None,
+    hosts: tuple,
+    scope: str,
+    program: tuple[str, ...] = (),
+    shown: Collection[Result] = (),
 ) -> None:
-    """Run the fast doctor checks (no image hashing); print what is not PASS; stop with exit 2 on a FAIL."""
+    """Run the fast doctor checks (no image hashing); print what is not PASS and not already `shown`
+    (declared_first's WARNs); stop with exit 2 on a FAIL."""
     from ..diagnose.doctor import doctor  # imported when a check runs: printing a line stays fast
 
     probe = program_probe(model, hosts, program, image)
     results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe, environment=os.environ)
-    shown = [r for r in results if r.status in ("WARN", "FAIL")]
-    print_results(shown, err=True)
+    print_results([r for r in results if r.status in ("WARN", "FAIL") and r not in shown], err=True)
     if exit_status(results) == 2:
         click.echo(
             f"hpcbundle: error: doctor found a problem (FAIL above), nothing was started; "
@@ -67,11 +74,14 @@ def planned_ranks(site: Site, layout: RankLayout) -> dict[str, int] | None:
     return dict(placement) or None
 
 
-def declared_first(model: Site, ranks_per_host: dict[str, int] | None, flag: str) -> None:
+def declared_first(model: Site, ranks_per_host: dict[str, int] | None, flag: str) -> list[Result]:
     """The rules over what the command declares (the site, its node, the ranks per host `flag` asks
-    for) before anything is started or written: WARNs on stderr, each FAIL refused as one line (exit 2)."""
+    for) before anything is started or written: WARNs on stderr (and returned), each FAIL refused as
+    one line (exit 2)."""
     results = declared_launch(model, ranks_per_host, knowledge_base())
     failures = [r for r in results if r.status == "FAIL"]
     if failures:
         raise UserError(*(format_problem(model.where, r.key or flag, r.evidence, r.fix) for r in failures))
-    print_results([r for r in results if r.status == "WARN"], err=True)
+    warnings = [r for r in results if r.status == "WARN"]
+    print_results(warnings, err=True)
+    return warnings

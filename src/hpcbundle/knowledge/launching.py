@@ -54,6 +54,7 @@ class RuntimeKnown:
     detect_option        how doctor finds it on a node: "" when `command --version` answers; else the option
                          that `command --help` lists when it is installed (a plugin with no binary of its own)
     install              what a node needs for it (default: the runtime's name), for doctor's fix
+    userns_args          its options that run the container in a user namespace whatever its default
     """
 
     command: str
@@ -66,6 +67,7 @@ class RuntimeKnown:
     srun_plugin: bool = False
     detect_option: str = ""
     install: str = ""
+    userns_args: frozenset[str] = frozenset()
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -99,8 +101,10 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
 }
 
 SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
+# `exec --userns` (-u), and --fakeroot (-f), which maps the user to root inside a user namespace.
+SINGULARITY_USERNS = frozenset({"--userns", "-u", "--fakeroot", "-f"})
 RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
-    "apptainer": RuntimeKnown("apptainer", userns=True, image_keeps=SINGULARITY_KEEPS),
+    "apptainer": RuntimeKnown("apptainer", userns=True, image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
     "charliecloud": RuntimeKnown(
         "ch-run", userns=True, gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`"
     ),
@@ -119,7 +123,7 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         install="pyxis and enroot",
     ),
     "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
-    "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS),
+    "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
 }
 
 
@@ -133,8 +137,11 @@ def runtime_detection() -> dict[str, list[str]]:
 
 
 def in_user_namespace(site: Site) -> bool:
-    """Whether the site's containers run in a user namespace: container.userns, else the runtime's default."""
+    """Whether the site's containers run in a user namespace: container.userns, else an option in
+    container.args that asks for one (`singularity exec --userns`), else the runtime's default."""
     if site.container.userns is not None:
         return site.container.userns
     known = RUNTIMES_KNOWN.get(site.container.runtime)
-    return known is not None and known.userns
+    if known is None:
+        return False
+    return known.userns or any(arg.split("=", 1)[0] in known.userns_args for arg in site.container.args)

@@ -163,6 +163,9 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     version = image.get("mpi.version") or site.mpi.version
     if not in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
         return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
+    btl = site.mca.get("btl", "")
+    if btl and not btl.startswith("^") and not {"vader", "sm"} & set(btl.split(",")):
+        return Verdict("PASS", f"btl {btl} has no shared-memory btl, so vader's single copy never runs")
     if site.mca.get("btl_vader_single_copy_mechanism") == "none":
         return Verdict(
             "PASS", f"{runtime} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none"

@@ -3,11 +3,15 @@
 Load with ``pytest_plugins = ["hpcbundle_testbed.sif_plugin"]``. Each SIF is built once and cached
 under ``$HPCBUNDLE_CACHE/sif/``; a warm session finds it. Nothing skips: Apptainer comes from the
 set-up or is installed now, and a build that fails fails the test with its log's tail. Build times
-are printed in the session summary ("sif images").
+are printed in the session summary ("sif images"). Apptainer's scratch space (APPTAINER_TMPDIR: a
+build's rootfs, gigabytes) is a directory of this test run, removed at its end; one that a killed run
+left behind is removed by the next run.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,13 +25,34 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 
 from .apptainer import ensure_apptainer
+from .cache import cache_dir
 from .gpu_plugin import CudaStack, HostInstall
+from .procs import pid_alive
 from .sif import SifBuild, build_sif, setup_horovod_wheel
 
 RUN_FLAGS = ("--userns",)
 """How the tests run a container: in a user namespace (this root lacks capabilities plain `exec` asks for)."""
 
 _REPORT: list[str] = []
+_SCRATCH = "apptainer-tmp"
+
+
+def _scratch_of(pid: int) -> Path:
+    return cache_dir() / _SCRATCH / f"run-{pid}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Apptainer's scratch space in a directory of this run (and the ones killed runs left, removed)."""
+    for stale in (cache_dir() / _SCRATCH).glob("run-*"):
+        pid = stale.name.removeprefix("run-")
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            shutil.rmtree(stale, ignore_errors=True)
+    _scratch_of(os.getpid()).mkdir(parents=True, exist_ok=True)
+    os.environ["APPTAINER_TMPDIR"] = str(_scratch_of(os.getpid()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_scratch_of(os.getpid()), ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
