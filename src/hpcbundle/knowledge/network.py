@@ -33,6 +33,7 @@ CONTROL_KEYS = frozenset({"mca.oob_tcp_if_include"})
 # cannot exceed 64"). (lowest link in Gbit/s, threads, sockets per thread), fastest first.
 SOCKET_TUNING = ((100.0, 4, 4), (25.0, 2, 2))
 SOCKET_KEYS = ("env.NCCL_SOCKET_NTHREADS", "env.NCCL_NSOCKS_PERTHREAD")
+MAX_SOCKET_THREADS, MAX_SOCKETS = 16, 64  # net_socket.cc lowers the site's values to these
 # An adapter port (mlx5_0:1) in UCX_NET_DEVICES: an RDMA device, not a TCP interface.
 _ADAPTER_PORT = re.compile(r"\w+:\d+")
 

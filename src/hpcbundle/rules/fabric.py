@@ -8,7 +8,7 @@ import re
 from ..config.fields import parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
-from ..knowledge.network import interface_settings, named_interfaces
+from ..knowledge.network import MAX_SOCKET_THREADS, MAX_SOCKETS, SOCKET_KEYS, interface_settings, named_interfaces
 from .engine import Facts, Verdict, refusal, rule
 
 RDMA_FABRICS = ("infiniband", "roce")
@@ -402,3 +402,36 @@ def omnipath_provider(facts: Facts, kb: KnowledgeBase) -> Verdict:
         "silently picks another one (tcp or sockets) and every message crawls",
         "set env FI_PROVIDER: psm2 (then a missing provider is an error at MPI_Init)",
     )
+
+
+@rule("nccl-socket-threads", needs=("site",))
+def nccl_socket_threads(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """NCCL's socket transport runs at most 16 threads and 64 sockets in all: beyond that it lowers
+    the site's NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD itself (net_socket.cc, a WARN in its log
+    only), so the site says one thing and NCCL does another."""
+    site = facts.site
+    given = {name: site.env.get(name) for name in (k.split(".", 1)[1] for k in SOCKET_KEYS)}
+    if not any(given.values()):
+        return Verdict("SKIP", "the site leaves NCCL's socket threads to their defaults (or to network.link_gbps)")
+    bad = [f"{name}={value}" for name, value in given.items() if value is not None and not _positive(value)]
+    if bad:
+        return Verdict(
+            "WARN",
+            f"{', '.join(bad)}: no positive whole number, so NCCL does not take it",
+            "set NCCL_SOCKET_NTHREADS to 1-16 and NCCL_NSOCKS_PERTHREAD so that their product is at most 64",
+        )
+    threads, sockets = (int(value or 1) for value in given.values())
+    runs = min(threads, MAX_SOCKET_THREADS)
+    runs_sockets = sockets if runs * sockets <= MAX_SOCKETS else MAX_SOCKETS // runs
+    if (runs, runs_sockets) == (threads, sockets):
+        return Verdict("PASS", f"{threads} threads x {sockets} sockets, within NCCL's 16 threads and 64 sockets")
+    return Verdict(
+        "WARN",
+        f"NCCL_SOCKET_NTHREADS={threads} x NCCL_NSOCKS_PERTHREAD={sockets} is over NCCL's limits "
+        f"(16 threads, 64 sockets in all): NCCL runs {runs} x {runs_sockets} instead",
+        f"set NCCL_SOCKET_NTHREADS={runs} and NCCL_NSOCKS_PERTHREAD={runs_sockets} (or fewer)",
+    )
+
+
+def _positive(value: str) -> bool:
+    return value.isascii() and value.isdigit() and int(value) > 0
