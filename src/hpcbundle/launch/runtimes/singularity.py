@@ -16,7 +16,8 @@ class Singularity(Runtime):
     container.gpu adds --nv, container.binds one --bind each. The host environment reaches the
     program, except PATH and LD_LIBRARY_PATH: the image's own win (Singularity and Apptainer omit
     them from the host's, internal/pkg/util/env/clean.go), so exporting them only finds singularity
-    on the remote nodes. Installed setuid by default, so no user namespace (container.userns).
+    on the remote nodes. Installed setuid by default, so no user namespace unless container.args asks
+    for one (`--userns`, `--fakeroot`) or container.userns says so.
     """
 
     name = "singularity"
