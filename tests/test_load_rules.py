@@ -42,6 +42,7 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("rdma-on-tcp", "eth-a100-slurm", {"env.NCCL_IB_HCA": "mlx5_0"}),
     ("cpus-per-rank", "eth-a100-slurm", {"node.cpus_per_rank": 17}),
     ("gpu-numa-map", "roce-h100-ompi5", {"node.gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1, 1]}),
+    ("stall-bound", "local", {"faults": {"stall_seconds": 600}, "launcher.timeout": 600}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [

@@ -27,8 +27,10 @@ from subprocess import Popen
 
 import numpy as np
 import pytest
+import yaml
 
 from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster
+from hpcbundle_testbed.netns_cluster import ip
 from hpcbundle_testbed.procs import wait_until
 from hpcbundle_testbed.sites import netns_site, site_data, write_site
 
@@ -162,6 +164,17 @@ def wait_exit(proc: Popen[bytes], timeout: float, log: Path) -> int:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the job did not end within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def start_until_checkpoint_2(cluster: NetnsCluster, argv: list[str], ckpt: Path, log: Path) -> Popen[bytes]:
+    """The job started on node1, once its rank on node2 runs and checkpoint 2 is complete."""
+    job = cluster.start("node1", argv, log=log)
+
+    def running() -> bool:
+        return bool(rank_pids(cluster, "node2")) and (ckpt / "checkpoint-0002.pt").exists()
+
+    wait_for(running, 180, "checkpoint 2", log, job)
+    return job
 
 
 class DirWatch:
@@ -342,14 +355,7 @@ def test_a_killed_rank_ends_the_job_and_the_rerun_resumes_from_the_last_checkpoi
     written: list[str] = []  # checkpoint names as their rename completed them
     with DirWatch(ckpt) as watch:
         started = time.monotonic()
-        job = cluster.start("node1", argv, log=log)
-        wait_for(
-            lambda: rank_pids(cluster, "node2") and (ckpt / "checkpoint-0002.pt").exists(),
-            180,
-            "checkpoint 2",
-            log,
-            job,
-        )
+        job = start_until_checkpoint_2(cluster, argv, ckpt, log)
         print(f"checkpoint 2 written {time.monotonic() - started:.1f} s after the launch")
         victim = rank_pids(cluster, "node2")
         assert len(victim) == 1, victim
@@ -382,6 +388,64 @@ def test_a_killed_rank_ends_the_job_and_the_rerun_resumes_from_the_last_checkpoi
     assert sorted(set(printed) | set(epochs_of(out))) == list(range(1, epochs + 1))
     acc, _, ranks = final_of(out)
     assert ranks == 3 and acc >= ACCURACY_BAR, out[-2000:]
+
+
+STALL_SECONDS = 15  # faults.stall_seconds of the stall tests: rank 0 prints a line every epoch (< 1 s here)
+
+
+@pytest.mark.parametrize("fault", ["rank-stopped", "link-down"])
+def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun_resumes(
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path, fault: str
+) -> None:
+    """After checkpoint 2, rank 1 on node2 is stopped (SIGSTOP: alive and silent), or node2's data
+    link goes down (every process alive): the other ranks wait inside MPI, where TCP's retries take
+    minutes, and launcher.timeout (300 s) would be all that ends it. With faults.stall_seconds the
+    launch stops the job after that much silence, says what doctor finds on the nodes then (data0
+    down on node2, or nothing: a rank stopped), leaves no process on any node, and the same command
+    resumes after the last checkpoint."""
+    cluster, epochs = netns_cluster, 6
+    site = netns_site(tmp_path, cluster, "data0")
+    data = yaml.safe_load(site.read_text())
+    data["faults"] = {"stall_seconds": STALL_SECONDS}
+    data["why"]["faults.stall_seconds"] = "an epoch takes under a second here: 15 s of silence is a stall"
+    site.write_text(yaml.safe_dump(data, sort_keys=False))
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    argv = launch_argv(
+        site, cluster, 3, train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    )
+    log = tmp_path / "stalled.log"
+    link = ["-n", cluster.netns("node2"), "link", "set", cluster.DATA_IFACE]
+    try:
+        job = start_until_checkpoint_2(cluster, argv, ckpt, log)
+        if fault == "rank-stopped":
+            os.kill(rank_pids(cluster, "node2")[0], signal.SIGSTOP)
+        else:
+            ip(*link, "down")
+        faulted_at = time.monotonic()
+        status = wait_exit(job, 300, log)
+        ended = time.monotonic() - faulted_at
+        gone = no_leftovers(cluster, timeout=30)
+    finally:
+        ip(*link, "up")
+    out = log.read_text()
+    print(f"{fault}: the launch ended {ended:.1f} s after the fault (stall bound {STALL_SECONDS} s)\n{out}")
+    assert status == 124, out[-3000:]
+    assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site netns-data0)" in out
+    assert ended < 300 and "killed after" not in out, "the stall bound, not launcher.timeout, ended it"
+    cause = {
+        "rank-stopped": "doctor finds the job's nodes and links fine now, so a rank itself stopped",
+        "link-down": "data0 is down on node2",
+    }[fault]
+    assert cause in out, out[-3000:]
+    assert gone, f"processes left after the job ended: {leftovers(cluster)}"
+
+    done = assert_all_checkpoints_complete(ckpt)
+    res = cluster.run("node1", argv, timeout=300)
+    rerun = res.stdout + res.stderr
+    assert res.returncode == 0, rerun[-4000:]
+    assert RESUME_RE.findall(rerun) == [(str(ckpt / f"checkpoint-{done:04d}.pt"), str(done))], rerun[-3000:]
+    assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
 
 
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import IO, Sequence
 
 from .config.errors import UserError
 
@@ -41,6 +41,63 @@ def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int 
         kill_group(proc, grace)
         raise
     return _status(status)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """How a watched run ended: its exit status, or None when it was stopped (`stalled`: for want of
+    output, else at the time bound)."""
+
+    status: int | None
+    stalled: bool = False
+
+
+def run_watched(argv: Sequence[str], timeout: float, stall: float, grace: float = 5.0) -> Watched:
+    """Like run_bounded, and also stopped when neither its stdout nor its stderr gave a line for `stall` s.
+
+    The output is passed through line by line as it comes. A rank that stops (SIGSTOP, a hung device)
+    or loses its link leaves every other rank waiting inside MPI, where TCP's retries take many
+    minutes; the silence ends the job in `stall` s instead.
+
+    >>> run_watched(["sh", "-c", "echo one; sleep 5; echo two"], timeout=30, stall=0.5, grace=1)
+    one
+    Watched(status=None, stalled=True)
+    >>> run_watched(["sh", "-c", "echo one; exit 4"], timeout=30, stall=5)
+    one
+    Watched(status=4, stalled=False)
+    """
+    stdin = None if sys.stdin is not None and sys.stdin.isatty() else subprocess.DEVNULL
+    proc = _start(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    last_line = [time.monotonic()]
+
+    def relay(source: IO[str], target: IO[str]) -> None:
+        for line in iter(source.readline, ""):
+            last_line[0] = time.monotonic()
+            target.write(line)
+            target.flush()
+
+    relays = [
+        threading.Thread(target=relay, args=(proc.stdout, sys.stdout), daemon=True),
+        threading.Thread(target=relay, args=(proc.stderr, sys.stderr), daemon=True),
+    ]
+    for thread in relays:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                status = proc.wait(0.2)
+                for thread in relays:
+                    thread.join(5.0)
+                return Watched(_status(status))
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if now >= deadline or now - last_line[0] >= stall:
+                    kill_group(proc, grace)
+                    return Watched(None, stalled=now < deadline)
+    except KeyboardInterrupt:
+        kill_group(proc, grace)
+        raise
 
 
 @dataclass(frozen=True)

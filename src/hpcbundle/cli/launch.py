@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..config.sites import Site
-from ..execute import run_bounded, run_captured
+from ..execute import Watched, run_bounded, run_captured, run_watched
 from ..launch import RankLayout, build_command, load_site
 from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
 from . import main, pass_bundle
@@ -26,7 +26,7 @@ from .options import (
     site_for,
     site_option,
 )
-from .outputs import OUTPUT_HELP, echo_text, write_atomic
+from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
 from .preflight import declared_first, doctor_first, planned_ranks
 from .submit import submit_script
 
@@ -112,7 +112,11 @@ def launch_command(
         (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
     )
     click.echo(f"+ {command.display()}", err=True)
-    status = run_bounded(command.argv, limit)
+    stall = model.faults.stall_seconds
+    ended = run_watched(command.argv, limit, stall) if stall else Watched(run_bounded(command.argv, limit))
+    if ended.stalled:
+        after_stall(ctx, model, image, layout, stall)
+    status = ended.status
     if status is None:
         click.echo(
             f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. "
@@ -124,6 +128,33 @@ def launch_command(
         )
         ctx.exit(124)
     ctx.exit(status)
+
+
+def after_stall(ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stall: int) -> None:
+    """The job went silent for faults.stall_seconds and was stopped: say so, then what doctor finds on its
+    nodes now (a link down on one of them is a FAIL naming it), and stop with exit 124."""
+    from ..diagnose.doctor import doctor  # imported when a job stalls: printing a line stays fast
+
+    click.echo(
+        f"hpcbundle: error: no output from the job for {stall} s (faults.stall_seconds of site {model.name}), "
+        "so it was stopped: a rank stopped or lost its link, and the others would wait inside MPI for "
+        "TCP's retries",
+        err=True,
+    )
+    hosts = layout.placement(socket.gethostname())
+    results = doctor(model, image, hosts, checksum=False, scope="nodes", timeout=20, probe=None, environment=os.environ)
+    failed = [r for r in results if r.status == "FAIL"]
+    print_results(failed, err=True)
+    click.echo(
+        "hpcbundle: the FAIL above is on the job's nodes now; "
+        if failed
+        else "hpcbundle: doctor finds the job's nodes and links fine now, so a rank itself stopped "
+        "(SIGSTOP, a hung device, swapping); ",
+        err=True,
+        nl=False,
+    )
+    click.echo("run the same command again to resume from the last checkpoint", err=True)
+    ctx.exit(124)
 
 
 def gate_python(program: tuple[str, ...], image: str | None) -> str:

@@ -187,6 +187,19 @@ class Gate(StrictModel):
     )
 
 
+class Faults(StrictModel):
+    """What ends a job whose ranks stop making progress: a rank stopped (SIGSTOP, a hung device) or a
+    node's link gone down leaves every other rank waiting inside MPI, where TCP's retries take many
+    minutes, while the processes stay alive and the allocation burns."""
+
+    stall_seconds: PositiveInt | None = Field(
+        None,
+        le=7 * 24 * 3600,
+        description="`launch --exec` stops the job after this many seconds without a line of its output "
+        "(longer than the program's quietest stretch: an epoch, a checkpoint); none: off",
+    )
+
+
 class Slurm(StrictModel):
     """#SBATCH settings and what the batch script runs before launching."""
 
@@ -225,6 +238,7 @@ class Site(StrictModel):
     network: Network
     slurm: Slurm = Field(default_factory=Slurm)
     gate: Gate = Field(default_factory=Gate)
+    faults: Faults = Field(default_factory=Faults)
     why: dict[str, str] = Field(default_factory=dict, description="site key -> one line of why, shown by --explain")
     _where: str = PrivateAttr(default="")
 

@@ -165,3 +165,19 @@ def _has_key(data: Any, dotted: str) -> bool:
         else:
             return False
     return True
+
+
+@rule("stall-bound", needs=("site",), on_load=True)
+def stall_bound(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """faults.stall_seconds ends a silent job before launcher.timeout ends every job: at or above it, it never fires."""
+    site = facts.site
+    stall, limit = site.faults.stall_seconds, site.launcher.timeout
+    if stall is None or stall < limit:
+        return []
+    return [
+        refusal(
+            "faults.stall_seconds",
+            f"{stall} s is not below launcher.timeout ({limit} s), so it would never end a stalled job",
+            f"set it below {limit} (longer than the program's quietest stretch), or raise launcher.timeout",
+        )
+    ]
