@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 import yaml
 
-from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster
+from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster, SshCluster
 from hpcbundle_testbed.netns_cluster import ip
 from hpcbundle_testbed.procs import wait_until
-from hpcbundle_testbed.sites import netns_site, site_data, write_site
+from hpcbundle_testbed.sites import netns_site, site_data, ssh_site, write_site
 
 from .helpers import ROOT
 
@@ -139,9 +139,19 @@ def rank_pids(cluster: NetnsCluster, node: str) -> list[int]:
     return found
 
 
-def leftovers(cluster: NetnsCluster) -> dict[str, list[int]]:
-    """Processes still running on each node (empty lists when the job left nothing behind)."""
-    return {node: cluster.pids(node) for node in cluster.nodes}
+def leftovers(cluster: NetnsCluster) -> dict[str, list[str]]:
+    """Processes still running on each node, as 'PID command' (empty lists when the job left nothing
+    behind); a node's own sshd, which an SshCluster runs for the whole test, is no leftover."""
+    daemons = set(getattr(cluster, "sshd_pids", {}).values())
+    return {node: [_described(pid) for pid in cluster.pids(node) if pid not in daemons] for node in cluster.nodes}
+
+
+def _described(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} {b' '.join(argv).decode(errors='replace')[:120]}"
 
 
 def no_leftovers(cluster: NetnsCluster, timeout: float) -> bool:
@@ -395,57 +405,64 @@ STALL_SECONDS = 15  # faults.stall_seconds of the stall tests: rank 0 prints a l
 
 @pytest.mark.parametrize("fault", ["rank-stopped", "link-down"])
 def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun_resumes(
-    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path, fault: str
+    horovod: None, cluster_tools: None, tmp_path: Path, fault: str
 ) -> None:
-    """After checkpoint 2, rank 1 on node2 is stopped (SIGSTOP: alive and silent), or node2's data
-    link goes down (every process alive): the other ranks wait inside MPI, where TCP's retries take
-    minutes, and launcher.timeout (300 s) would be all that ends it. With faults.stall_seconds the
-    launch stops the job after that much silence, says what doctor finds on the nodes then (data0
-    down on node2, or nothing: a rank stopped), leaves no process on any node, and the same command
-    resumes after the last checkpoint."""
-    cluster, epochs = netns_cluster, 6
-    site = netns_site(tmp_path, cluster, "data0")
-    data = yaml.safe_load(site.read_text())
-    data["faults"] = {"stall_seconds": STALL_SECONDS}
-    data["why"]["faults.stall_seconds"] = "an epoch takes under a second here: 15 s of silence is a stall"
-    site.write_text(yaml.safe_dump(data, sort_keys=False))
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    argv = launch_argv(
-        site, cluster, 3, train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
-    )
-    log = tmp_path / "stalled.log"
-    link = ["-n", cluster.netns("node2"), "link", "set", cluster.DATA_IFACE]
-    try:
-        job = start_until_checkpoint_2(cluster, argv, ckpt, log)
-        if fault == "rank-stopped":
-            os.kill(rank_pids(cluster, "node2")[0], signal.SIGSTOP)
-        else:
-            ip(*link, "down")
-        faulted_at = time.monotonic()
-        status = wait_exit(job, 300, log)
-        ended = time.monotonic() - faulted_at
-        gone = no_leftovers(cluster, timeout=30)
-    finally:
-        ip(*link, "up")
-    out = log.read_text()
-    print(f"{fault}: the launch ended {ended:.1f} s after the fault (stall bound {STALL_SECONDS} s)\n{out}")
-    assert status == 124, out[-3000:]
-    assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site netns-data0)" in out
-    assert ended < 300 and "killed after" not in out, "the stall bound, not launcher.timeout, ended it"
-    cause = {
-        "rank-stopped": "doctor finds the job's nodes and links fine now, so a rank itself stopped",
-        "link-down": "data0 is down on node2",
-    }[fault]
-    assert cause in out, out[-3000:]
-    assert gone, f"processes left after the job ended: {leftovers(cluster)}"
+    """On 3 nodes reached over real ssh, after checkpoint 2, rank 1 on node2 is stopped (SIGSTOP:
+    alive and silent), or node2's data link goes down (every process alive, ssh still up on the
+    management network): the other ranks wait inside MPI, where TCP's retries take minutes, and
+    launcher.timeout (300 s) would be all that ends it. With faults.stall_seconds the launch stops the
+    job after that much silence, says what doctor finds on the nodes then (data0 down on node2, or
+    nothing: a rank stopped), leaves no process on any node (the ssh sessions close, their orted
+    go and take their ranks), and the same command resumes after the last checkpoint."""
+    epochs = 6
+    with SshCluster(3) as cluster:
+        site = ssh_site(tmp_path, cluster, "ssh-stall")
+        data = yaml.safe_load(site.read_text())
+        data["faults"] = {"stall_seconds": STALL_SECONDS}
+        data["why"]["faults.stall_seconds"] = "an epoch takes under a second here: 15 s of silence is a stall"
+        site.write_text(yaml.safe_dump(data, sort_keys=False))
+        ckpt = tmp_path / "ckpt"
+        ckpt.mkdir()
+        argv = launch_argv(
+            site, cluster, 3, train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+        )
+        log = tmp_path / "stalled.log"
+        link = ["-n", cluster.netns("node2"), "link", "set", cluster.DATA_IFACE]
+        try:
+            job = start_until_checkpoint_2(cluster, argv, ckpt, log)
+            if fault == "rank-stopped":
+                os.kill(rank_pids(cluster, "node2")[0], signal.SIGSTOP)
+            else:
+                ip(*link, "down")
+            faulted_at = time.monotonic()
+            status = wait_exit(job, 300, log)
+            ended = time.monotonic() - faulted_at
+            gone = no_leftovers(cluster, timeout=10)
+        finally:
+            ip(*link, "up")
+        if fault == "link-down":  # nothing can reach node2's daemon while its data link is down
+            assert not gone, "node2's daemon and rank went although nothing could reach them"
+            back = time.monotonic()
+            gone = no_leftovers(cluster, timeout=120)
+            print(f"node2's daemon and rank ended {time.monotonic() - back:.1f} s after its link came back")
+        out = log.read_text()
+        print(f"{fault}: the launch ended {ended:.1f} s after the fault (stall bound {STALL_SECONDS} s)\n{out}")
+        assert status == 124, out[-3000:]
+        assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site ssh-stall)" in out
+        assert ended < 300 and "killed after" not in out, "the stall bound, not launcher.timeout, ended it"
+        cause = {
+            "rank-stopped": "doctor finds the job's nodes and links fine now, so a rank itself stopped",
+            "link-down": "data0 is down on node2",
+        }[fault]
+        assert cause in out, out[-3000:]
+        assert gone, f"processes left after the job ended: {leftovers(cluster)}"
 
-    done = assert_all_checkpoints_complete(ckpt)
-    res = cluster.run("node1", argv, timeout=300)
-    rerun = res.stdout + res.stderr
-    assert res.returncode == 0, rerun[-4000:]
-    assert RESUME_RE.findall(rerun) == [(str(ckpt / f"checkpoint-{done:04d}.pt"), str(done))], rerun[-3000:]
-    assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
+        done = assert_all_checkpoints_complete(ckpt)
+        res = cluster.run("node1", argv, timeout=300)
+        rerun = res.stdout + res.stderr
+        assert res.returncode == 0, rerun[-4000:]
+        assert RESUME_RE.findall(rerun) == [(str(ckpt / f"checkpoint-{done:04d}.pt"), str(done))], rerun[-3000:]
+        assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
 
 
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Sequence
 
 from .config.errors import UserError
@@ -158,7 +159,10 @@ def _status(returncode: int) -> int:
 
 def kill_group(proc: subprocess.Popen, grace: float) -> None:
     """SIGTERM the process group of `proc` (mpirun then stops its ranks); SIGKILL it after `grace` s,
-    and in any case once the leader is gone, so no straggler of the group survives."""
+    and in any case once the leader is gone, so no straggler of the group survives. Then SIGKILL what
+    was below `proc` and left its group: mpirun runs each ssh to a node in a group of its own, and one
+    whose node it could no longer reach (a link down) would keep that node's daemon and ranks alive."""
+    below = _descendants(proc.pid)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -172,3 +176,27 @@ def kill_group(proc: subprocess.Popen, grace: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` now, whatever its process group (read from /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
