@@ -83,7 +83,7 @@ def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
     order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
     assert order == sorted(order)
     assert "#SBATCH --nodes=3" in lines and "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --gres=gpu:4" in lines
-    assert "    srun --mpi=pmix -n 12 -c 16 \\" in lines and lines[-1] == "    python t.py"
+    assert "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 \\" in lines and lines[-1] == "    python t.py"
 
 
 def test_output_is_written_atomically_and_executable(tmp_path):

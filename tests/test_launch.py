@@ -300,6 +300,7 @@ def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
         "--mpi=pmix",
         "-n",
         "8",
+        "--kill-on-bad-exit=1",
         "--ntasks-per-node=4",
         "--label",
     ]

@@ -44,7 +44,7 @@ def test_srun_batch_job_asks_for_the_nodes_cores_per_rank_and_passes_them_to_sru
     lines = text.stdout.splitlines()
     assert "#SBATCH --cpus-per-task=16" in lines  # 64 cores / 4 GPUs
     launch = "\n".join(lines[lines.index("# shellcheck disable=SC2016") + 1 :])
-    assert "srun --mpi=pmix -n 8 -c 16 " in launch and " OMP_NUM_THREADS=16 " in launch
+    assert "srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 " in launch and " OMP_NUM_THREADS=16 " in launch
 
 
 def test_tasks_per_node_and_the_sites_cpus_per_rank_set_the_cpus(tmp_path):

@@ -192,6 +192,11 @@ class Faults(StrictModel):
     node's link gone down leaves every other rank waiting inside MPI, where TCP's retries take many
     minutes, while the processes stay alive and the allocation burns."""
 
+    kill_on_bad_exit: bool = Field(
+        True,
+        description="srun ends the whole step when one rank fails (--kill-on-bad-exit=1), "
+        "instead of leaving the others in their next collective until the time limit",
+    )
     stall_seconds: PositiveInt | None = Field(
         None,
         le=7 * 24 * 3600,

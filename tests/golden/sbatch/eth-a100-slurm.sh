@@ -24,6 +24,6 @@ nvidia-smi -L
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 env NCCL_IB_DISABLE=1 PMIX_MCA_gds=hash OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=16 OMPI_MCA_btl_tcp_if_include=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4 \
-    srun --mpi=pmix -n 8 -c 16 \
+    srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 \
     apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
     python train.py --lr '0.1 * $WORLD'

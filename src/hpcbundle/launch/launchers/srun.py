@@ -13,7 +13,7 @@ from ..layout import RankLayout
 class Srun(Launcher):
     """srun as the MPI launcher (no mpirun): SLURM places the ranks and PMIx wires them::
 
-        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 apptainer exec --nv img python train.py
+        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 --kill-on-bad-exit=1 apptainer exec --nv img python train.py
 
     srun passes its environment to every rank (--export=ALL is the default); --export itself
     cannot carry values with commas, so variables are set in front of it, and MCA parameters
@@ -32,6 +32,13 @@ class Srun(Launcher):
                 "the SLURM MPI plugin that wires the ranks together (PMIx for Open MPI)",
             )
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
+        if site.faults.kill_on_bad_exit:
+            out.site(
+                "faults.kill_on_bad_exit",
+                ["--kill-on-bad-exit=1"],
+                "one rank that fails ends the step: the others would wait in their next collective until the "
+                "time limit, and SLURM's default (KillOnBadExit=0) lets them",
+            )
         if layout.cpus_per_rank:
             out.add(["-c", str(layout.cpus_per_rank)], layout.cpus_source, reasons.SRUN_CPUS)
         if site.node.ranks_per_node:

@@ -10,7 +10,7 @@ from .singularity import Singularity
 class Apptainer(Singularity):
     """Like singularity, with the apptainer command::
 
-        srun --mpi=pmix -n 8 apptainer exec --nv horovod.sif python train.py
+        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 apptainer exec --nv horovod.sif python train.py
 
     Apptainer >= 1.1 installs without setuid by default: containers run in a user namespace,
     where Open MPI 4's vader single-copy (CMA) hangs (see `hpcbundle check RECIPE --site SITE`).

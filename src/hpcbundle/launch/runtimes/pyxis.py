@@ -23,7 +23,7 @@ e.g. registry.example.org#team/horovod:cuda13."""
 class Pyxis(Runtime):
     """One enroot container per rank, started by srun itself (pyxis's options are srun's)::
 
-        env PMIX_MCA_gds=hash srun --mpi=pmix -n 16 --container-image=/shared/horovod.sqsh \\
+        env PMIX_MCA_gds=hash srun --mpi=pmix -n 16 --kill-on-bad-exit=1 --container-image=/shared/horovod.sqsh \\
             --container-mounts=/var/spool/slurmd:/var/spool/slurmd --container-env=PMIX_MCA_gds python train.py
 
     The image is a squashfs file (`enroot import -o horovod.sqsh dockerd://horovod:cuda13`) or an
