@@ -20,6 +20,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster, SshCluster
 from hpcbundle_testbed.netns_cluster import ip
 from hpcbundle_testbed.procs import wait_until
 from hpcbundle_testbed.sites import netns_site, site_data, ssh_site, write_site
+from hpcbundle_testbed.slurm_cluster import JobResult
 
 from .helpers import ROOT
 
@@ -463,6 +465,47 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
         assert res.returncode == 0, rerun[-4000:]
         assert RESUME_RE.findall(rerun) == [(str(ckpt / f"checkpoint-{done:04d}.pt"), str(done))], rerun[-3000:]
         assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
+
+
+def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
+    horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch` with `srun --mpi=pmix --kill-on-bad-exit=1` on two namespace nodes: rank 1
+    SIGKILLed on node2 after checkpoint 2 ends the whole job within 30 s (not at its time limit),
+    srun names the task, no training rank is left on either node, and the checkpoints are complete."""
+    net = netns_slurm.inside
+    site = write_site(tmp_path, site_data("slurm-kill", launcher="srun", interfaces=[net.DATA_IFACE]))
+    ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
+    ckpt.mkdir()
+    program = train("--epochs", "40", "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    made = subprocess.run(
+        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+        + ["--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "srun --mpi=pmix -n 2 --kill-on-bad-exit=1 " in script.read_text()
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=300)))
+    submitted.start()
+    try:
+        assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
+            "the job never reached checkpoint 2 with a rank on node2"
+        )
+        os.kill(rank_pids(net, "node2")[0], signal.SIGKILL)
+        killed_at = time.monotonic()
+    finally:
+        submitted.join(320)
+    ended = time.monotonic() - killed_at
+    job = jobs[0]
+    print(f"rank 1 SIGKILLed under srun: job exit {job.returncode} after {ended:.1f} s\n{job.error[-2000:]}")
+    assert job.returncode != 0 and ended < 30, (ended, job.output[-2000:], job.error[-2000:])
+    assert re.search(r"node2: task 1: Killed", job.error), job.error[-3000:]
+    assert not rank_pids(net, "node1") and not rank_pids(net, "node2")
+    assert assert_all_checkpoints_complete(ckpt) >= 2
 
 
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
