@@ -279,20 +279,25 @@ def nccl_lines(path: str) -> list[str]:
 
 def run(options: Expect, make: Callable[[bool], Backend] = backend) -> tuple[int, dict[str, Any] | None]:
     """The probe on this rank; rank 0 returns (exit status, report), the others (0, None)."""
-    handle, nccl_file = tempfile.mkstemp(prefix="hpcbundle-gate-nccl.")
-    os.close(handle)
     for name, value in _MPI_VERBOSE.items():
         os.environ.setdefault(name, value)
+    nccl_file = ""  # NCCL's debug file, on GPU sites only (NCCL runs nowhere else)
     if options.gpu:
+        handle, nccl_file = tempfile.mkstemp(prefix="hpcbundle-gate-nccl.")
+        os.close(handle)
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=nccl_file)
-    with StderrCapture() as captured:
-        lib = make(options.gpu)
-        before = tx_bytes()
-        measured = measure(lib)
-        after = tx_bytes()
+    try:
+        with StderrCapture() as captured:
+            lib = make(options.gpu)
+            before = tx_bytes()
+            measured = measure(lib)
+            after = tx_bytes()
+        nccl = tuple(nccl_lines(nccl_file)) if nccl_file else ()
+    finally:
+        if nccl_file:
+            os.unlink(nccl_file)
     sent = {name: after[name] - before.get(name, 0) for name in after}
-    mine = RankReport(socket.gethostname(), tuple(captured.lines()), tuple(nccl_lines(nccl_file)), sent)
-    os.unlink(nccl_file)
+    mine = RankReport(socket.gethostname(), tuple(captured.lines()), nccl, sent)
     everyone = [RankReport.from_json(item) for item in lib.gather(mine.__dict__)]
     if lib.rank != 0:
         return 0, None

@@ -13,7 +13,8 @@ from ..layout import RankLayout
 class Srun(Launcher):
     """srun as the MPI launcher (no mpirun): SLURM places the ranks and PMIx wires them::
 
-        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 --kill-on-bad-exit=1 apptainer exec --nv img python train.py
+        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 --kill-on-bad-exit=1 \\
+            apptainer exec --nv img python train.py
 
     srun passes its environment to every rank (--export=ALL is the default); --export itself
     cannot carry values with commas, so variables are set in front of it, and MCA parameters
