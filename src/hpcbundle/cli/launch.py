@@ -27,7 +27,7 @@ from .options import (
     site_option,
 )
 from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
-from .preflight import declared_first, doctor_first, planned_ranks
+from .preflight import declared_first, doctor_first, fast_doctor, planned_ranks
 from .submit import submit_script
 
 
@@ -133,16 +133,13 @@ def launch_command(
 def after_stall(ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stall: int) -> None:
     """The job went silent for faults.stall_seconds and was stopped: say so, then what doctor finds on its
     nodes now (a link down on one of them is a FAIL naming it), and stop with exit 124."""
-    from ..diagnose.doctor import doctor  # imported when a job stalls: printing a line stays fast
-
     click.echo(
         f"hpcbundle: error: no output from the job for {stall} s (faults.stall_seconds of site {model.name}), "
         "so it was stopped: a rank stopped or lost its link, and the others would wait inside MPI for "
         "TCP's retries",
         err=True,
     )
-    hosts = layout.placement(socket.gethostname())
-    results = doctor(model, image, hosts, checksum=False, scope="nodes", timeout=20, probe=None, environment=os.environ)
+    results = fast_doctor(model, image, layout.placement(socket.gethostname()), "nodes")
     failed = [r for r in results if r.status == "FAIL"]
     print_results(failed, err=True)
     click.echo(

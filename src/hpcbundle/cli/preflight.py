@@ -53,10 +53,7 @@ def doctor_first(
 ) -> None:
     """Run the fast doctor checks (no image hashing); print what is not PASS and not already `shown`
     (declared_first's WARNs); stop with exit 2 on a FAIL."""
-    from ..diagnose.doctor import doctor  # imported when a check runs: printing a line stays fast
-
-    probe = program_probe(model, hosts, program, image)
-    results = doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe, environment=os.environ)
+    results = fast_doctor(model, image, hosts, scope, program_probe(model, hosts, program, image))
     print_results([r for r in results if r.status in ("WARN", "FAIL") and r not in shown], err=True)
     if exit_status(results) == 2:
         click.echo(
@@ -65,6 +62,16 @@ def doctor_first(
             err=True,
         )
         ctx.exit(2)
+
+
+def fast_doctor(
+    model: Site, image: str | None, hosts: tuple, scope: str, probe: ProgramProbe | None = None
+) -> list[Result]:
+    """Doctor's checks as a launch runs them, before a job or after it stalled: no image hashing, 20 s
+    per probe, the node probes with this shell's exported variables."""
+    from ..diagnose.doctor import doctor  # imported when a check runs: printing a line stays fast
+
+    return doctor(model, image, hosts, checksum=False, scope=scope, timeout=20, probe=probe, environment=os.environ)
 
 
 def planned_ranks(site: Site, layout: RankLayout) -> dict[str, int] | None:
