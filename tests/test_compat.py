@@ -59,6 +59,15 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         lambda d: (_set("base.os", "ubuntu24.04")(d), _set("horovod.patches", ["cxx17"])(d)),
         "add gcc13 to horovod.patches",
     ),
+    "horovod-py312": (
+        "cuda13.0-torch2.11",
+        lambda d: (
+            _set("base.os", "ubuntu24.04")(d),
+            _set("python", "3.12")(d),
+            _set("horovod.patches", ["cxx17", "gcc13"])(d),
+        ),
+        "add py312 to horovod.patches",
+    ),
     "tensorflow-build": (
         "cuda11.8-tf2.14-torch2.1",
         _set("frameworks.tensorflow.version", "2.15.1"),

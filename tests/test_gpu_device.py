@@ -10,6 +10,7 @@ before starting anything, and one rank trains on the GPU through Horovod's NCCL 
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -90,7 +91,9 @@ def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_
         pytest.skip(f"this host has {len(nvidia_gpus())} GPUs; the case needs exactly one")
     marker = tmp_path / "started"
     program = ["python", "-c", f"open({str(marker)!r}, 'w')"]
-    run = in_venv(gpu_venv, [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--exec", "--", *program])
+    two_slots = f"{socket.gethostname()}:2"  # this node asked for two ranks, as a user forcing two slots would
+    launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", two_slots, "--exec", "--"]
+    run = in_venv(gpu_venv, [*launch, *program])
     assert run.returncode == 2, run.stdout + run.stderr
     assert "FAIL  oversubscription" in run.stderr and "2 ranks on " in run.stderr and "but 1 GPUs there" in run.stderr
     assert not marker.exists(), "a rank started although the launch was refused"

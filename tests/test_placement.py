@@ -241,6 +241,18 @@ def test_doctor_checks_the_map_against_each_nodes_sysfs():
     assert status == "FAIL" and "n1: the GPUs sit on NUMA nodes [1, 0]" in evidence
 
 
+def test_doctor_skips_gpus_whose_numa_node_the_kernel_does_not_say_as_on_a_virtual_machine():
+    """Seen on a lent H100 (a Firecracker VM): sysfs numa_node -1, while nvidia-smi topo -m, which
+    site detect drafts from, says 0. Unknown is not wrong: the launch must not be refused for it."""
+    site = make_site(node={"cores": 16, "gpus": 1, "gpu_model": "H100", "gpu_numa": [0]})
+    status, evidence = _gpu_numa_result(site, {"vm": {"gpu_numa": {"nodes": [None], "note": ""}}})
+    assert (status, evidence) == ("SKIP", "node.gpu_numa [0] not checked: the kernel does not say (numa_node -1) on vm")
+    two = make_site(node={"cores": 8, "gpus": 2, "gpu_model": "A100", "gpu_numa": [0, 1]})
+    assert _gpu_numa_result(two, {"n1": {"gpu_numa": {"nodes": [None, 1], "note": ""}}})[0] == "PASS"
+    status, evidence = _gpu_numa_result(two, {"n1": {"gpu_numa": {"nodes": [None, 0], "note": ""}}})
+    assert status == "FAIL" and "n1: the GPUs sit on NUMA nodes [?, 0]" in evidence
+
+
 def test_doctor_skips_the_map_where_no_gpu_is_seen_as_on_this_machine():
     from hpcbundle.diagnose.probes import gpu_numa
 

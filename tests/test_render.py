@@ -271,6 +271,55 @@ def test_gcc13_patch_adds_the_includes_and_fails_loudly_when_a_file_is_missing(t
     assert failed.returncode == 1 and "gcc13 patch: horovod/common/group_table.h is missing" in failed.stderr
 
 
+def test_py312_patch_swaps_distutils_for_sysconfig_and_shutil_and_fails_loudly_on_another_sdist(tmp_path: Path) -> None:
+    lines = [line for line in steps("cuda13.0-torch2.11").build[-1].lines if "distutils" in line]
+    script = "hvd_wheel=''\n" + "\n".join(lines).replace("/tmp/build/horovod-0.28.1", str(tmp_path))
+    cmake, js_run = tmp_path / "horovod/torch/CMakeLists.txt", tmp_path / "horovod/runner/js_run.py"
+    for path in (cmake, js_run):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    cmake.write_text(
+        'execute_process(COMMAND ${PY_EXE} -c "from distutils.sysconfig import get_python_inc; '
+        'print(get_python_inc())"\n'
+    )
+    js_run.write_text("import os\nfrom distutils.spawn import find_executable\n")
+    assert _run_line(script, tmp_path).returncode == 0
+    assert "import sysconfig; print(sysconfig.get_paths()['include'])" in cmake.read_text()
+    assert js_run.read_text() == "import os\nfrom shutil import which as find_executable\n"
+    again = _run_line(script, tmp_path)  # already patched, or another Horovod: refused, not half-patched
+    assert again.returncode == 1 and "py312 patch: the distutils imports are not where Horovod 0.28.1" in again.stderr
+
+
+def _python_checks(name: str) -> str:
+    script = rendered(name, "shell")
+    return script[script.index('python_version="$(') : script.index('gcc_major="$(c++ -dumpversion')]
+
+
+@pytest.mark.parametrize(
+    ("name", "python", "headers", "refusal"),
+    [
+        ("cuda12.6-torch2.9", "3.12", True, "Horovod 0.28.1 imports distutils, which Python >= 3.12 lacks"),
+        ("cuda13.0-torch2.11", "3.12", True, None),  # the py312 patch is there
+        ("cuda12.6-torch2.9", "3.11", True, None),
+        ("cpu-local", "3.11", False, "Python 3.11 has no headers (/nowhere/Python.h)"),
+    ],
+)
+def test_install_script_refuses_a_host_python_the_build_cannot_use(tmp_path, name, python, headers, refusal) -> None:
+    """What the lent H100's Ubuntu 24.04 Python 3.12 met (2026-11-26), refused before any download."""
+    include = tmp_path if headers else Path("/nowhere")
+    (tmp_path / "Python.h").write_text("")
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$2" in *"%d.%d"*) echo {python} ;; *Python.h*) echo {include}/Python.h ;;\n'
+        f"  *version_info*) [ {python} = 3.12 ] ;; esac\n"
+    )
+    fake.chmod(0o755)
+    result = subprocess.run(
+        ["bash", "-euc", f"python={fake}\n" + _python_checks(name)], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, refusal is None or refusal in result.stderr) == (0 if refusal is None else 1, True)
+
+
 @pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).mpi.install == "source"])
 def test_source_mpi_is_checksummed_and_configured_for_prefix_launch(name: str) -> None:
     r = recipe(name)

@@ -43,6 +43,16 @@ if [ -n "${missing[*]}" ]; then
     echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv)" >&2
     exit 1
 fi
+python_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+if "$python" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 12))'; then
+    echo "install.sh: Python $python_version: Horovod 0.28.1 imports distutils, which Python >= 3.12 lacks, without the py312 patch (add py312 to horovod.patches of recipe cuda12.2-tf2.15-torch2.1-ucx, re-render)" >&2
+    exit 1
+fi
+python_headers="$("$python" -c 'import pathlib, sysconfig; print(pathlib.Path(sysconfig.get_paths()["include"], "Python.h"))')"
+if [ ! -f "$python_headers" ]; then
+    echo "install.sh: Python $python_version has no headers ($python_headers): Horovod's build compiles against them (Debian/Ubuntu: apt-get install python3-dev)" >&2
+    exit 1
+fi
 gcc_major="$(c++ -dumpversion | cut -d. -f1)"
 if [ "$gcc_major" -ge 13 ]; then
     echo "install.sh: GCC $gcc_major: Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch (add gcc13 to horovod.patches of recipe cuda12.2-tf2.15-torch2.1-ucx, re-render)" >&2

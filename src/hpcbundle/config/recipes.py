@@ -140,10 +140,11 @@ class Horovod(StrictModel):
 
     version: Version
     sdist_sha256: Sha256
-    patches: list[Literal["cxx17", "gcc13"]] = Field(
+    patches: list[Literal["cxx17", "gcc13", "py312"]] = Field(
         default_factory=list,
         description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt; "
-        "gcc13: #include <string> and <stdexcept> where GCC >= 13 no longer pulls them in",
+        "gcc13: #include <string> and <stdexcept> where GCC >= 13 no longer pulls them in; "
+        "py312: sysconfig and shutil.which for the distutils that Python >= 3.12 lacks",
     )
     controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
     tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)

@@ -167,6 +167,8 @@ class ImageSpec:
     """The newest host GCC major nvcc of the recipe's CUDA accepts (the install script checks the host's)."""
     gcc13_from: str | None = None
     """The GCC major from which Horovod needs the gcc13 patch (the install script refuses it unpatched)."""
+    py312_from: str | None = None
+    """The Python from which Horovod needs the py312 patch (the install script refuses it unpatched)."""
 
     @property
     def venv(self) -> str:
@@ -221,6 +223,7 @@ def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSp
         build_requirements=(CMAKE_FOR_WHEELS,) if tree else (),
         gcc_max=kb.nvcc_host_gcc.get(major_minor(recipe.gpu.cuda)) if recipe.gpu else None,
         gcc13_from=hvd.gcc13_patch_from if (hvd := kb.horovod.get(recipe.horovod.version)) else None,
+        py312_from=hvd.py312_patch_from if hvd else None,
         framework_requirements=_framework_requirements(recipe, kb),
         check_build=_check_build(recipe),
         copies=(VENV, *([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else [])),

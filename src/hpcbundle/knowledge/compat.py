@@ -35,6 +35,7 @@ class HorovodRelease(StrictModel):
     pytorch_min: Version
     pytorch_cxx17_from: Version
     gcc13_patch_from: Version | None = None
+    py312_patch_from: Version | None = None
 
 
 class CudaWheels(StrictModel):

@@ -179,6 +179,24 @@ def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"GCC {gcc} of {recipe.base.os}" + (" (gcc13 patch)" if patched else ""))
 
 
+@rule("horovod-py312", needs=("recipe",))
+def horovod_py312(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Python >= 3.12 has no distutils, which Horovod 0.28.1's torch build and horovodrun import: the py312 patch."""
+    recipe = facts.recipe
+    hvd = kb.horovod.get(recipe.horovod.version)
+    if hvd is None or hvd.py312_patch_from is None:
+        return Verdict("SKIP", "no Python 3.12 rule for this Horovod")
+    patched = "py312" in recipe.horovod.patches
+    if parse_version(recipe.python) >= parse_version(hvd.py312_patch_from) and not patched:
+        return Verdict(
+            "FAIL",
+            f"Python {recipe.python} has no distutils; Horovod {recipe.horovod.version}'s torch build and horovodrun "
+            f"import it (Python >= {hvd.py312_patch_from})",
+            "add py312 to horovod.patches",
+        )
+    return Verdict("PASS", f"Python {recipe.python}" + (" (py312 patch)" if patched else ""))
+
+
 @rule("horovod-ops", needs=("recipe",))
 def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """GPU stacks allreduce through NCCL; CPU stacks cannot build NCCL operations."""

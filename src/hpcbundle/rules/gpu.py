@@ -336,20 +336,29 @@ def declared_gpus(facts: Facts, kb: KnowledgeBase) -> Verdict:
 @rule("gpu-numa", needs=("site", "nodes", "observed"))
 def gpu_numa(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """node.gpu_numa is each GPU's NUMA node on the nodes (sysfs numa_node of nvidia-smi's PCI bus ids):
-    a wrong map binds a rank to the far socket's cores and memory."""
+    a wrong map binds a rank to the far socket's cores and memory. A GPU whose numa_node the kernel
+    leaves at -1 (virtual machines, firmware without affinity tables) is unknown, not wrong."""
     declared = facts.site.node.gpu_numa
     if declared is None:
         return Verdict("SKIP", "the site has no node.gpu_numa (no per-rank GPU/NUMA placement)")
     if facts.scope == "login":
         return Verdict("SKIP", "the GPUs' NUMA nodes are checked in the job, on the compute nodes")
     seen = {h: (n.get("gpu_numa") or {}) for h, n in facts.ok_nodes().items()}
-    known = {h: g["nodes"] for h, g in seen.items() if g.get("nodes")}
+    known = {h: g["nodes"] for h, g in seen.items() if any(n is not None for n in g.get("nodes") or ())}
     if not known:
         notes = sorted({g.get("note", "") for g in seen.values()} - {""})
+        unknown = [h for h, g in seen.items() if g.get("nodes")]
+        why = f"the kernel does not say (numa_node -1) on {', '.join(unknown)}" if unknown else None
         return Verdict(
-            "SKIP", f"node.gpu_numa {declared} not checked: {'; '.join(notes) or 'no GPU seen'} on {', '.join(seen)}"
+            "SKIP",
+            f"node.gpu_numa {declared} not checked: {why or '; '.join(notes) or 'no GPU seen'}"
+            + ("" if unknown else f" on {', '.join(seen)}"),
         )
-    wrong = {h: nodes for h, nodes in known.items() if list(nodes) != list(declared)}
+
+    def matches(nodes: list[int | None]) -> bool:
+        return len(nodes) == len(declared) and all(n is None or n == d for n, d in zip(nodes, declared, strict=False))
+
+    wrong = {h: nodes for h, nodes in known.items() if not matches(list(nodes))}
     if wrong:
         host, nodes = next(iter(wrong.items()))
         shown = ", ".join("?" if n is None else str(n) for n in nodes)
@@ -358,4 +367,6 @@ def gpu_numa(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"{', '.join(wrong)}: the GPUs sit on NUMA nodes [{shown}]; the site says node.gpu_numa: {declared}",
             f"set node.gpu_numa: [{shown}] in {facts.site.where} (`hpcbundle site detect` on {host} drafts it)",
         )
-    return Verdict("PASS", f"node.gpu_numa {declared} as seen{facts.on(known)}")
+    partly = [h for h, nodes in known.items() if None in nodes]
+    note = f" (some GPUs' NUMA node unknown to the kernel on {', '.join(partly)})" if partly else ""
+    return Verdict("PASS", f"node.gpu_numa {declared} as seen{facts.on(known)}{note}")

@@ -63,7 +63,7 @@ class Horovod(Block):
     a wheel already cached for these versions (`horovod_key`) is installed instead. Then
     `horovodrun --check-build` must mark every framework, controller and operation [X].
 
-    Parameters: `horovod.version`, `horovod.sdist_sha256`, `horovod.patches` (cxx17, gcc13),
+    Parameters: `horovod.version`, `horovod.sdist_sha256`, `horovod.patches` (cxx17, gcc13, py312),
     `horovod.controllers`, `horovod.tensor_operations`, `horovod.build_env`, `frameworks`,
     `gpu.archs`, `gpu.cuda`, `gpu.source`.
 
