@@ -9,6 +9,9 @@
 - Checkpoints: `atomic_write_bytes` (temp file in the same directory + fsync + os.replace), so a
   crash or kill mid-write never leaves a half-written checkpoint; `latest_checkpoint` finds the
   newest complete one.
+- Stopping early: `stop_on_signal` makes SIGUSR1 (SLURM's --signal=B:USR1@N before the time limit,
+  passed on by hpcbundle's batch script) a request to stop after the epoch's checkpoint; every rank
+  votes at the epoch's end, so all stop after the same epoch.
 
 The trainers import this from their own directory, so examples/ can be copied anywhere (images
 ship it at /examples).
@@ -20,6 +23,7 @@ import argparse
 import gzip
 import os
 import re
+import signal
 import tempfile
 from pathlib import Path
 
@@ -190,6 +194,21 @@ def steady_throughput(epoch_stats) -> float:
     stats = epoch_stats[1:] or epoch_stats
     seconds = sum(s for _, s in stats)
     return sum(n for n, _ in stats) / seconds if seconds > 0 else 0.0
+
+
+# ------------------------------------------------------------------------------ stopping early
+_stop = {"asked": False}
+
+
+def stop_on_signal(signum: int = signal.SIGUSR1) -> None:
+    """Remember `signum` as a request to stop at the next epoch's end (the handler only sets a flag:
+    the rank goes on to finish its epoch and its collectives)."""
+    signal.signal(signum, lambda *_: _stop.update(asked=True))
+
+
+def stop_asked() -> float:
+    """1.0 once this rank got the stop signal, else 0.0: the vote each rank adds to the epoch's allreduce."""
+    return 1.0 if _stop["asked"] else 0.0
 
 
 # ---------------------------------------------------------------------------------- checkpoints

@@ -9,7 +9,9 @@ Launch (any of these; each starts one process per rank):
 
 Data: --data-dir DIR with MNIST/Fashion-MNIST IDX files, else the 8x8 digits in data/;
 --synthetic for throughput runs. With --checkpoint-dir, rank 0 writes a checkpoint atomically after
-every epoch and a restarted job resumes after the last completed epoch.
+every epoch and a restarted job resumes after the last completed epoch. SIGUSR1 (SLURM's
+--signal=B:USR1@N, passed on by hpcbundle's batch script) stops every rank after the epoch's
+checkpoint: `stopped after epoch E/N on SIGUSR1 ...`, exit 0, no final line.
 Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L images/sec=R ranks=N`
 (test-set metrics over all ranks; images/sec leaves out the first epoch, which pays for warm-up).
 --final-params-out FILE makes every rank write its final parameters to FILE.rank<N>.npy.
@@ -67,6 +69,7 @@ def evaluate(model, x, y, device, batch_size=512):
 
 def main():
     args = parse_args()
+    common.stop_on_signal()  # before hvd.init: a signal at start-up must not kill the rank
     # 1. Initialize Horovod; pin one GPU per local rank (CPU when there is none).
     hvd.init()
     if torch.cuda.is_available():
@@ -138,8 +141,11 @@ def main():
             optimizer.step()
             loss_sum += loss.item() * len(b)
             correct += (out.argmax(1) == yb).sum().item()
-        # 6. Average the metrics over all ranks (allreduce of sums -> exact global averages).
-        loss_sum, correct, count = allreduce_sums([loss_sum, correct, sum(len(b) for b in batches)], "train_metrics")
+        # 6. Average the metrics over all ranks (allreduce of sums -> exact global averages); the
+        # stop votes ride along, so every rank learns that one was signalled after the same epoch.
+        loss_sum, correct, count, stop_votes = allreduce_sums(
+            [loss_sum, correct, sum(len(b) for b in batches), common.stop_asked()], "train_metrics"
+        )
         elapsed = time.perf_counter() - start
         epoch_stats.append((count, elapsed))
         val_loss, val_acc = evaluate(model, x_te, y_te, device)
@@ -155,6 +161,10 @@ def main():
             torch.save({"epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
             common.atomic_write_bytes(common.checkpoint_path(args.checkpoint_dir, epoch + 1, "pt"), buf.getvalue())
             common.prune_checkpoints(args.checkpoint_dir, "pt")
+        if stop_votes and epoch + 1 < args.epochs:
+            saved = "its checkpoint resumes the run" if args.checkpoint_dir else "no --checkpoint-dir: nothing saved"
+            log(f"stopped after epoch {epoch + 1}/{args.epochs} on SIGUSR1 (the time limit is near); {saved}")
+            return
 
     if args.final_params_out:
         flat = torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()]).numpy()

@@ -83,7 +83,13 @@ def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
     order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
     assert order == sorted(order)
     assert "#SBATCH --nodes=3" in lines and "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --gres=gpu:4" in lines
-    assert "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 \\" in lines and lines[-1] == "    python t.py"
+    assert "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 \\" in lines and "    python t.py &" in lines
+    assert lines[-1] == 'exit "$launch_status"'  # faults.signal_before_end: the line runs in the background
+
+
+def test_a_site_without_the_time_limit_signal_ends_the_script_with_the_launch_line():
+    text = hpcbundle("sbatch", "--site", "local", "--nodes", "1", "--", "python", "t.py").stdout
+    assert text.splitlines()[-1].endswith("python t.py") and "trap" not in text and "--signal" not in text
 
 
 def test_output_is_written_atomically_and_executable(tmp_path):
@@ -138,6 +144,11 @@ def test_submit_without_sbatch_is_a_one_line_error(tmp_path):
     [
         (["--time", "2 hours"], "--time: '2 hours' is not a SLURM time"),
         (["--site", "ib-v100", "--image", "-x.sif"], "--image: '-x.sif' is not an image name"),
+        (
+            ["--site", "eth-a100-slurm", "--time", "10"],
+            "--time: 10 is not longer than the site's faults.signal_before_end (600 s): "
+            "SLURM would signal the job to stop as it starts (ask for more than 600 s)",
+        ),
     ],
 )
 def test_bad_batch_request_is_refused_and_writes_nothing(tmp_path, args, message):

@@ -43,6 +43,7 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("cpus-per-rank", "eth-a100-slurm", {"node.cpus_per_rank": 17}),
     ("gpu-numa-map", "roce-h100-ompi5", {"node.gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1, 1]}),
     ("stall-bound", "local", {"faults": {"stall_seconds": 600}, "launcher.timeout": 600}),
+    ("signal-lead", "eth-a100-slurm", {"faults.signal_before_end": 3600, "slurm.time": "60"}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [

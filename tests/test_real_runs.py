@@ -508,6 +508,50 @@ def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
     assert assert_all_checkpoints_complete(ckpt) >= 2
 
 
+def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(
+    horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch` for a site with faults.signal_before_end and faults.requeue, on two namespace
+    nodes under a 1-minute time limit: SLURM sends USR1 to the script, which passes it through srun to
+    both ranks; they stop after the same epoch, at its checkpoint, and the script requeues the job.
+    Each requeued run resumes after the last checkpoint, until the training finishes; no epoch is
+    trained twice, none is skipped, and no run reaches the time limit."""
+    net = netns_slurm.inside
+    data = site_data("slurm-requeue", launcher="srun", interfaces=[net.DATA_IFACE])
+    data["slurm"]["time"] = "1"
+    data["faults"] = {"signal_before_end": 40, "requeue": True}
+    site = write_site(tmp_path, data)
+    ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
+    ckpt.mkdir()
+    epochs = 60
+    program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    made = subprocess.run(
+        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+        + ["--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    text = script.read_text()
+    assert "#SBATCH --signal=B:USR1@40\n#SBATCH --requeue\n#SBATCH --open-mode=append\n" in text, text
+    started = time.monotonic()
+    job = netns_slurm.sbatch_wait(text, timeout=900)
+    took = time.monotonic() - started
+    out = job.output
+    stops = re.findall(rf"^stopped after epoch (\d+)/{epochs} on SIGUSR1", out, re.M)
+    resumes = [int(done) for _, done in RESUME_RE.findall(out)]
+    print(f"sbatch --wait: exit {job.returncode} after {took:.0f} s; stopped after epochs {stops}, resumed {resumes}")
+    print(job.error[-3000:])
+    assert job.returncode == 0, out[-3000:] + job.error[-3000:]
+    assert stops and [int(e) for e in stops] == resumes, (stops, resumes, out[-3000:])
+    assert epochs_of(out) == list(range(1, epochs + 1)), "an epoch was trained twice, or skipped"
+    assert "requeueing job" in job.error and "DUE TO TIME LIMIT" not in job.error, job.error[-3000:]
+    final_of(out)
+    assert assert_all_checkpoints_complete(ckpt) == epochs
+
+
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
     horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
 ) -> None:

@@ -103,6 +103,8 @@ BAD_SITES = [
         "node.gpus: Input should be a valid integer, unable to parse string as an integer",
     ),
     ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
+    ("local", {"faults.signal_before_end": 0}, "faults.signal_before_end: Input should be greater than 0"),
+    ("local", {"faults.requeue": "sometimes"}, "faults.requeue: Input should be a valid boolean"),
     (
         "ib-v100",
         {"slurm.time": "two hours"},

@@ -65,6 +65,23 @@ SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
+def slurm_seconds(time: str) -> int:
+    """Seconds of a SLURM time (minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]]).
+
+    >>> [slurm_seconds(t) for t in ("30", "5:30", "02:00:00", "1-00:00:00", "1-2", "1-2:30")]
+    [1800, 330, 7200, 86400, 93600, 95400]
+    """
+    days, _, clock = time.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, (minutes, seconds) = 0, (parts + [0])[:2]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
 # The variables that choose a program's interpreter, its modules and their libraries: what a
 # launching shell with an activated venv or conda env holds, and what a rank on another node lacks
 # unless the launcher forwards it (site `export`). `site detect` drafts the ones that are set;
@@ -202,6 +219,19 @@ class Faults(StrictModel):
         le=7 * 24 * 3600,
         description="`launch --exec` stops the job after this many seconds without a line of its output "
         "(longer than the program's quietest stretch: an epoch, a checkpoint); none: off",
+    )
+    signal_before_end: PositiveInt | None = Field(
+        None,
+        le=65535,
+        description="sbatch asks SLURM for SIGUSR1 this many seconds before the time limit "
+        "(--signal=B:USR1@N); the script passes it to the ranks, which finish the epoch, checkpoint "
+        "and stop (longer than an epoch plus a checkpoint); none: off",
+    )
+    requeue: bool = Field(
+        False,
+        description="sbatch asks for --requeue (output appended, not overwritten): SLURM requeues the job "
+        "when a node fails, and the script requeues it after the time-limit signal, to resume from "
+        "its checkpoint",
     )
 
 

@@ -15,7 +15,7 @@ import jinja2
 
 from .. import __version__
 from ..config.errors import UserError, clip
-from ..config.sites import SLURM_TIME, Site
+from ..config.sites import SLURM_TIME, Site, slurm_seconds
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from . import RankLayout, build_command
@@ -58,6 +58,9 @@ def script_environment(scripts_dir: Path) -> jinja2.Environment:
 def directives(site: Site, job: BatchJob) -> list[str]:
     """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', '--cpus-per-task=20', ...].
 
+    faults.signal_before_end adds --signal=B:USR1@N (to the batch shell, which passes it to the ranks);
+    faults.requeue adds --requeue and --open-mode=append (a requeued run appends to the first run's output).
+
     --cpus-per-task is node.cpus_per_rank, else node.cores over the ranks per node: without it a
     job confined by cgroups gives each rank one core (SLURM's default) and its data loading starves.
     """
@@ -65,6 +68,15 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     time = job.time or slurm.time
     if time is not None and not (len(time) <= 20 and re.fullmatch(SLURM_TIME, time)):
         raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+    lead = site.faults.signal_before_end
+    if time is not None and lead is not None and lead >= slurm_seconds(time):
+        raise UserError.at(
+            "",
+            "--time",
+            f"{time} is not longer than the site's faults.signal_before_end ({lead} s): "
+            "SLURM would signal the job to stop as it starts",
+            f"ask for more than {lead} s",
+        )
     per_node = job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
@@ -79,8 +91,10 @@ def directives(site: Site, job: BatchJob) -> list[str]:
         "constraint": slurm.constraint,
         "output": job.output,
         "dependency": job.dependency,
+        "signal": f"B:USR1@{lead}" if lead is not None else None,
     }
-    return [f"--{key}={value}" for key, value in values.items() if value is not None] + list(slurm.options)
+    requeue = ["--requeue", "--open-mode=append"] if site.faults.requeue else []
+    return [f"--{key}={value}" for key, value in values.items() if value is not None] + requeue + list(slurm.options)
 
 
 def job_layout(site: Site, job: BatchJob) -> RankLayout:

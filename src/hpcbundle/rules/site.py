@@ -6,6 +6,7 @@ import re
 import shlex
 from typing import Any
 
+from ..config.sites import slurm_seconds
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, refusal, rule
 
@@ -165,6 +166,23 @@ def _has_key(data: Any, dotted: str) -> bool:
         else:
             return False
     return True
+
+
+@rule("signal-lead", needs=("site",), on_load=True)
+def signal_lead(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """faults.signal_before_end comes inside slurm.time: at or above the time limit, SLURM would signal
+    the job as it starts, and it would stop after its first epoch every time."""
+    site = facts.site
+    lead, time = site.faults.signal_before_end, site.slurm.time
+    if lead is None or time is None or lead < slurm_seconds(time):
+        return []
+    return [
+        refusal(
+            "faults.signal_before_end",
+            f"{lead} s is not inside slurm.time {time} ({slurm_seconds(time)} s)",
+            "set it to an epoch plus a checkpoint, well below the time limit",
+        )
+    ]
 
 
 @rule("stall-bound", needs=("site",), on_load=True)

@@ -9,6 +9,9 @@
 #SBATCH --partition=gpu
 #SBATCH --account=ml
 #SBATCH --gres=gpu:4
+#SBATCH --signal=B:USR1@600
+#SBATCH --requeue
+#SBATCH --open-mode=append
 #SBATCH --exclusive
 set -euo pipefail
 
@@ -22,8 +25,23 @@ nvidia-smi -L
 
 # 8 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
+# SLURM sends USR1 to this script 600 s before the time limit (faults.signal_before_end):
+# it passes it to the launcher, which passes it to the ranks; they finish the epoch, checkpoint and stop.
+stopping=0
+trap 'stopping=1; echo "hpcbundle: SIGUSR1, the time limit is near: the ranks checkpoint and stop" >&2; kill -USR1 "$launch_pid" 2>/dev/null || true' USR1
 # shellcheck disable=SC2016
 env NCCL_IB_DISABLE=1 PMIX_MCA_gds=hash OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=16 OMPI_MCA_btl_tcp_if_include=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4 \
     srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 \
     apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
-    python train.py --lr '0.1 * $WORLD'
+    python train.py --lr '0.1 * $WORLD' &
+launch_pid=$!
+launch_status=0
+while :; do
+    wait "$launch_pid" && launch_status=0 || launch_status=$?
+    kill -0 "$launch_pid" 2>/dev/null || break  # a trapped signal ends wait early: wait again
+done
+if [ "$stopping" = 1 ] && [ "$launch_status" -eq 0 ]; then
+    echo "hpcbundle: the ranks stopped at a checkpoint before the time limit; requeueing job ${SLURM_JOB_ID} to resume from it" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$launch_status"
