@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import yaml
 from hpcbundle_testbed import parse_allreduce
 
 from .helpers import GOLDEN, assert_golden, hpcbundle
-from .test_launch import KNL_PROGRAM, SHIPPED, SITES
+from .test_launch import KNL_PROGRAM, SHIPPED, SITES, _need_mpirun
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
@@ -166,6 +167,64 @@ def test_horovodrun_cannot_span_nodes_in_a_batch_job(tmp_path):
     result = hpcbundle("sbatch", "--site", str(tmp_path / "hvd.yaml"), "--nodes", "2", "--", "python3", "t.py")
     assert result.returncode == 2
     assert "horovodrun does not read the SLURM allocation" in result.stderr
+
+
+# --- the script's fault handling, run by bash as SLURM would start it (the local site's mpirun) --
+
+# Each rank notes its stop in a file: Open MPI 4.1 can drop the last stdout line of a rank that exits
+# right after printing it (see test_launch.py).
+STOPPABLE = """import os, signal, sys, time
+asked = []
+signal.signal(signal.SIGUSR1, lambda *_: asked.append(1))
+for epoch in range(60):
+    print("epoch", epoch, flush=True)
+    time.sleep(0.5)
+    if asked:
+        open(f"stopped-{os.environ['OMPI_COMM_WORLD_RANK']}", "w").close()
+        sys.exit(0)
+"""
+
+
+def _faults_script(tmp_path: Path, faults: dict[str, int], program: list[str]) -> Path:
+    data = yaml.safe_load((SITES / "local.yaml").read_text())
+    data |= {"name": "faulty", "faults": faults}
+    (tmp_path / "faulty.yaml").write_text(yaml.safe_dump(data))
+    script = tmp_path / "job.sh"
+    made = hpcbundle(
+        "sbatch", "--site", str(tmp_path / "faulty.yaml"), "--nodes", "1", "-o", str(script), "--", *program
+    )
+    assert made.returncode == 0, made.stderr
+    return script
+
+
+@pytest.mark.full_setup
+def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound(tmp_path):
+    _need_mpirun()
+    program = ["python3", "-u", "-c", "import time; print('epoch 1'); time.sleep(120)"]
+    script = _faults_script(tmp_path, {"stall_seconds": 3}, program)
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert run.returncode == 124 and "epoch 1\n" in run.stdout, run.stdout + run.stderr
+    assert "no output from the job for 3 s (faults.stall_seconds of site faulty)" in run.stderr
+    assert subprocess.run(["pgrep", "-f", "time.sleep(120)"], capture_output=True).returncode == 1, "a rank was left"
+
+
+@pytest.mark.full_setup
+def test_usr1_to_the_script_reaches_every_rank_and_each_stops_at_its_checkpoint(tmp_path):
+    _need_mpirun()
+    (tmp_path / "train.py").write_text(STOPPABLE)
+    script = _faults_script(tmp_path, {"signal_before_end": 30, "stall_seconds": 30}, ["python3", "train.py"])
+    job = subprocess.Popen(
+        ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        first = job.stdout.readline()  # a rank is training
+        job.send_signal(signal.SIGUSR1)  # what --signal=B:USR1@N does: the batch shell alone
+        out, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert first.startswith("epoch ") and job.returncode == 0, out + err
+    assert sorted(p.name for p in tmp_path.glob("stopped-*")) == ["stopped-0", "stopped-1"], out + err
+    assert "submit this script again to resume from it" in err, err
 
 
 # --- a real SLURM ------------------------------------------------------------------------------

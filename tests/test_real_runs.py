@@ -508,6 +508,49 @@ def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
     assert assert_all_checkpoints_complete(ckpt) >= 2
 
 
+def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_time_limit(
+    horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch` for a site with faults.stall_seconds, on two namespace nodes: rank 1 SIGSTOPped
+    on node2 after checkpoint 2 leaves rank 0 waiting in its allreduce, silent, with every process
+    alive. The script's relay sees no line for the bound, ends the launch and exits 124 with one line
+    naming the bound, long before the 10-minute time limit; no rank is left, the checkpoints are whole."""
+    net = netns_slurm.inside
+    data = site_data("slurm-stall", launcher="srun", interfaces=[net.DATA_IFACE])
+    data["faults"] = {"stall_seconds": STALL_SECONDS}
+    site = write_site(tmp_path, data)
+    ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
+    ckpt.mkdir()
+    program = train("--epochs", "40", "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    made = subprocess.run(
+        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+        + ["--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=300)))
+    submitted.start()
+    try:
+        assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
+            "the job never reached checkpoint 2 with a rank on node2"
+        )
+        os.kill(rank_pids(net, "node2")[0], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+    finally:
+        submitted.join(320)
+    ended = time.monotonic() - stopped_at
+    job = jobs[0]
+    print(f"rank 1 SIGSTOPped under srun: job exit {job.returncode} after {ended:.1f} s\n{job.error[-2000:]}")
+    assert job.returncode == 124 and ended < 120, (ended, job.output[-2000:], job.error[-2000:])
+    assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site slurm-stall)" in job.error
+    assert wait_until(lambda: not rank_pids(net, "node1") and not rank_pids(net, "node2"), 60), "ranks left"
+    assert assert_all_checkpoints_complete(ckpt) >= 2
+
+
 def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(
     horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
 ) -> None:
