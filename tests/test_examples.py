@@ -12,6 +12,7 @@ import gzip
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -234,6 +235,48 @@ def test_sigkill_mid_write_never_leaves_a_partial_checkpoint(tmp_path):
     assert (epoch, path.name) == (1, "checkpoint-0001.pt") and path.read_bytes() == b"epoch 1 complete"
     common.prune_checkpoints(tmp_path, "pt")
     assert _leftovers(tmp_path) == []
+
+
+def test_twenty_kills_at_random_moments_of_a_writing_rank_each_resume_from_a_whole_checkpoint(tmp_path):
+    """Issue 24's proof by force: a rank that writes a checkpoint after every epoch, with the
+    examples' own writer and pruning (4 MB each, so a kill often lands mid-write), is SIGKILLed 20
+    times at random moments. After each kill the newest checkpoint under its real name loads whole
+    and holds its own epoch, no temp file is mistaken for one, and the next run resumes after it.
+    (The writer is numpy-only so 20 starts stay fast; tests/test_real_runs.py kills rank 0 of a real
+    Horovod job while it writes.)"""
+    seed = int(time.time())
+    rng = random.Random(seed)
+    writer = textwrap.dedent(f"""
+        import importlib.util, io, sys
+        import numpy as np
+        spec = importlib.util.spec_from_file_location("c", {str(EXAMPLES / "hvd_common.py")!r})
+        c = importlib.util.module_from_spec(spec); spec.loader.exec_module(c)
+        done, _ = c.latest_checkpoint({str(tmp_path)!r}, "npy")
+        print(done, flush=True)
+        for epoch in range(done + 1, 10_000):
+            buf = io.BytesIO()
+            np.save(buf, np.full(500_000, epoch, dtype=np.float64))
+            c.atomic_write_bytes(c.checkpoint_path({str(tmp_path)!r}, epoch, "npy"), buf.getvalue())
+            c.prune_checkpoints({str(tmp_path)!r}, "npy")
+    """)
+    resumed, found, mid_write, last = [], [0], 0, 0
+    for _ in range(20):
+        proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+        try:
+            resumed.append(int(proc.stdout.readline()))
+            time.sleep(rng.uniform(0.0, 0.3))
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+        mid_write += bool(_leftovers(tmp_path))
+        done, path = common.latest_checkpoint(tmp_path, "npy")
+        assert done >= last, f"seed {seed}: the newest whole checkpoint went back from {last} to {done}"
+        if path is not None:
+            assert (np.load(path) == done).all(), f"seed {seed}: {path.name} does not hold epoch {done} whole"
+        last = done
+        found.append(done)
+    print(f"20 kills (seed {seed}): {mid_write} left a temp file behind; runs resumed after epochs {resumed}")
+    assert resumed == found[:-1] and last > 0, f"seed {seed}: each run resumes after the newest whole checkpoint"
 
 
 def test_latest_checkpoint_and_prune(tmp_path):
