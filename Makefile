@@ -128,9 +128,10 @@ demo: setup ## The main job: a real 2-rank Horovod training run on the default `
 
 BENCH_OUT ?= $(BUILD)/bench
 
-bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), launch overhead, launch gate, scaling, doctor's program check
+bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), training Horovod vs DDP, launch overhead, launch gate, scaling, doctor's program check
 	mkdir -p $(BENCH_OUT)
 	$(BIN)/python bench/allreduce.py --tuned | tee $(BENCH_OUT)/allreduce.txt
+	$(BIN)/python bench/train.py --tuned | tee $(BENCH_OUT)/train.txt
 	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt
 	$(BIN)/python bench/gate.py | tee $(BENCH_OUT)/gate.txt
 	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt

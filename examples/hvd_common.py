@@ -160,6 +160,27 @@ def threads_per_rank(local_size: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // local_size)
 
 
+# Where each launcher tells a process its place: (rank, size, local rank, local size) variables.
+LAUNCHER_RANKS = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH's and Intel MPI's Hydra
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+)
+
+
+def launcher_ranks(env=os.environ) -> tuple[int, int, int, int]:
+    """(rank, size, local rank, local size) from the launcher's variables, for programs that do not
+    initialise MPI (torch DDP started by mpirun, mpiexec.hydra or srun); (0, 1, 0, 1) alone.
+
+    >>> launcher_ranks({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"})
+    (3, 4, 1, 2)
+    """
+    for names in LAUNCHER_RANKS:
+        if all(re.fullmatch(r"[0-9]{1,7}", env.get(name, "")) for name in names):
+            return tuple(int(env[name]) for name in names)  # type: ignore[return-value]
+    return 0, 1, 0, 1
+
+
 def local_gpu(local_rank: int, visible: int) -> int:
     """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where the launcher
     gave each rank one GPU of its own (srun --gpus-per-task=1)."""

@@ -6,6 +6,11 @@ Launch:
     hpcbundle launch --site local --np 2 --exec -- python /examples/pytorch_synthetic_benchmark.py
     horovodrun -np 2 python examples/pytorch_synthetic_benchmark.py --fp16-allreduce
 
+--ddp tcp://HOST:PORT trains the same model on the same data with torch's DistributedDataParallel
+instead (gloo on CPUs, NCCL on GPUs), started by the same launch line: each process reads its rank
+from the launcher (Open MPI, Hydra or SLURM variables) and the ranks meet at HOST:PORT (rank 0's
+node). That is what a user comparing the two would run; bench/train.py does it side by side.
+
 Rank 0 prints img/sec per iteration, per rank and in total, each as mean +- 1.96 * std over the
 timed iterations, then one machine-readable line:
     {"metric": "img_per_sec", "total": ..., "per_rank": ..., "ranks": N, ...}
@@ -101,28 +106,74 @@ def parse_args():
     p.add_argument("--num-iters", type=int, default=5, help="timed iterations")
     p.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for allreduce")
     p.add_argument("--no-cuda", action="store_true", help="stay on the CPU even if a GPU is present")
+    p.add_argument("--ddp", metavar="tcp://HOST:PORT", help="torch DDP instead of Horovod, meeting at HOST:PORT")
     return p.parse_args()
+
+
+class HorovodRanks:
+    """The ranks as Horovod sees them, and its DistributedOptimizer."""
+
+    name = "horovod"
+
+    def __init__(self, args):
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        self.fp16 = args.fp16_allreduce
+
+    def distribute(self, model, optimizer):
+        compression = hvd.Compression.fp16 if self.fp16 else hvd.Compression.none
+        named = model.named_parameters()
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=named, compression=compression)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def gather(self, values):
+        return hvd.allgather(torch.tensor([values], dtype=torch.float64), name="img_secs").numpy()
+
+
+class DdpRanks:
+    """The ranks the launcher started, in one torch.distributed process group, and DDP."""
+
+    name = "ddp"
+
+    def __init__(self, args, use_cuda):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.size, self.local_rank, self.local_size = common.launcher_ranks()
+        self.use_cuda = use_cuda
+        backend = "nccl" if use_cuda else "gloo"
+        dist.init_process_group(backend, init_method=args.ddp, rank=self.rank, world_size=self.size)
+
+    def distribute(self, model, optimizer):
+        device_ids = [torch.cuda.current_device()] if self.use_cuda else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids), optimizer
+
+    def gather(self, values):
+        mine = torch.tensor(values, dtype=torch.float64)
+        rows = [torch.zeros_like(mine) for _ in range(self.size)]
+        self.dist.all_gather(rows, mine)
+        return torch.stack(rows).numpy()
 
 
 def main():
     args = parse_args()
-    hvd.init()
     use_cuda = torch.cuda.is_available() and not args.no_cuda
+    ranks = DdpRanks(args, use_cuda) if args.ddp else HorovodRanks(args)
     if use_cuda:
-        torch.cuda.set_device(common.local_gpu(hvd.local_rank(), torch.cuda.device_count()))
+        torch.cuda.set_device(common.local_gpu(ranks.local_rank, torch.cuda.device_count()))
     else:
-        torch.set_num_threads(common.threads_per_rank(hvd.local_size()))
+        torch.set_num_threads(common.threads_per_rank(ranks.local_size))
     device_name = "GPU" if use_cuda else "CPU rank"
     device = torch.device("cuda" if use_cuda else "cpu")
-    log = print if hvd.rank() == 0 else (lambda *a, **k: None)
+    log = print if ranks.rank == 0 else (lambda *a, **k: None)
 
     torch.manual_seed(1234)
     model = MODELS[args.model](args.channels, args.num_classes, args.image_size).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
-    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), compression=compression)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * ranks.size, momentum=0.9)
+    model, optimizer = ranks.distribute(model, optimizer)
 
     data = torch.randn(args.batch_size, args.channels, args.image_size, args.image_size, device=device)
     target = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
@@ -138,8 +189,8 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     log(
         f"model: {args.model} ({params:,} parameters), batch size {args.batch_size} per rank, "
-        f"{args.channels}x{args.image_size}x{args.image_size} images, ranks: {hvd.size()}, "
-        f"fp16 allreduce: {args.fp16_allreduce}"
+        f"{args.channels}x{args.image_size}x{args.image_size} images, ranks: {ranks.size}, "
+        f"{ranks.name}, fp16 allreduce: {args.fp16_allreduce}"
     )
     log("running warmup...")
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)
@@ -151,14 +202,14 @@ def main():
         log(f"iter #{i}: {img_secs[-1]:.1f} img/sec per {device_name}")
 
     # Every rank's figures, gathered: rows are ranks, columns are iterations.
-    table = hvd.allgather(torch.tensor([img_secs], dtype=torch.float64), name="img_secs").numpy()
+    table = ranks.gather(img_secs)
     per_rank_mean, per_rank_conf = table.mean(axis=1), 1.96 * table.std(axis=1)
     totals = table.sum(axis=0)  # iterations are lock-stepped by the allreduce
-    for r in range(hvd.size()):
+    for r in range(ranks.size):
         log(f"rank {r}: {per_rank_mean[r]:.1f} +-{per_rank_conf[r]:.1f} img/sec")
     mean, conf = float(table.mean()), float(1.96 * table.std())
     log(f"img/sec per {device_name}: {mean:.1f} +-{conf:.1f}")
-    log(f"total img/sec on {hvd.size()} {device_name}(s): {totals.mean():.1f} +-{1.96 * totals.std():.1f}")
+    log(f"total img/sec on {ranks.size} {device_name}(s): {totals.mean():.1f} +-{1.96 * totals.std():.1f}")
     log(
         json.dumps(
             {
@@ -168,10 +219,11 @@ def main():
                 "per_rank": round(mean, 2),
                 "per_rank_spread": round(conf, 2),
                 "per_rank_each": [round(float(v), 2) for v in per_rank_mean],
-                "ranks": hvd.size(),
+                "ranks": ranks.size,
                 "model": args.model,
                 "batch_size": args.batch_size,
                 "fp16_allreduce": args.fp16_allreduce,
+                "distributed": ranks.name,
             }
         ),
         flush=True,

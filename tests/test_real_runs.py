@@ -595,6 +595,56 @@ def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_r
     assert assert_all_checkpoints_complete(ckpt) == epochs
 
 
+def test_a_node_set_down_mid_job_ends_it_and_the_requeued_run_resumes_from_its_checkpoint(
+    horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch` for a site with faults.requeue, on two namespace nodes: node2 set DOWN after
+    checkpoint 2 (as slurmctld does to a node that stops answering) ends the job's ranks on both
+    nodes, and SLURM requeues it; once node2 is back, the requeued run resumes after the newest
+    checkpoint and finishes. Printed: seconds from DOWN to no rank left."""
+    net = netns_slurm.inside
+    data = site_data("slurm-down", launcher="srun", interfaces=[net.DATA_IFACE])
+    data["faults"] = {"requeue": True}
+    site = write_site(tmp_path, data)
+    ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
+    ckpt.mkdir()
+    epochs = 30
+    program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
+    made = subprocess.run(
+        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+        + ["--", *program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=600)))
+    submitted.start()
+    try:
+        assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
+            "the job never reached checkpoint 2 with a rank on node2"
+        )
+        netns_slurm.run(["scontrol", "update", "nodename=node2", "state=down", "reason=hpcbundle-test"], check=True)
+        down_at = time.monotonic()
+        gone = wait_until(lambda: not rank_pids(net, "node1") and not rank_pids(net, "node2"), 120)
+        ended = time.monotonic() - down_at
+        done = assert_all_checkpoints_complete(ckpt)
+        netns_slurm.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+    finally:
+        submitted.join(620)
+    job = jobs[0]
+    out = job.output
+    print(f"node2 DOWN after checkpoint {done}: no rank left {ended:.1f} s later; requeued run exit {job.returncode}")
+    assert gone and ended < 60, f"ranks still running {ended:.0f} s after node2 went DOWN"
+    assert job.returncode == 0, out[-3000:] + job.error[-3000:]
+    resumed = [int(n) for _, n in RESUME_RE.findall(out)]
+    assert resumed and resumed[-1] >= done >= 2, (resumed, done, out[-3000:])
+    assert epochs_of(out)[-1] == epochs and final_of(out)
+    assert assert_all_checkpoints_complete(ckpt) == epochs
+
+
 def test_rank0_killed_while_writing_checkpoints_never_leaves_a_half_written_one(
     horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
 ) -> None:

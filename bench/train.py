@@ -1,0 +1,230 @@
+"""Training throughput on the namespace cluster: Horovod as hpcbundle launches it vs torch DDP, side by side.
+
+    .venv/bin/python bench/train.py                              # 2 and 3 nodes, cnn and resnet, 5 rounds
+    .venv/bin/python bench/train.py --tuned                      # also Horovod with `hpcbundle tune`'s site
+    .venv/bin/python bench/train.py --nodes 2 --models cnn --rounds 1 --iters 1   # one small pass
+
+What a user choosing between Horovod and PyTorch's own DistributedDataParallel compares: the same
+model on the same synthetic data (examples/pytorch_synthetic_benchmark.py), started by the same
+generated launch line of the same site (`hpcbundle launch --site SITE --np N --hosts ... --exec
+--no-doctor`, on node1), one rank per node, each node on a core of its own (as bench/allreduce.py):
+
+  horovod         Horovod's DistributedOptimizer, the testbed's untuned site (TCP btl on data0)
+  horovod-tuned   the same after `hpcbundle tune` (--tuned; tune runs once per cluster size)
+  ddp             the program with --ddp tcp://NODE1:PORT: torch DDP over gloo on data0, ranks from
+                  the launcher's variables (a DDP job needs no other launcher)
+
+Every round runs each variant once, in turn, so the drift of a shared machine hits all alike. Per
+model and cluster size it prints img/s per rank (median and min-max over the rounds) and the ratio
+Horovod / DDP per round (median and min-max; goal >= 1.0 in every round), then one JSON line (metric
+train_bench). Measured, never asserted: compare ratios from one run, not figures across runs.
+Exit status 1 if a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
+from hpcbundle_testbed.tools import ensure_cluster_tools
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "examples" / "pytorch_synthetic_benchmark.py"
+MODELS = ("cnn", "resnet", "mlp")
+DDP_PORT = 29400
+
+
+def _allreduce_bench() -> ModuleType:
+    """bench/allreduce.py, for its site, tune and launch helpers (one place that knows them)."""
+    spec = importlib.util.spec_from_file_location("bench_allreduce", Path(__file__).with_name("allreduce.py"))
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _allreduce_bench()
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """{'median', 'min', 'max'} of one variant's per-round figures."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run_variant(
+    cluster: NetnsCluster, site: Path, model: str, args: argparse.Namespace, ddp_port: int | None
+) -> tuple[dict[str, Any] | None, str]:
+    """One training run through the generated launch line on node1: (its JSON record, error or "")."""
+    program = [sys.executable, str(PROGRAM), "--model", model, "--num-iters", str(args.iters)]
+    program += ["--num-warmup-batches", str(args.warmup), "--batch-size", str(args.batch_size)]
+    if ddp_port is not None:
+        program += ["--ddp", f"tcp://{cluster.address('node1')}:{ddp_port}"]
+    argv = BENCH.hpcbundle(
+        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", BENCH.hosts_of(cluster),
+        "--exec", "--no-doctor", "--", *program,
+    )  # fmt: skip
+    try:
+        result = cluster.run("node1", argv, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"killed after {args.timeout} s"
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"metric": "img_per_sec"')]
+    if result.returncode or not records:
+        tail = " | ".join(result.stderr.strip().splitlines()[-4:])
+        return None, f"exit {result.returncode}: {tail or 'no img_per_sec line'}"
+    return records[-1], ""
+
+
+def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One cluster size: the sites (and tune), then `args.rounds` rounds of every variant per model."""
+    with NetnsCluster(n, own_cores=True) as cluster:
+        directory = work / f"n{n}"
+        directory.mkdir()
+        site = BENCH.bench_site(directory, cluster, f"train-n{n}", {}, {}, args.timeout)
+        sites: dict[str, tuple[Path, bool]] = {"horovod": (site, False)}
+        if args.tuned:
+            print(f"\n== {n} nodes: hpcbundle tune ...", file=sys.stderr, flush=True)
+            tuned = BENCH.run_tune(cluster, site, directory / "tuned.yaml", timeout=args.tune_timeout)
+            sites["horovod-tuned"] = (tuned, False)
+        sites["ddp"] = (site, True)
+        rates: dict[str, dict[str, list[float]]] = {m: {v: [] for v in sites} for m in args.models}
+        ranks: dict[str, set[int]] = {v: set() for v in sites}
+        errors: dict[str, str] = {}
+        port = DDP_PORT
+        for round_ in range(1, args.rounds + 1):
+            for model in args.models:
+                for variant, (variant_site, ddp) in sites.items():
+                    port += 1
+                    t0 = time.monotonic()
+                    record, error = run_variant(cluster, variant_site, model, args, port if ddp else None)
+                    took = time.monotonic() - t0
+                    if error:
+                        errors[f"{variant}/{model}/round {round_}"] = error
+                        print(f"   {n} nodes {model} {variant}: FAILED {error}", file=sys.stderr, flush=True)
+                        continue
+                    rates[model][variant].append(record["per_rank"])
+                    ranks[variant].add(record["ranks"])
+                    print(
+                        f"   {n} nodes, round {round_}, {model}, {variant}: {record['per_rank']:.1f} img/s per rank "
+                        f"({took:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    return {"nodes": n, "rates": rates, "ranks": {v: sorted(r) for v, r in ranks.items()}, "errors": errors}
+
+
+def ratios(rates: dict[str, list[float]], top: str, bottom: str) -> dict[str, float] | None:
+    """`top` / `bottom` round by round (the rounds interleave them), as median and min-max."""
+    if not rates.get(top) or len(rates[top]) != len(rates.get(bottom, [])):
+        return None
+    return spread([a / b for a, b in zip(rates[top], rates[bottom], strict=True)])
+
+
+def report(cluster: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The table of one cluster size, and its summary for the JSON line."""
+    n, lines, summary = cluster["nodes"], [], {}
+    for model, by_variant in cluster["rates"].items():
+        lines += [f"\n{n} nodes, model {model}: img/s per rank over {len(by_variant['ddp'])} rounds"]
+        lines += [f"  {'variant':<14} {'median':>9} {'min':>9} {'max':>9}"]
+        figures = {v: spread(r) for v, r in by_variant.items() if r}
+        for variant, f in figures.items():
+            lines.append(f"  {variant:<14} {f['median']:9.1f} {f['min']:9.1f} {f['max']:9.1f}")
+        found = {f"{v}/ddp": ratios(by_variant, v, "ddp") for v in by_variant if v != "ddp"}
+        for label, r in found.items():
+            if r is not None:
+                wins = sum(a >= b for a, b in zip(by_variant[label.split("/")[0]], by_variant["ddp"], strict=True))
+                lines.append(
+                    f"  ratio {label:<18} {r['median']:.3f} [{r['min']:.3f}-{r['max']:.3f}]  "
+                    f"(goal >= 1.0: {wins} of {len(by_variant['ddp'])} rounds)"
+                )
+        summary[model] = {"img_per_rank": figures, "ratios": found}
+    return lines, summary
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # so the cluster's context manager tears it down
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad options: one line naming the option and the fix, exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"bench/train.py: {message} (see --help)\n")
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is below 1")
+    return value
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated, each 2..8 (default 2,3)")
+    p.add_argument("--models", default="cnn,resnet", help=f"models of the example: {','.join(MODELS)}")
+    p.add_argument("--rounds", type=positive, default=5, help="rounds; each runs every variant once (default 5)")
+    p.add_argument("--iters", type=positive, default=5, help="timed iterations per run (default 5)")
+    p.add_argument("--warmup", type=positive, default=5, help="untimed batches per run (default 5)")
+    p.add_argument("--batch-size", type=positive, default=32, help="images per rank per step (default 32)")
+    p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with its site too")
+    p.add_argument("--timeout", type=positive, default=600, help="seconds each run may take (default 600)")
+    p.add_argument("--tune-timeout", type=positive, default=1800, help="seconds tune may take (default 1800)")
+    args = p.parse_args(argv)
+    try:
+        args.nodes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        p.error(f"--nodes: {args.nodes!r} is not a list like 2,3")
+    if not all(2 <= n <= 8 for n in args.nodes):
+        p.error("--nodes: each cluster size must be 2..8")
+    args.models = args.models.split(",")
+    if not set(args.models) <= set(MODELS):
+        p.error(f"--models: choose from {','.join(MODELS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
+    ensure_cluster_tools()
+    reap_stale()
+    clusters, summaries = [], {}
+    with tempfile.TemporaryDirectory(prefix="hpcbundle-bench-train-") as tmp:
+        for n in args.nodes:
+            cluster = bench_cluster(n, args, Path(tmp))
+            lines, summaries[n] = report(cluster)
+            clusters.append(cluster)
+            print("\n".join(lines), flush=True)
+    failed = any(c["errors"] for c in clusters)
+    for c in clusters:
+        for what, error in c["errors"].items():
+            print(f"FAILED {c['nodes']} nodes {what}: {error}", flush=True)
+    print(
+        json.dumps(
+            {
+                "metric": "train_bench",
+                "date": time.strftime("%Y-%m-%d"),
+                "rounds": args.rounds,
+                "clusters": [
+                    {"nodes": c["nodes"], "ranks": c["ranks"], "per_round": c["rates"], "summary": summaries[n]}
+                    for n, c in zip(args.nodes, clusters, strict=True)
+                ],
+                "failed": failed,
+            }
+        ),
+        flush=True,
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""bench/train.py, once and small on a real 2-node namespace cluster: Horovod and torch DDP each train
+through the site's generated launch line on both nodes, and the report's ratios are those of its own
+figures. Times are measured there, never asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .helpers import ROOT
+
+BENCH = ROOT / "bench" / "train.py"
+
+
+@pytest.mark.cluster
+def test_horovod_and_ddp_each_train_on_every_node_through_the_same_site(cluster_tools):
+    argv = [sys.executable, str(BENCH), "--nodes", "2", "--models", "cnn", "--rounds", "2", "--iters", "1"]
+    argv += ["--warmup", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the bench turns SIGTERM into a teardown of its cluster
+        out, err = proc.communicate(timeout=120)
+        pytest.fail(f"bench/train.py took over 900 s\n{out[-3000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["metric"] == "train_bench" and not report["failed"]
+    (cluster,) = report["clusters"]
+    assert cluster["ranks"] == {"horovod": [2], "ddp": [2]}, cluster
+    rounds = cluster["per_round"]["cnn"]
+    assert {variant: len(rates) for variant, rates in rounds.items()} == {"horovod": 2, "ddp": 2}
+    ratio = cluster["summary"]["cnn"]["ratios"]["horovod/ddp"]
+    per_round = [h / d for h, d in zip(rounds["horovod"], rounds["ddp"], strict=True)]
+    assert (ratio["min"], ratio["max"]) == (min(per_round), max(per_round))
+    assert "ratio horovod/ddp" in out and "(goal >= 1.0: " in out
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--rounds", "0"], "argument --rounds: 0 is below 1"),
+        (["--nodes", "1"], "--nodes: each cluster size must be 2..8"),
+        (["--models", "vgg"], "--models: choose from cnn,resnet,mlp"),
+    ],
+)
+def test_bad_train_bench_options_are_one_line_and_exit_2(option, message):
+    run = subprocess.run([sys.executable, str(BENCH), *option], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
