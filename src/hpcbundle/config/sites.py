@@ -205,9 +205,10 @@ class Gate(StrictModel):
 
 
 class Faults(StrictModel):
-    """What ends a job whose ranks stop making progress: a rank stopped (SIGSTOP, a hung device) or a
-    node's link gone down leaves every other rank waiting inside MPI, where TCP's retries take many
-    minutes, while the processes stay alive and the allocation burns."""
+    """What ends a job that cannot go on, and what saves its work: a rank stopped (SIGSTOP, a hung
+    device) or a node's link gone down leaves every other rank waiting inside MPI, where TCP's
+    retries take many minutes, while the processes stay alive and the allocation burns; a time
+    limit or a failed node ends a job whose work only its checkpoints keep."""
 
     kill_on_bad_exit: bool = Field(
         True,
@@ -217,7 +218,8 @@ class Faults(StrictModel):
     stall_seconds: PositiveInt | None = Field(
         None,
         le=7 * 24 * 3600,
-        description="`launch --exec` stops the job after this many seconds without a line of its output "
+        description="`launch --exec` and the sbatch script stop the job after this many seconds without a "
+        "line of its output "
         "(longer than the program's quietest stretch: an epoch, a checkpoint); none: off",
     )
     signal_before_end: PositiveInt | None = Field(
