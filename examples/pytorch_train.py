@@ -20,11 +20,16 @@ Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L image
 import io
 import time
 
-import horovod.torch as hvd
 import hvd_common as common  # the script's own folder is on sys.path: shared with keras_train.py
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+# SIGUSR1 asks for a stop at the next epoch's end from here on: set before the seconds of importing
+# torch and Horovod, during which its default action would kill the rank.
+common.stop_on_signal()
+
+import horovod.torch as hvd  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def parse_args():
@@ -69,7 +74,6 @@ def evaluate(model, x, y, device, batch_size=512):
 
 def main():
     args = parse_args()
-    common.stop_on_signal()  # before hvd.init: a signal at start-up must not kill the rank
     # 1. Initialize Horovod; pin one GPU per local rank (CPU when there is none).
     hvd.init()
     if torch.cuda.is_available():

@@ -551,6 +551,21 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
     assert assert_all_checkpoints_complete(ckpt) >= 2
 
 
+def release_requeued_jobs(slurm: SlurmCluster, submitted: threading.Thread) -> list[int]:
+    """While `submitted` waits for its job: each time SLURM holds a requeued job until its BeginTime
+    (about two minutes after the requeue), start it at once; returns the seconds each hold would
+    have lasted. A site waits those minutes; the tests do not need to."""
+    holds: list[int] = []
+    while submitted.is_alive():
+        queued = slurm.run(["squeue", "-h", "-t", "PD", "-o", "%i %r %S"], timeout=10).stdout.split()
+        if len(queued) == 3 and queued[1] == "BeginTime":
+            begin = time.mktime(time.strptime(queued[2], "%Y-%m-%dT%H:%M:%S"))
+            holds.append(round(begin - time.time()))
+            slurm.run(["scontrol", "update", f"jobid={queued[0]}", "starttime=now"], timeout=10)
+        submitted.join(2)
+    return holds
+
+
 def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(
     horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -561,12 +576,12 @@ def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_r
     trained twice, none is skipped, and no run reaches the time limit."""
     net = netns_slurm.inside
     data = site_data("slurm-requeue", launcher="srun", interfaces=[net.DATA_IFACE])
-    data["slurm"]["time"] = "1"
-    data["faults"] = {"signal_before_end": 40, "requeue": True}
+    data["slurm"]["time"] = "2"  # SLURM signals 60-90 s in (its timer ticks every 30 s); a run needs ~130 s
+    data["faults"] = {"signal_before_end": 60, "requeue": True}
     site = write_site(tmp_path, data)
     ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
     ckpt.mkdir()
-    epochs = 60
+    epochs = 450  # ~90 s of training here: the first run is stopped, the requeued one usually finishes
     program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
     made = subprocess.run(
         hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
@@ -578,14 +593,19 @@ def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_r
     )
     assert made.returncode == 0, made.stderr
     text = script.read_text()
-    assert "#SBATCH --signal=B:USR1@40\n#SBATCH --requeue\n#SBATCH --open-mode=append\n" in text, text
+    assert "#SBATCH --signal=B:USR1@60\n#SBATCH --requeue\n#SBATCH --open-mode=append\n" in text, text
     started = time.monotonic()
-    job = netns_slurm.sbatch_wait(text, timeout=900)
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(text, timeout=900)))
+    submitted.start()
+    holds = release_requeued_jobs(netns_slurm, submitted)
     took = time.monotonic() - started
+    job = jobs[0]
     out = job.output
     stops = re.findall(rf"^stopped after epoch (\d+)/{epochs} on SIGUSR1", out, re.M)
     resumes = [int(done) for _, done in RESUME_RE.findall(out)]
     print(f"sbatch --wait: exit {job.returncode} after {took:.0f} s; stopped after epochs {stops}, resumed {resumes}")
+    print(f"SLURM held each requeued run until its BeginTime, {holds} s after the requeue (released at once here)")
     print(job.error[-3000:])
     assert job.returncode == 0, out[-3000:] + job.error[-3000:]
     assert stops and [int(e) for e in stops] == resumes, (stops, resumes, out[-3000:])
@@ -631,7 +651,8 @@ def test_a_node_set_down_mid_job_ends_it_and_the_requeued_run_resumes_from_its_c
         gone = wait_until(lambda: not rank_pids(net, "node1") and not rank_pids(net, "node2"), 120)
         ended = time.monotonic() - down_at
         done = assert_all_checkpoints_complete(ckpt)
-        netns_slurm.run(["scontrol", "update", "nodename=node2", "state=resume"], check=True)
+        # ReturnToService=2 may have taken node2 back already when its slurmd registered again
+        netns_slurm.run(["scontrol", "update", "nodename=node2", "state=resume"])
     finally:
         submitted.join(620)
     job = jobs[0]
