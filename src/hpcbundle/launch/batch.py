@@ -130,13 +130,14 @@ def sbatch_script(
     >>> site = load_site("eth-a100-slurm", bundle.sites_dir)
     >>> env = script_environment(bundle.scripts_dir)
     >>> lines = sbatch_script(site, BatchJob(nodes=2), ["python", "train.py"], "horovod.sif", env).splitlines()
-    >>> for line in lines[4:6] + lines[-3:]:
+    >>> launch = next(i for i, line in enumerate(lines) if line.startswith("    srun "))
+    >>> for line in lines[4:6] + lines[launch : launch + 3]:
     ...     print(line)
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
         srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 \
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
-        python train.py
+        python train.py &
     """
     layout = job_layout(site, job)
     command = build_command(site, layout, program, image)
