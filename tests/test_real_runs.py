@@ -467,6 +467,23 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
         assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
 
 
+def two_node_sbatch(site: Path, program: list[str], script: Path) -> str:
+    """`hpcbundle sbatch` of `program` for two nodes, one rank each, written to `script`; its text."""
+    argv = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+    made = subprocess.run([*argv, "--", *program], capture_output=True, text=True, timeout=60, check=False)
+    assert made.returncode == 0, made.stderr
+    return script.read_text()
+
+
+def submit_in_background(slurm: SlurmCluster, text: str, timeout: float) -> tuple[threading.Thread, list[JobResult]]:
+    """`sbatch --wait` of `text` in a thread, so the test can act on the job while it runs; the list
+    gets its result when the thread ends."""
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(slurm.sbatch_wait(text, timeout=timeout)))
+    submitted.start()
+    return submitted, jobs
+
+
 def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
     horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -478,19 +495,9 @@ def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
     ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
     ckpt.mkdir()
     program = train("--epochs", "40", "--batch-size", "16", "--checkpoint-dir", str(ckpt))
-    made = subprocess.run(
-        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
-        + ["--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    assert "srun --mpi=pmix -n 2 --kill-on-bad-exit=1 " in script.read_text()
-    jobs: list[JobResult] = []
-    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=300)))
-    submitted.start()
+    text = two_node_sbatch(site, program, script)
+    assert "srun --mpi=pmix -n 2 --kill-on-bad-exit=1 " in text
+    submitted, jobs = submit_in_background(netns_slurm, text, timeout=300)
     try:
         assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
             "the job never reached checkpoint 2 with a rank on node2"
@@ -522,18 +529,8 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
     ckpt, script = tmp_path / "ckpt", tmp_path / "job.sh"
     ckpt.mkdir()
     program = train("--epochs", "40", "--batch-size", "16", "--checkpoint-dir", str(ckpt))
-    made = subprocess.run(
-        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
-        + ["--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    jobs: list[JobResult] = []
-    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=300)))
-    submitted.start()
+    text = two_node_sbatch(site, program, script)
+    submitted, jobs = submit_in_background(netns_slurm, text, timeout=300)
     try:
         assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
             "the job never reached checkpoint 2 with a rank on node2"
@@ -583,21 +580,10 @@ def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_r
     ckpt.mkdir()
     epochs = 450  # ~90 s of training here: the first run is stopped, the requeued one usually finishes
     program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
-    made = subprocess.run(
-        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
-        + ["--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    text = script.read_text()
+    text = two_node_sbatch(site, program, script)
     assert "#SBATCH --signal=B:USR1@60\n#SBATCH --requeue\n#SBATCH --open-mode=append\n" in text, text
     started = time.monotonic()
-    jobs: list[JobResult] = []
-    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(text, timeout=900)))
-    submitted.start()
+    submitted, jobs = submit_in_background(netns_slurm, text, timeout=900)
     holds = release_requeued_jobs(netns_slurm, submitted)
     took = time.monotonic() - started
     job = jobs[0]
@@ -630,18 +616,8 @@ def test_a_node_set_down_mid_job_ends_it_and_the_requeued_run_resumes_from_its_c
     ckpt.mkdir()
     epochs = 30
     program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint-dir", str(ckpt))
-    made = subprocess.run(
-        hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
-        + ["--", *program],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert made.returncode == 0, made.stderr
-    jobs: list[JobResult] = []
-    submitted = threading.Thread(target=lambda: jobs.append(netns_slurm.sbatch_wait(script.read_text(), timeout=600)))
-    submitted.start()
+    text = two_node_sbatch(site, program, script)
+    submitted, jobs = submit_in_background(netns_slurm, text, timeout=600)
     try:
         assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
             "the job never reached checkpoint 2 with a rank on node2"
