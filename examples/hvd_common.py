@@ -181,6 +181,15 @@ def launcher_ranks(env=os.environ) -> tuple[int, int, int, int]:
     return 0, 1, 0, 1
 
 
+def elastic(env=os.environ) -> bool:
+    """Whether horovodrun started this process in elastic mode (--min-np/--max-np, a discovery script).
+
+    >>> elastic({"HOROVOD_ELASTIC": "1"}), elastic({})
+    (True, False)
+    """
+    return env.get("HOROVOD_ELASTIC") == "1"
+
+
 def local_gpu(local_rank: int, visible: int) -> int:
     """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where the launcher
     gave each rank one GPU of its own (srun --gpus-per-task=1)."""

@@ -15,6 +15,9 @@ checkpoint: `stopped after epoch E/N on SIGUSR1 ...`, exit 0, no final line.
 Rank 0 prints one line per epoch and a last line `final: accuracy=A loss=L images/sec=R ranks=N`
 (test-set metrics over all ranks; images/sec leaves out the first epoch, which pays for warm-up).
 --final-params-out FILE makes every rank write its final parameters to FILE.rank<N>.npy.
+Under elastic horovodrun (--min-np/--max-np, HOROVOD_ELASTIC=1) the model, optimizer and epoch live
+in hvd.elastic.TorchState: a lost rank rolls the others back to the last epoch's end and they go on
+(`ranks changed: now N; going on after epoch E`); a host that joins is taken in after an epoch.
 """
 
 import io
@@ -83,9 +86,8 @@ def main():
     else:
         device = torch.device("cpu")
         torch.set_num_threads(common.threads_per_rank(hvd.local_size()))
-    # 2. Log (and write) only on rank 0.
+    # 2. Log (and write) only on rank 0 (log_rank0, and the checkpoints below).
     verbose = hvd.rank() == 0
-    log = print if verbose else (lambda *a, **k: None)
 
     # Ranks seed differently on purpose: the broadcast below is what makes them agree.
     torch.manual_seed(args.seed + hvd.rank())
@@ -105,31 +107,68 @@ def main():
     if verbose and args.checkpoint_dir:
         resume_epoch, ckpt = common.latest_checkpoint(args.checkpoint_dir, "pt")
         if ckpt is not None:
-            state = torch.load(ckpt, map_location=device)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            resume_epoch = int(state["epoch"])
-    resume_epoch = int(hvd.broadcast(torch.tensor(resume_epoch), root_rank=0, name="resume_epoch").item())
+            saved = torch.load(ckpt, map_location=device)
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            resume_epoch = int(saved["epoch"])
+    data = dict(x_tr=x_tr, y_tr=y_tr, x_te=x_te, y_te=y_te, device=device, source=source)
+    if common.elastic():
+        # 10. Elastic (horovodrun --min-np/--max-np): the model, the optimizer and the epoch live in
+        # a TorchState, which broadcasts them from rank 0 as it starts and after every change of
+        # ranks (a rank that joins later runs no collective before that: none may come first). A
+        # lost rank raises inside a collective: every survivor rolls back to the last commit (each
+        # epoch's end) and the job goes on with the ranks left; a host that joins is taken in at
+        # the next commit. The shards and the lr follow hvd.size() at every epoch.
+        if resume_epoch:
+            log_rank0(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
+        state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=resume_epoch)
+        state.register_reset_callbacks(
+            [lambda: log_rank0(f"ranks changed: now {hvd.size()}; going on after epoch {state.epoch}")]
+        )
+        hvd.elastic.run(train_epochs)(state, args, model, optimizer, **data)
+    else:
+        resume_epoch = int(hvd.broadcast(torch.tensor(resume_epoch), root_rank=0, name="resume_epoch").item())
+        if resume_epoch:
+            log_rank0(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
+        # 4. Broadcast the initial state from rank 0: parameters AND optimizer state (momentum buffers).
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        train_epochs(Epoch(resume_epoch), args, model, optimizer, **data)
 
-    # 4. Broadcast the initial state from rank 0: parameters AND optimizer state (momentum buffers).
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
+class Epoch:
+    """The completed-epoch counter outside elastic mode, with the TorchState's commit() as a no-op."""
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def commit(self):
+        pass
+
+
+def log_rank0(message):
+    """Print on the rank that is rank 0 now (in an elastic job that can change)."""
+    if hvd.rank() == 0:
+        print(message, flush=True)
+
+
+def train_epochs(state, args, model, optimizer, x_tr, y_tr, x_te, y_te, device, source):
+    """Train the epochs after state.epoch up to args.epochs; checkpoint and commit after each."""
     # 5. Each rank takes its own shard: steps per epoch = data / size / batch.
     steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
-    log(
+    log_rank0(
         f"data: {source}, {len(x_tr)} train / {len(x_te)} test images {tuple(x_tr.shape[1:])}; "
         f"ranks={hvd.size()} batch/rank={args.batch_size} steps/epoch={steps} "
         f"lr={args.lr}x{hvd.size()} warmup={args.warmup_epochs} device={device}"
     )
-    if resume_epoch:
-        log(f"resuming from checkpoint {ckpt} after epoch {resume_epoch}")
-    if resume_epoch >= args.epochs:
-        log(f"nothing to do: {resume_epoch} epochs already completed (--epochs {args.epochs})")
+    if state.epoch >= args.epochs:
+        log_rank0(f"nothing to do: {state.epoch} epochs already completed (--epochs {args.epochs})")
 
     epoch_stats = []  # (images, seconds) per epoch, over all ranks
-    val_loss, val_acc = evaluate(model, x_te, y_te, device) if resume_epoch >= args.epochs else (None, None)
-    for epoch in range(resume_epoch, args.epochs):
+    val_loss, val_acc = evaluate(model, x_te, y_te, device) if state.epoch >= args.epochs else (None, None)
+    while state.epoch < args.epochs:
+        epoch = state.epoch
+        steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
         model.train()
         batches = common.epoch_batches(len(x_tr), hvd.rank(), hvd.size(), args.batch_size, epoch, args.seed)
         loss_sum = correct = 0.0
@@ -153,28 +192,29 @@ def main():
         elapsed = time.perf_counter() - start
         epoch_stats.append((count, elapsed))
         val_loss, val_acc = evaluate(model, x_te, y_te, device)
-        log(
+        log_rank0(
             f"epoch {epoch + 1}/{args.epochs}: loss={loss_sum / count:.4f} accuracy={correct / count:.4f} "
             f"val_loss={val_loss:.4f} val_accuracy={val_acc:.4f} lr={optimizer.param_groups[0]['lr']:.4g} "
-            f"images/sec={count / elapsed:.1f} time={elapsed:.2f}s",
-            flush=True,
+            f"images/sec={count / elapsed:.1f} time={elapsed:.2f}s"
         )
         # 7. Only rank 0 writes checkpoints, atomically (temp file + fsync + os.replace).
-        if verbose and args.checkpoint_dir:
+        if hvd.rank() == 0 and args.checkpoint_dir:
             buf = io.BytesIO()
             torch.save({"epoch": epoch + 1, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
             common.atomic_write_bytes(common.checkpoint_path(args.checkpoint_dir, epoch + 1, "pt"), buf.getvalue())
             common.prune_checkpoints(args.checkpoint_dir, "pt")
+        state.epoch = epoch + 1
         if stop_votes and epoch + 1 < args.epochs:
             saved = "its checkpoint resumes the run" if args.checkpoint_dir else "no --checkpoint-dir: nothing saved"
-            log(f"stopped after epoch {epoch + 1}/{args.epochs} on SIGUSR1 (the time limit is near); {saved}")
+            log_rank0(f"stopped after epoch {epoch + 1}/{args.epochs} on SIGUSR1 (the time limit is near); {saved}")
             return
+        state.commit()
 
     if args.final_params_out:
         flat = torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()]).numpy()
         common.save_rank_params(args.final_params_out, hvd.rank(), flat)
     ips = common.steady_throughput(epoch_stats)  # leaves out the first epoch when it can
-    log(f"final: accuracy={val_acc:.4f} loss={val_loss:.4f} images/sec={ips:.1f} ranks={hvd.size()}", flush=True)
+    log_rank0(f"final: accuracy={val_acc:.4f} loss={val_loss:.4f} images/sec={ips:.1f} ranks={hvd.size()}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ SITE_JOBS: dict[str, list[str]] = {
         "0.1 * $WORLD",
     ],
     "roce-h100-ompi5": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "train.py"],
+    "eth-cpu-elastic": ["--image", "horovod.sif", "--nodes", "3", "--", "python", "/examples/pytorch_train.py"],
     "seed-v100": ["--image", "horovod.sif", "--nodes", "2", "--", "python", "/examples/keras_train.py"],
     "slurm-pyxis-h100": [
         "--image",

@@ -81,6 +81,10 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
         ["--image", "/scratch/images/horovod-cuda13.sqsh", "--np", "16", "--", "python", "/examples/pytorch_train.py"],
         NOT_IN_SLURM,
     ),
+    "eth-cpu-elastic": (
+        ["--image", "horovod.sif", "--np", "4", "--", "python", "/examples/pytorch_train.py"],
+        IN_SLURM,
+    ),
 }
 SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 
@@ -217,7 +221,8 @@ def test_every_shipped_site_has_a_golden_invocation():
 
 
 @pytest.mark.parametrize("site", SHIPPED)
-def test_golden_launch_command_and_explanation(site):
+def test_golden_launch_command_and_explanation(site, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an elastic site writes its discovery script here
     args, env = SITE_INVOCATIONS[site]
     result = launch("--site", site, "--explain", *args, env=env)
     assert result.exit_code == 0, result.output

@@ -30,6 +30,10 @@ LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
     "roce-h100-ompi5": (RankLayout(16, (("a", 8), ("b", 8))), "horovod.sif"),
     "slurm-pyxis-h100": (RankLayout(16), "registry.example.org#team/horovod:cuda13"),
     "seed-v100": (RankLayout(4, (("f1", 2), ("f2", 2))), "horovod.sif"),
+    "eth-cpu-elastic": (
+        RankLayout(4, in_allocation=True, discovery_script="./hpcbundle-discover-hosts.sh"),
+        "/scratch/$USER/cpu.sif",
+    ),
 }
 TRICKY = [
     " ",

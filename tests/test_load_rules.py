@@ -44,6 +44,10 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("gpu-numa-map", "roce-h100-ompi5", {"node.gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1, 1]}),
     ("stall-bound", "local", {"faults": {"stall_seconds": 600}, "launcher.timeout": 600}),
     ("signal-lead", "eth-a100-slurm", {"faults.signal_before_end": 3600, "slurm.time": "60"}),
+    ("elastic-horovodrun", "eth-cpu-elastic", {"launcher.gloo": False}),
+    ("elastic-horovodrun", "eth-cpu-elastic", {"faults.elastic.min_np": 9}),
+    ("elastic-horovodrun", "eth-cpu-elastic", {"faults.elastic.cooldown": [600, 60]}),
+    ("elastic-horovodrun", "local", {"faults": {"elastic": {"min_np": 1, "discovery": "hostfile"}}}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [

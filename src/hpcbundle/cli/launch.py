@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from ..config.sites import Site
 from ..execute import Watched, run_bounded, run_captured, run_watched
 from ..launch import RankLayout, build_command, load_site
 from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
+from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
 from .options import (
     PROGRAM_SETTINGS,
@@ -87,11 +89,21 @@ def launch_command(
       hpcbundle launch --site ib-v100 --image horovod.sif --np 4 --hosts f1:2,f2:2 \\
           -- python /examples/keras_train.py
       hpcbundle launch --site stampede2-knl --np 2 --explain -- python tf_cnn_benchmarks.py --model resnet50
+
+    An elastic site (faults.elastic, discovery: hostfile) also writes HOSTFILE.discover, the script
+    horovodrun reads the hosts from every second: edit the hostfile to add or retire nodes mid-run.
     """
     model = site_for(bundle, site)
     layout = layout_from(np_, hosts, hostfile)
+    hosts_path = str(hostfile.absolute()) if hostfile else None
+    if model.faults.elastic is not None:
+        layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else BATCH_SCRIPT)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     command = build_command(model, layout, program, image, os.environ if execute else None)
+    if layout.discovery_script is not None:
+        text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
+        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery")
+        click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
     warned = declared_first(
         model, planned_ranks(model, layout), f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}"
     )

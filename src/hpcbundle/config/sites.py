@@ -129,6 +129,8 @@ class Container(StrictModel):
 MAX_CPUS = 1 << 20
 """The most CPUs one node or rank may declare (a typo with many digits is refused)."""
 MAX_GPUS = 1024
+MAX_RANKS = 1_000_000
+"""The most ranks a site may name (faults.elastic)."""
 MAX_NUMA_NODE = 1023
 """The highest NUMA node number (a Linux kernel has at most 1024 nodes)."""
 
@@ -204,6 +206,29 @@ class Gate(StrictModel):
     )
 
 
+class Elastic(StrictModel):
+    """Elastic Horovod (`horovodrun --gloo --min-np --max-np --host-discovery-script`): a lost node
+    leaves the job running on the others, and a node that comes back is taken in again. Example::
+
+        faults:
+          elastic: {min_np: 2, max_np: 4, discovery: hostfile, cooldown: [10, 300]}
+
+    `discovery` says where the generated discovery script finds the hosts each second: `hostfile`
+    (the --hostfile of `launch`, read again at each check: a host whose ssh port does not answer is
+    left out) or `slurm` (the job's nodes that SLURM does not mark down, drained or failing).
+    """
+
+    min_np: PositiveInt = Field(le=MAX_RANKS, description="fewest ranks the job goes on with")
+    max_np: PositiveInt | None = Field(None, le=MAX_RANKS, description="most ranks it grows to; default: --np")
+    discovery: Literal["hostfile", "slurm"] = Field(description="where the hosts come from: hostfile or slurm")
+    cooldown: tuple[Annotated[int, Field(ge=1, le=3600)], Annotated[int, Field(ge=1, le=3600)]] = Field(
+        (10, 300),
+        description="seconds [min, max] a host whose ranks failed is left out before it is tried again "
+        "(horovodrun --blacklist-cooldown-range; doubled at each failure)",
+    )
+    ssh_port: int = Field(22, ge=1, le=65535, description="the port the hostfile discovery probes on each host")
+
+
 class Faults(StrictModel):
     """What ends a job that cannot go on, and what saves its work: a rank stopped (SIGSTOP, a hung
     device) or a node's link gone down leaves every other rank waiting inside MPI, where TCP's
@@ -235,6 +260,7 @@ class Faults(StrictModel):
         "when a node fails, and the script requeues it after the time-limit signal, to resume from "
         "its checkpoint",
     )
+    elastic: Elastic | None = Field(None, description="elastic Horovod: go on with fewer ranks when a node is lost")
 
 
 class Slurm(StrictModel):

