@@ -6,17 +6,22 @@ No machine is needed.
 from __future__ import annotations
 
 import copy
+import json
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
-from hpcbundle.diagnose.probes import numa_memory, parse_gpus, runtimes
+from hpcbundle.diagnose.probes import numa_memory, parse_gpus, runtimes, stopped_ranks
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.launching import runtime_detection
 from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
+from hpcbundle_testbed.procs import wait_until
 
 SITE = {
     "name": "t",
@@ -438,3 +443,28 @@ def test_the_real_probe_fails_pyxis_on_this_machines_srun_without_the_plugin(tmp
     result = _runtime_result(site(**PYXIS), {"here": node("here") | {"runtimes": found, "runtimes_missing": missing}})
     print(result.line())
     assert result.status == "FAIL" and PYXIS_FIX in result.fix and missing["pyxis"] in result.evidence
+
+
+def test_stopped_ranks_finds_the_processes_of_the_program_that_are_stopped_and_no_others():
+    """A SIGSTOPped process running exactly the program is found (state T); a running twin, and a
+    stopped process whose command only ends with the program's words (a launcher), are not."""
+    program = ["sleep", "61.5"]
+    stopped = subprocess.Popen(program)
+    running = subprocess.Popen(program)
+    launcher = subprocess.Popen(["sh", "-c", "sleep 61.5; true", "sleep", "61.5"])
+    try:
+        stopped.send_signal(signal.SIGSTOP)
+        launcher.send_signal(signal.SIGSTOP)
+        assert wait_until(lambda: stopped_ranks(program) == [{"pid": stopped.pid, "state": "T"}], timeout=10)
+        probe = subprocess.run(
+            [sys.executable, "-m", "hpcbundle.diagnose.probes", "stopped", "--", *program],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        assert json.loads(probe.stdout) == {"stopped": [{"pid": stopped.pid, "state": "T"}]}
+    finally:
+        for proc in (stopped, running, launcher):
+            proc.kill()
+            proc.wait()

@@ -415,7 +415,8 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
     launcher.timeout (300 s) would be all that ends it. With faults.stall_seconds the launch stops the
     job after that much silence, says what doctor finds on the nodes then (data0 down on node2, or
     nothing: a rank stopped), leaves no process on any node (the ssh sessions close, their orted
-    go and take their ranks), and the same command resumes after the last checkpoint."""
+    go and take their ranks), and the same command resumes after the last checkpoint. The stopped
+    rank is named by node and PID (found in state T before the job is ended)."""
     epochs = 6
     with SshCluster(3) as cluster:
         site = ssh_site(tmp_path, cluster, "ssh-stall")
@@ -433,7 +434,8 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
         try:
             job = start_until_checkpoint_2(cluster, argv, ckpt, log)
             if fault == "rank-stopped":
-                os.kill(rank_pids(cluster, "node2")[0], signal.SIGSTOP)
+                stopped_pid = rank_pids(cluster, "node2")[0]
+                os.kill(stopped_pid, signal.SIGSTOP)
             else:
                 ip(*link, "down")
             faulted_at = time.monotonic()
@@ -452,11 +454,12 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
         assert status == 124, out[-3000:]
         assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site ssh-stall)" in out
         assert ended < 300 and "killed after" not in out, "the stall bound, not launcher.timeout, ended it"
-        cause = {
-            "rank-stopped": "doctor finds the job's nodes and links fine now, so a rank itself stopped",
-            "link-down": "data0 is down on node2",
-        }[fault]
+        cause = {"rank-stopped": "the rank named above stopped, not a link", "link-down": "data0 is down on node2"}[
+            fault
+        ]
         assert cause in out, out[-3000:]
+        named = re.findall(r"^hpcbundle: (\S+): the rank with PID (\d+) was stopped .*\(state T\)$", out, re.M)
+        assert named == ([("node2", str(stopped_pid))] if fault == "rank-stopped" else []), out[-3000:]
         assert gone, f"processes left after the job ended: {leftovers(cluster)}"
 
         done = assert_all_checkpoints_complete(ckpt)

@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 from .config.errors import UserError
 
@@ -53,8 +53,11 @@ class Watched:
     stalled: bool = False
 
 
-def run_watched(argv: Sequence[str], timeout: float, stall: float, grace: float = 5.0) -> Watched:
-    """Like run_bounded, and also stopped when neither its stdout nor its stderr gave a line for `stall` s.
+def run_watched(
+    argv: Sequence[str], timeout: float, stall: float, grace: float = 5.0, before_stop: Callable[[], None] | None = None
+) -> Watched:
+    """Like run_bounded, and also stopped when neither its stdout nor its stderr gave a line for `stall` s;
+    `before_stop` runs first then, while every process of the job is still there to be looked at.
 
     The output is passed through line by line as it comes. A rank that stops (SIGSTOP, a hung device)
     or loses its link leaves every other rank waiting inside MPI, where TCP's retries take many
@@ -94,6 +97,8 @@ def run_watched(argv: Sequence[str], timeout: float, stall: float, grace: float 
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
                 if now >= deadline or now - last_line[0] >= stall:
+                    if now < deadline and before_stop is not None:
+                        before_stop()
                     kill_group(proc, grace)
                     return Watched(None, stalled=now < deadline)
     except KeyboardInterrupt:

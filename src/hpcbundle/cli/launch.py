@@ -7,6 +7,7 @@ import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 import click
 
@@ -125,9 +126,16 @@ def launch_command(
     )
     click.echo(f"+ {command.display()}", err=True)
     stall = model.faults.stall_seconds
-    ended = run_watched(command.argv, limit, stall) if stall else Watched(run_bounded(command.argv, limit))
+    stopped: dict[str, list[dict]] = {}
+    if stall:
+        hosts = [host for host, _ in layout.placement(socket.gethostname())]
+        ended = run_watched(
+            command.argv, limit, stall, before_stop=lambda: stopped.update(find_stopped(model, hosts, program))
+        )
+    else:
+        ended = Watched(run_bounded(command.argv, limit))
     if ended.stalled:
-        after_stall(ctx, model, image, layout, stall)
+        after_stall(ctx, model, image, layout, stall, stopped)
     status = ended.status
     if status is None:
         click.echo(
@@ -142,21 +150,45 @@ def launch_command(
     ctx.exit(status)
 
 
-def after_stall(ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stall: int) -> None:
-    """The job went silent for faults.stall_seconds and was stopped: say so, then what doctor finds on its
-    nodes now (a link down on one of them is a FAIL naming it), and stop with exit 124."""
+def find_stopped(model: Site, hosts: list[str], program: Sequence[str]) -> dict[str, list[dict]]:
+    """The job's ranks that are stopped or stuck in the kernel on `hosts` (this node when none are
+    named), asked before the stalled job is ended; {} when none or no node answers in 10 s."""
+    from ..diagnose.fanout import stopped_ranks
+
+    exported = {name: os.environ[name] for name in model.export if name in os.environ}
+    return stopped_ranks(model.mca, hosts or ["localhost"], list(program), exported)
+
+
+def after_stall(
+    ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stall: int, stopped: dict[str, list[dict]]
+) -> None:
+    """The job went silent for faults.stall_seconds and was stopped: say so, name the ranks found
+    stopped before the end (`stopped`), then what doctor finds on its nodes now (a link down on one of
+    them is a FAIL naming it), and stop with exit 124."""
+    from ..diagnose.probes import STOPPED_STATES
+
     click.echo(
         f"hpcbundle: error: no output from the job for {stall} s (faults.stall_seconds of site {model.name}), "
         "so it was stopped: a rank stopped or lost its link, and the others would wait inside MPI for "
         "TCP's retries",
         err=True,
     )
+    for host, ranks in stopped.items():
+        for rank in ranks:
+            state = rank["state"]
+            click.echo(
+                f"hpcbundle: {host}: the rank with PID {rank['pid']} was {STOPPED_STATES.get(state, state)} "
+                f"(state {state})",
+                err=True,
+            )
     results = fast_doctor(model, image, layout.placement(socket.gethostname()), "nodes")
     failed = [r for r in results if r.status == "FAIL"]
     print_results(failed, err=True)
     click.echo(
         "hpcbundle: the FAIL above is on the job's nodes now; "
         if failed
+        else "hpcbundle: the rank named above stopped, not a link; "
+        if stopped
         else "hpcbundle: doctor finds the job's nodes and links fine now, so a rank itself stopped "
         "(SIGSTOP, a hung device, swapping); ",
         err=True,

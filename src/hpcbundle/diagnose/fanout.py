@@ -112,6 +112,17 @@ def gather(
     return found, reach
 
 
+def stopped_ranks(
+    mca: dict[str, str], hosts: list[str], program: list[str], environment: Mapping[str, str], timeout: float = 10.0
+) -> dict[str, list[dict[str, Any]]]:
+    """Host -> its ranks of `program` that are stopped or stuck in the kernel (probes.stopped_ranks),
+    asked in parallel; a host that does not answer within `timeout` s is left out."""
+    words = _self(environment, "stopped", "--", *program)
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        answers = pool.map(lambda h: _run_json(remote_argv(mca, h, words), timeout), hosts)
+        return {host: answer["stopped"] for host, answer in zip(hosts, answers, strict=True) if answer.get("stopped")}
+
+
 def _tcp_mesh(
     mca: dict[str, str], addrs: dict[str, str], seconds: float, timeout: float, environment: Mapping[str, str]
 ) -> list[tuple[str, str, str, str]]:

@@ -453,6 +453,39 @@ def connect(targets: list[str], seconds: float) -> dict[str, str]:
         return dict(zip(targets, pool.map(one, targets), strict=True))
 
 
+# Process states (/proc/PID/stat) in which a rank neither runs nor waits for its peers.
+STOPPED_STATES = {
+    "T": "stopped (SIGSTOP, or a job-control stop)",
+    "t": "stopped by a debugger",
+    "D": "in uninterruptible sleep (a hung device or file system)",
+}
+
+
+def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[str, Any]]:
+    """This node's processes running exactly `program` (the ranks: launchers and wrappers exec into
+    it) that are in a STOPPED_STATES state: [{"pid": N, "state": "T"}, ...].
+
+    A node's processes are those in this probe's network namespace: ranks share their node's
+    network (every runtime here runs with the host's), and nodes that share one kernel (namespace
+    test clusters) still have one network namespace each.
+    """
+    wanted = [os.fsencode(word) for word in program]
+    network = os.readlink(proc / "self" / "ns" / "net")
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+            here = os.readlink(entry / "ns" / "net") == network
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or a kernel thread
+        if argv == wanted and here and state in STOPPED_STATES:
+            found.append({"pid": int(entry.name), "state": state})
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hpcbundle.diagnose.probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -468,8 +501,13 @@ def main(argv: list[str] | None = None) -> int:
     co = sub.add_parser("connect")
     co.add_argument("targets", nargs="+")
     co.add_argument("--seconds", type=float, default=3.0)
+    st = sub.add_parser("stopped")
+    st.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    if args.what == "facts":
+    if args.what == "stopped":
+        program = args.program[1:] if args.program[:1] == ["--"] else args.program
+        print(json.dumps({"stopped": stopped_ranks(program)}))
+    elif args.what == "facts":
         print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes), args.hash_seconds)))
     elif args.what == "listen":
         listen(args.address, args.seconds, args.expect)
