@@ -3,6 +3,7 @@ launcher and runtime's syntax, one-line refusals, and real runs bounded in time.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import time
@@ -485,6 +486,24 @@ def test_exec_passes_on_the_programs_exit_status():
     _need_mpirun()
     result = hpcbundle("launch", "--np", "2", "--exec", "--", "python3", "-c", "import sys; sys.exit(3)")
     assert result.returncode == 3, result.stderr
+
+
+@pytest.mark.full_setup
+def test_exec_warns_when_the_job_was_silent_for_more_than_half_its_stall_bound(tmp_path):
+    """A job that finished but went 3 s without a line under a 4 s stall bound: one more slow epoch
+    would have been ended as a stall, so the launch says so (and keeps the job's exit status)."""
+    _need_mpirun()
+    site = write_site(tmp_path, "local", {"faults": {"stall_seconds": 4}}, name="quiet")
+    program = "import time; print('epoch 1', flush=True); time.sleep(3); print('epoch 2', flush=True)"
+    result = hpcbundle("launch", "--site", str(site), "--np", "1", "--exec", "--", "python3", "-c", program)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("epoch 2") == 1
+    warning = re.search(
+        r"warning: the job was silent for up to ([\d.]+) s, more than half of faults.stall_seconds "
+        r"\(4 s\) of site quiet",
+        result.stderr,
+    )
+    assert warning and 2.5 < float(warning[1]) < 4, result.stderr
 
 
 @pytest.mark.full_setup

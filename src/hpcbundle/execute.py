@@ -47,10 +47,11 @@ def run_bounded(argv: Sequence[str], timeout: float, grace: float = 5.0) -> int 
 @dataclass(frozen=True)
 class Watched:
     """How a watched run ended: its exit status, or None when it was stopped (`stalled`: for want of
-    output, else at the time bound)."""
+    output, else at the time bound); `quietest` is its longest stretch without a line, in seconds."""
 
     status: int | None
     stalled: bool = False
+    quietest: float = 0.0
 
 
 def run_watched(
@@ -63,20 +64,24 @@ def run_watched(
     or loses its link leaves every other rank waiting inside MPI, where TCP's retries take many
     minutes; the silence ends the job in `stall` s instead.
 
-    >>> run_watched(["sh", "-c", "echo one; sleep 5; echo two"], timeout=30, stall=0.5, grace=1)
+    >>> run_watched(["sh", "-c", "echo one; sleep 5; echo two"], timeout=30, stall=0.5, grace=1).stalled
     one
-    Watched(status=None, stalled=True)
-    >>> run_watched(["sh", "-c", "echo one; exit 4"], timeout=30, stall=5)
+    True
+    >>> ended = run_watched(["sh", "-c", "echo one; sleep 0.5; echo two; exit 4"], timeout=30, stall=5)
     one
-    Watched(status=4, stalled=False)
+    two
+    >>> ended.status, ended.stalled, 0.4 < ended.quietest < 5
+    (4, False, True)
     """
     stdin = None if sys.stdin is not None and sys.stdin.isatty() else subprocess.DEVNULL
     proc = _start(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
-    last_line = [time.monotonic()]
+    last_line, quietest = [time.monotonic()], [0.0]
 
     def relay(source: IO[str], target: IO[str]) -> None:
         for line in iter(source.readline, ""):
-            last_line[0] = time.monotonic()
+            now = time.monotonic()
+            quietest[0] = max(quietest[0], now - last_line[0])
+            last_line[0] = now
             target.write(line)
             target.flush()
 
@@ -93,7 +98,7 @@ def run_watched(
                 status = proc.wait(0.2)
                 for thread in relays:
                     thread.join(5.0)
-                return Watched(_status(status))
+                return Watched(_status(status), quietest=quietest[0])
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
                 if now >= deadline or now - last_line[0] >= stall:

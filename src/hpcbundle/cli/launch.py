@@ -136,6 +136,13 @@ def launch_command(
         ended = Watched(run_bounded(command.argv, limit))
     if ended.stalled:
         after_stall(ctx, model, image, layout, stall, stopped)
+    if stall and ended.status is not None and ended.quietest >= stall / 2:
+        click.echo(
+            f"hpcbundle: warning: the job was silent for up to {ended.quietest:.1f} s, more than half of "
+            f"faults.stall_seconds ({stall} s) of site {model.name}: a slower epoch or checkpoint would be "
+            f"ended as a stall; raise it in {model.where}",
+            err=True,
+        )
     status = ended.status
     if status is None:
         click.echo(
