@@ -1,7 +1,7 @@
 """Allreduce bandwidth on the namespace cluster, next to the raw TCP bandwidth of the same link.
 
-    .venv/bin/python bench/allreduce.py                          # 2 and 3 nodes, 4 KiB .. 256 MiB
-    .venv/bin/python bench/allreduce.py --nodes 2 --quick        # 64 KiB, 4 MiB, 64 MiB
+    .venv/bin/python bench/allreduce.py                          # 2 and 3 nodes, 4 KiB .. 256 MiB, 5 rounds
+    .venv/bin/python bench/allreduce.py --nodes 2 --quick --rounds 1   # 64 KiB, 4 MiB, 64 MiB, once
     .venv/bin/python bench/allreduce.py --nodes 2 --sizes 64M --backends horovod-mpi,mpi4py \\
         --set mca.btl_tcp_sndbuf=4194304 --set mca.btl_tcp_rcvbuf=4194304   # try a knob by hand
     .venv/bin/python bench/allreduce.py --nodes 2 --tuned        # also: hpcbundle tune, then Horovod again
@@ -31,10 +31,14 @@ node use every core). For each cluster size, in one run:
   --tuned     first `hpcbundle tune` on the horovod-mpi site, then Horovod again with the tuned site
               (horovod-tuned); the target lines use it when present.
 
-Prints a table per cluster size (size, backend, ops, algbw, busbw, busbw/link), the two target
-ratios at 64 MiB (Horovod busbw >= 0.6 x link and >= 1.0 x torch-gloo; measured, never asserted),
-and one JSON line (metric allreduce_bench). Exit status 1 if a backend failed or summed wrong.
-The machine is shared and noisy: compare ratios from one run, never absolute figures across runs.
+--rounds K (default 5) runs every backend once per round, the rounds one after another, so each
+round compares backends measured side by side. Prints a table per cluster size (size, backend,
+ops, median seconds, median busbw with its min-max over the rounds, busbw/link), the two target
+ratios at 64 MiB taken round by round (Horovod busbw >= 0.6 x link and >= 1.0 x torch-gloo of the
+same round: median, min-max, rounds met; measured, never asserted), and one JSON line (metric
+allreduce_bench, every round's records). Exit status 1 if a backend failed or summed wrong; bad
+options are one line, exit 2. The machine is shared and noisy: compare ratios from one run, never
+absolute figures across runs.
 """
 
 from __future__ import annotations
@@ -306,19 +310,19 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
             tuned = run_tune(cluster, base, directory / "tuned.yaml", timeout=args.tune_timeout)
             runs.insert(0, ("horovod-tuned", tuned, "horovod"))
         results, errors = [], {}
-        for name, site, backend in runs:
-            print(f"   {name} ...", file=sys.stderr, flush=True)
-            t0 = time.monotonic()
-            records, error = run_backend(cluster, site, backend, args.sizes, args.timeout + 60)
-            print(
-                f"   {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s"
-                f"{'; FAILED ' + error if error else ''}",
-                file=sys.stderr,
-                flush=True,
-            )
-            if error:
-                errors[name] = error
-            results.extend({**r, "variant": name} for r in records)
+        for round_ in range(1, args.rounds + 1):  # interleaved: every backend once per round
+            for name, site, backend in runs:
+                t0 = time.monotonic()
+                records, error = run_backend(cluster, site, backend, args.sizes, args.timeout + 60)
+                print(
+                    f"   round {round_}, {name}: {len(records)} sizes in {time.monotonic() - t0:.0f} s"
+                    f"{'; FAILED ' + error if error else ''}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if error:
+                    errors[f"{name} round {round_}"] = error
+                results.extend({**r, "variant": name, "round": round_} for r in records)
         print("   iperf3 again ...", file=sys.stderr, flush=True)
         link = combine_links(link, measure_link(cluster, args.iperf_seconds, directory))
         print(
@@ -342,50 +346,87 @@ def combine_links(before: dict[str, Any], after: dict[str, Any]) -> dict[str, An
     return {"mode": before["mode"], "streams": streams, **mean, "before": before, "after": after}
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """{'median', 'min', 'max'} of one figure's per-round values."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is below 1")
+    return value
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad options: one line naming the option and the fix, exit 2 (no usage block)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def per_round(results: list[dict], variant: str, size: int) -> dict[int, float]:
+    """Round -> busbw (GiB/s) of `variant` at `size` bytes."""
+    return {r["round"]: r["busbw_gib"] for r in results if r["variant"] == variant and r["bytes"] == size}
+
+
 def targets(results: list[dict], link: dict[str, Any]) -> dict[str, Any]:
-    """The two target ratios at 64 MiB: Horovod (tuned if run, else horovod-mpi) busbw over the
-    link and over torch-gloo."""
-    at = {r["variant"]: r for r in results if r["bytes"] == TARGET_SIZE}
-    horovod = at.get("horovod-tuned") or at.get("horovod-mpi")
-    gloo = at.get("torch-gloo")
+    """The two target ratios at 64 MiB, round by round: Horovod (tuned if run, else horovod-mpi)
+    busbw over the link and over torch-gloo's busbw of the same round; median, min-max, rounds met."""
+    name = "horovod-tuned" if per_round(results, "horovod-tuned", TARGET_SIZE) else "horovod-mpi"
+    horovod, gloo = per_round(results, name, TARGET_SIZE), per_round(results, "torch-gloo", TARGET_SIZE)
+    over_link = [value / link["gib"] for value in horovod.values()] if link["gib"] else []
+    over_gloo = [value / gloo[round_] for round_, value in horovod.items() if gloo.get(round_)]
     return {
         "bytes": TARGET_SIZE,
-        "horovod_variant": horovod["variant"] if horovod else None,
-        "horovod_busbw_gib": horovod["busbw_gib"] if horovod else None,
+        "horovod_variant": name if horovod else None,
         "link_gib": link["gib"],
-        "torch_gloo_busbw_gib": gloo["busbw_gib"] if gloo else None,
-        "over_link": ratio(horovod and horovod["busbw_gib"], link["gib"]),
-        "over_torch_gloo": ratio(horovod and horovod["busbw_gib"], gloo and gloo["busbw_gib"]),
+        "over_link": spread(over_link) if over_link else None,
+        "over_link_met": sum(r >= TARGET_LINK for r in over_link),
+        "over_torch_gloo": spread(over_gloo) if over_gloo else None,
+        "over_torch_gloo_met": sum(r >= TARGET_GLOO for r in over_gloo),
+        "rounds": len(horovod),
     }
 
 
 def report(cluster: dict[str, Any]) -> list[str]:
+    """The table of one cluster size: per size and backend the median busbw over the rounds, its
+    min-max, and the target ratios at 64 MiB with their range and the rounds that met them."""
     link = cluster["link"]
+    rounds = max((r["round"] for r in cluster["results"]), default=0)
     lines = [
-        f"\n{cluster['nodes']} nodes, link {link['gib']:.3f} GiB/s per direction "
+        f"\n{cluster['nodes']} nodes, {rounds} round(s), link {link['gib']:.3f} GiB/s per direction "
         f"(before {link['before']['gib']:.3f}, after {link['after']['gib']:.3f}; {link['mode']}, concurrent: "
         + ", ".join(f"{k} {v:.3f}" for k, v in link["streams"].items())
         + f"; unidirectional node1->node2 {link['unidirectional_gib']:.3f} GiB/s)",
-        f"{'size':>9}  {'backend':<14} {'ops':<5} {'iters':>5} {'seconds':>10} {'algbw':>7} {'busbw':>7} "
-        f"{'busbw/link':>10} ok",
+        f"{'size':>9}  {'backend':<14} {'ops':<5} {'seconds':>10} {'busbw':>7} {'min-max':>13} {'busbw/link':>10} ok",
     ]
-    for r in sorted(cluster["results"], key=lambda r: (r["bytes"], r["variant"])):
+    keys = sorted({(r["bytes"], r["variant"]) for r in cluster["results"]})
+    for size, variant in keys:
+        runs = [r for r in cluster["results"] if r["bytes"] == size and r["variant"] == variant]
+        busbw = spread([r["busbw_gib"] for r in runs])
+        seconds = statistics.median(r["seconds"] for r in runs)
         lines.append(
-            f"{_fmt_size(r['bytes']):>9}  {r['variant']:<14} {r['ops']:<5} {r['iters']:>5} {r['seconds']:>10.6f} "
-            f"{r['algbw_gib']:>7.3f} {r['busbw_gib']:>7.3f} {_fmt(r['busbw_over_link']):>10} "
-            f"{'yes' if r['correct'] else 'NO'}"
+            f"{_fmt_size(size):>9}  {variant:<14} {runs[0]['ops']:<5} {seconds:>10.6f} {busbw['median']:>7.3f} "
+            f"{busbw['min']:>6.3f}-{busbw['max']:<6.3f} {_fmt(ratio(busbw['median'], link['gib'])):>10} "
+            f"{'yes' if all(r['correct'] for r in runs) else 'NO'}"
         )
     for name, error in cluster["errors"].items():
         lines.append(f"  {name} FAILED: {error}")
     t = cluster["targets"]
-    for what, value, want in (
-        ("link", t["over_link"], TARGET_LINK),
-        ("torch-gloo busbw", t["over_torch_gloo"], TARGET_GLOO),
-    ):
-        verdict = "not measured" if value is None else "met" if value >= want else "NOT met"
+    for what, key, want in (("link", "over_link", TARGET_LINK), ("torch-gloo busbw", "over_torch_gloo", TARGET_GLOO)):
+        value = t[key]
+        figure = (
+            "not measured"
+            if value is None
+            else (
+                f"{value['median']:.3f} [{value['min']:.3f}-{value['max']:.3f}] "
+                f"(want >= {want}: met in {t[key + '_met']} of {t['rounds']} rounds)"
+            )
+        )
         lines.append(
-            f"target at 64 MiB, {cluster['nodes']} nodes: {t['horovod_variant'] or 'horovod'} busbw / {what} = "
-            f"{_fmt(value)} (want >= {want}: {verdict})"
+            f"target at 64 MiB, {cluster['nodes']} nodes: {t['horovod_variant'] or 'horovod'} busbw / {what} = {figure}"
         )
     return lines
 
@@ -395,12 +436,13 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench/allreduce.py", description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated (default 2,3)")
     p.add_argument("--sizes", help="message sizes for every backend, e.g. 4K,64M (K/M/G = KiB/MiB/GiB)")
     p.add_argument("--min-bytes", default="4K", help="smallest size when --sizes is not given (default 4K)")
     p.add_argument("--max-bytes", default="256M", help="largest size when --sizes is not given (default 256M)")
     p.add_argument("--quick", action="store_true", help=f"only {QUICK_SIZES}")
+    p.add_argument("--rounds", type=positive, default=5, help="rounds; each runs every backend once (default 5)")
     p.add_argument("--iperf-seconds", type=int, default=5, help="duration of each iperf3 test (default 5)")
     p.add_argument("--backends", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
     p.add_argument(
@@ -472,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sizes": [int(s) for s in args.sizes.split(",")],
                 "backends": args.backends,
                 "tuned": args.tuned,
+                "rounds": args.rounds,
                 "set": overrides,
                 "clusters": clusters,
                 "ok": not failed,

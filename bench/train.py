@@ -27,7 +27,6 @@ import argparse
 import importlib.util
 import json
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,11 +53,6 @@ def _allreduce_bench() -> ModuleType:
 
 
 BENCH = _allreduce_bench()
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """{'median', 'min', 'max'} of one variant's per-round figures."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def run_variant(
@@ -126,7 +120,7 @@ def ratios(rates: dict[str, list[float]], top: str, bottom: str) -> dict[str, fl
     """`top` / `bottom` round by round (the rounds interleave them), as median and min-max."""
     if not rates.get(top) or len(rates[top]) != len(rates.get(bottom, [])):
         return None
-    return spread([a / b for a, b in zip(rates[top], rates[bottom], strict=True)])
+    return BENCH.spread([a / b for a, b in zip(rates[top], rates[bottom], strict=True)])
 
 
 def report(cluster: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -135,7 +129,7 @@ def report(cluster: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     for model, by_variant in cluster["rates"].items():
         lines += [f"\n{n} nodes, model {model}: img/s per rank over {len(by_variant['ddp'])} rounds"]
         lines += [f"  {'variant':<14} {'median':>9} {'min':>9} {'max':>9}"]
-        figures = {v: spread(r) for v, r in by_variant.items() if r}
+        figures = {v: BENCH.spread(r) for v, r in by_variant.items() if r}
         for variant, f in figures.items():
             lines.append(f"  {variant:<14} {f['median']:9.1f} {f['min']:9.1f} {f['max']:9.1f}")
         found = {f"{v}/ddp": ratios(by_variant, v, "ddp") for v in by_variant if v != "ddp"}
@@ -154,31 +148,17 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")  # so the cluster's context manager tears it down
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """Bad options: one line naming the option and the fix, exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"bench/train.py: {message} (see --help)\n")
-
-
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is below 1")
-    return value
-
-
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(description=__doc__.splitlines()[0])
+    p = BENCH.OneLineParser(prog="bench/train.py", description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated, each 2..8 (default 2,3)")
     p.add_argument("--models", default="cnn,resnet", help=f"models of the example: {','.join(MODELS)}")
-    p.add_argument("--rounds", type=positive, default=5, help="rounds; each runs every variant once (default 5)")
-    p.add_argument("--iters", type=positive, default=5, help="timed iterations per run (default 5)")
-    p.add_argument("--warmup", type=positive, default=5, help="untimed batches per run (default 5)")
-    p.add_argument("--batch-size", type=positive, default=32, help="images per rank per step (default 32)")
+    p.add_argument("--rounds", type=BENCH.positive, default=5, help="rounds; each runs every variant once (default 5)")
+    p.add_argument("--iters", type=BENCH.positive, default=5, help="timed iterations per run (default 5)")
+    p.add_argument("--warmup", type=BENCH.positive, default=5, help="untimed batches per run (default 5)")
+    p.add_argument("--batch-size", type=BENCH.positive, default=32, help="images per rank per step (default 32)")
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with its site too")
-    p.add_argument("--timeout", type=positive, default=600, help="seconds each run may take (default 600)")
-    p.add_argument("--tune-timeout", type=positive, default=1800, help="seconds tune may take (default 1800)")
+    p.add_argument("--timeout", type=BENCH.positive, default=600, help="seconds each run may take (default 600)")
+    p.add_argument("--tune-timeout", type=BENCH.positive, default=1800, help="seconds tune may take (default 1800)")
     args = p.parse_args(argv)
     try:
         args.nodes = [int(n) for n in args.nodes.split(",")]

@@ -1,4 +1,4 @@
-"""bench/allreduce.py for real, tiny: 2 namespace nodes, two small sizes, 1 s of iperf3.
+"""bench/allreduce.py for real, tiny: 2 namespace nodes, two small sizes, 2 rounds, 1 s of iperf3.
 
 Asserts outcomes only (every backend ran through the generated command and summed right, the
 link was measured, the JSON line parses and carries the ratios); never timings.
@@ -21,8 +21,9 @@ pytestmark = pytest.mark.cluster
 BENCH = ROOT / "bench" / "allreduce.py"
 
 
-def test_bench_runs_every_backend_and_prints_ratios_to_the_link(cluster_tools):
-    argv = [sys.executable, str(BENCH), "--nodes", "2", "--sizes", "4K,64K", "--iperf-seconds", "1", "--timeout", "180"]
+def test_bench_runs_every_backend_in_each_round_and_prints_medians_and_ratios_to_the_link(cluster_tools):
+    argv = [sys.executable, str(BENCH), "--nodes", "2", "--sizes", "4K,64K", "--rounds", "2", "--iperf-seconds", "1"]
+    argv += ["--timeout", "180"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=600)
@@ -40,14 +41,30 @@ def test_bench_runs_every_backend_and_prints_ratios_to_the_link(cluster_tools):
     link = cluster["link"]
     assert link["mode"] == "bidir" and set(link["streams"]) == {"node1->node2", "node2->node1"}
     assert link["gib"] > 0 and link["unidirectional_gib"] > 0
-    got = {(r["variant"], r["bytes"]): r for r in cluster["results"]}
+    got = {(r["variant"], r["bytes"], r["round"]): r for r in cluster["results"]}
     variants = ("horovod-mpi", "horovod-gloo", "torch-gloo", "mpi4py")
-    assert set(got) == {(v, b) for v in variants for b in (4096, 65536)}
-    for (variant, _), r in got.items():
+    assert set(got) == {(v, b, k) for v in variants for b in (4096, 65536) for k in (1, 2)}
+    for (variant, _, _), r in got.items():
         assert r["correct"] is True and r["ranks"] == 2
         assert (
             r["ops"] == {"horovod-mpi": "mpi", "horovod-gloo": "gloo", "torch-gloo": "gloo", "mpi4py": "mpi"}[variant]
         )
         assert r["busbw_over_link"] == pytest.approx(r["busbw_gib"] / link["gib"], rel=0.01, abs=0.002)
-    assert "busbw/link" in out and "target at 64 MiB, 2 nodes" in out  # no 64 MiB here: "not measured"
+    assert "2 nodes, 2 round(s)" in out and "min-max" in out and "busbw/link" in out
+    assert "target at 64 MiB, 2 nodes" in out  # no 64 MiB here: "not measured"
     assert "not measured" in out
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--rounds", "0"], "argument --rounds: 0 is below 1"),
+        (["--nodes", "1"], "--nodes: every cluster needs at least 2 nodes"),
+        (["--sizes", "3X"], "'3X' is not a size"),
+        (["--backends", "nccl"], "--backends: unknown ['nccl']"),
+    ],
+)
+def test_bad_allreduce_bench_options_are_one_line_and_exit_2(option, message):
+    run = subprocess.run([sys.executable, str(BENCH), *option], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
