@@ -62,3 +62,10 @@ def launched_command(stderr: str) -> str:
     lines = [line[2:] for line in stderr.splitlines() if line.startswith("+ ")]
     assert len(lines) == 1, stderr[-3000:]
     return lines[0]
+
+
+def assert_refused_in_one_line(script: Path, options: list[str], message: str) -> None:
+    """`python SCRIPT OPTIONS` (a benchmark) stops with exit 2 and one line on stderr holding `message`."""
+    run = subprocess.run([sys.executable, str(script), *options], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr

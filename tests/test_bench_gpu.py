@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, assert_refused_in_one_line
 
 BENCH = ROOT / "bench" / "gpu.py"
 
@@ -40,6 +40,4 @@ def test_the_gpu_bench_runs_every_side_on_the_cpu_and_writes_its_json(tmp_path):
     ],
 )
 def test_bad_gpu_bench_options_are_one_line_and_exit_2(option, message):
-    run = subprocess.run([sys.executable, str(BENCH), *option], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+    assert_refused_in_one_line(BENCH, option, message)
