@@ -45,7 +45,9 @@ class Progress:
     """Rank 0's lines of a running job's log, each with the time it was first seen."""
 
     def __init__(self, log: Path, job: Popen[bytes]) -> None:
-        self.log, self.job, self.lines = log, job, []  # type: list[tuple[float, str]]
+        self.log, self.job = log, job
+        self.lines: list[tuple[float, str]] = []
+        self.waited = 0  # lines already searched by wait()
 
     def poll(self) -> None:
         text = self.log.read_text(errors="replace")
@@ -58,9 +60,9 @@ class Progress:
         deadline, regex = time.monotonic() + timeout, re.compile(pattern)
         while True:
             self.poll()
-            for index in range(getattr(self, "_next", 0), len(self.lines)):
+            for index in range(self.waited, len(self.lines)):
                 if match := regex.search(self.lines[index][1]):
-                    self._next = index + 1
+                    self.waited = index + 1
                     return self.lines[index][0], match
             if self.job.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(

@@ -101,13 +101,13 @@ def launch_command(
         layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else BATCH_SCRIPT)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     command = build_command(model, layout, program, image, os.environ if execute else None)
-    if layout.discovery_script is not None:
-        text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
-        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery")
-        click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
     warned = declared_first(
         model, planned_ranks(model, layout), f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}"
     )
+    if layout.discovery_script is not None:  # written once every check has passed
+        text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
+        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery")
+        click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
     if gate and not execute:
         gate_first(ctx, model, layout, image, program)
     if not execute:
