@@ -190,6 +190,17 @@ def elastic(env=os.environ) -> bool:
     return env.get("HOROVOD_ELASTIC") == "1"
 
 
+class Epoch:
+    """The completed-epoch counter of a job that is not elastic, in place of hvd.elastic's state:
+    commit() does nothing (such a job restarts from its checkpoint instead)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def commit(self) -> None:
+        """Nothing to commit outside elastic mode."""
+
+
 def local_gpu(local_rank: int, visible: int) -> int:
     """The GPU index this rank uses among the `visible` ones: its local rank, or 0 where the launcher
     gave each rank one GPU of its own (srun --gpus-per-task=1)."""

@@ -133,17 +133,7 @@ def main():
         # 4. Broadcast the initial state from rank 0: parameters AND optimizer state (momentum buffers).
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        train_epochs(Epoch(resume_epoch), args, model, optimizer, **data)
-
-
-class Epoch:
-    """The completed-epoch counter outside elastic mode, with the TorchState's commit() as a no-op."""
-
-    def __init__(self, epoch):
-        self.epoch = epoch
-
-    def commit(self):
-        pass
+        train_epochs(common.Epoch(resume_epoch), args, model, optimizer, **data)
 
 
 def log_rank0(message):
