@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -199,13 +200,23 @@ def _faults_script(tmp_path: Path, faults: dict[str, int], program: list[str]) -
 
 
 @pytest.mark.full_setup
-def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound(tmp_path):
+@pytest.mark.parametrize("rank_1", ["sleeps", "stops"])
+def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound_naming_a_stopped_rank(tmp_path, rank_1):
+    """Both ranks print a line, then go silent: asleep, or rank 1 SIGSTOPs itself. The relay ends the
+    job after the bound; a stopped rank is named by its PID (outside SLURM only this node is asked)."""
     _need_mpirun()
-    program = ["python3", "-u", "-c", "import time; print('epoch 1'); time.sleep(120)"]
-    script = _faults_script(tmp_path, {"stall_seconds": 3}, program)
+    stop = "os.kill(os.getpid(), signal.SIGSTOP)" if rank_1 == "stops" else "pass"
+    code = (
+        "import os, signal, time; print('epoch 1', flush=True)\n"
+        f"if os.environ['OMPI_COMM_WORLD_RANK'] == '1': open('rank1.pid', 'w').write(str(os.getpid())); {stop}\n"
+        "time.sleep(120)"
+    )
+    script = _faults_script(tmp_path, {"stall_seconds": 3}, ["python3", "-u", "-c", code])
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
     assert run.returncode == 124 and "epoch 1\n" in run.stdout, run.stdout + run.stderr
     assert "no output from the job for 3 s (faults.stall_seconds of site faulty)" in run.stderr
+    named = re.findall(r"^hpcbundle: \S+: the rank with PID (\d+) was stopped \(state T\)$", run.stderr, re.M)
+    assert named == ([(tmp_path / "rank1.pid").read_text()] if rank_1 == "stops" else []), run.stderr
     assert subprocess.run(["pgrep", "-f", "time.sleep(120)"], capture_output=True).returncode == 1, "a rank was left"
 
 

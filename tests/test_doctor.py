@@ -446,10 +446,11 @@ def test_the_real_probe_fails_pyxis_on_this_machines_srun_without_the_plugin(tmp
 
 
 def test_stopped_ranks_finds_the_processes_of_the_program_that_are_stopped_and_no_others():
-    """A SIGSTOPped process running exactly the program is found (state T); a running twin, and a
-    stopped process whose command only ends with the program's words (a launcher), are not."""
+    """A SIGSTOPped process running the program is found (state T), also when its executable runs by
+    its full path (a shim or a link); a running twin, and a stopped process whose command only ends
+    with the program's words (a launcher), are not."""
     program = ["sleep", "61.5"]
-    stopped = subprocess.Popen(program)
+    stopped = subprocess.Popen([shutil.which("sleep"), "61.5"])
     running = subprocess.Popen(program)
     launcher = subprocess.Popen(["sh", "-c", "sleep 61.5; true", "sleep", "61.5"])
     try:

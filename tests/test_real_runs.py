@@ -523,8 +523,9 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
 ) -> None:
     """`hpcbundle sbatch` for a site with faults.stall_seconds, on two namespace nodes: rank 1 SIGSTOPped
     on node2 after checkpoint 2 leaves rank 0 waiting in its allreduce, silent, with every process
-    alive. The script's relay sees no line for the bound, ends the launch and exits 124 with one line
-    naming the bound, long before the 10-minute time limit; no rank is left, the checkpoints are whole."""
+    alive. The script's relay sees no line for the bound, names the stopped rank (node and PID, asked
+    of every node with `srun --overlap`), ends the launch and exits 124 with one line naming the bound,
+    long before the 10-minute time limit; no rank is left, the checkpoints are whole."""
     net = netns_slurm.inside
     data = site_data("slurm-stall", launcher="srun", interfaces=[net.DATA_IFACE])
     data["faults"] = {"stall_seconds": STALL_SECONDS}
@@ -538,7 +539,8 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
         assert wait_until(lambda: rank_pids(net, "node2") and (ckpt / "checkpoint-0002.pt").exists(), 180), (
             "the job never reached checkpoint 2 with a rank on node2"
         )
-        os.kill(rank_pids(net, "node2")[0], signal.SIGSTOP)
+        stopped_pid = rank_pids(net, "node2")[0]
+        os.kill(stopped_pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
     finally:
         submitted.join(320)
@@ -547,6 +549,8 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
     print(f"rank 1 SIGSTOPped under srun: job exit {job.returncode} after {ended:.1f} s\n{job.error[-2000:]}")
     assert job.returncode == 124 and ended < 120, (ended, job.output[-2000:], job.error[-2000:])
     assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site slurm-stall)" in job.error
+    named = re.findall(r"^hpcbundle: (\S+): the rank with PID (\d+) was stopped \(state T\)$", job.error, re.M)
+    assert named == [("node2", str(stopped_pid))], job.error[-2000:]
     assert wait_until(lambda: not rank_pids(net, "node1") and not rank_pids(net, "node2"), 60), "ranks left"
     assert assert_all_checkpoints_complete(ckpt) >= 2
 

@@ -462,14 +462,16 @@ STOPPED_STATES = {
 
 
 def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[str, Any]]:
-    """This node's processes running exactly `program` (the ranks: launchers and wrappers exec into
-    it) that are in a STOPPED_STATES state: [{"pid": N, "state": "T"}, ...].
+    """This node's processes running `program` (the ranks: launchers and wrappers exec into it) that
+    are in a STOPPED_STATES state: [{"pid": N, "state": "T"}, ...]. A rank's arguments are the
+    program's; its executable may be named longer or by its full path (`python` runs as
+    /usr/bin/python3.11 through a shim or a link).
 
     A node's processes are those in this probe's network namespace: ranks share their node's
     network (every runtime here runs with the host's), and nodes that share one kernel (namespace
     test clusters) still have one network namespace each.
     """
-    wanted = [os.fsencode(word) for word in program]
+    name, arguments = os.path.basename(os.fsencode(program[0])), [os.fsencode(word) for word in program[1:]]
     network = os.readlink(proc / "self" / "ns" / "net")
     found = []
     for entry in proc.iterdir():
@@ -481,7 +483,8 @@ def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[s
             here = os.readlink(entry / "ns" / "net") == network
         except (OSError, IndexError):
             continue  # gone meanwhile, or a kernel thread
-        if argv == wanted and here and state in STOPPED_STATES:
+        ours = argv[1:] == arguments and argv[:1] != [] and os.path.basename(argv[0]).startswith(name)
+        if ours and here and state in STOPPED_STATES:
             found.append({"pid": int(entry.name), "state": state})
     return found
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import jinja2
@@ -159,6 +159,8 @@ def sbatch_script(
         gate_segments=gate_segments,
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
+        program_name=PurePosixPath(program[0]).name,
+        program_args="\n".join(program[1:]),
     )
 
 
