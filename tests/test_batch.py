@@ -221,6 +221,21 @@ def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound_naming
 
 
 @pytest.mark.full_setup
+def test_a_job_silent_for_more_than_half_the_stall_bound_finishes_with_a_warning(tmp_path):
+    _need_mpirun()
+    program = ["python3", "-u", "-c", "import time; print('epoch 1'); time.sleep(2); print('epoch 2')"]
+    script = _faults_script(tmp_path, {"stall_seconds": 3}, program)
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.count("epoch 2\n") == 2, run.stdout + run.stderr
+    warning = re.search(
+        r"hpcbundle: warning: the job was silent for up to ([\d.]+) s, more than half of faults.stall_seconds "
+        r"\(3 s\) of site faulty",
+        run.stderr,
+    )
+    assert warning and 1.5 <= float(warning[1]) < 3, run.stderr
+
+
+@pytest.mark.full_setup
 def test_usr1_to_the_script_reaches_every_rank_and_each_stops_at_its_checkpoint(tmp_path):
     _need_mpirun()
     (tmp_path / "train.py").write_text(STOPPABLE)
