@@ -140,6 +140,45 @@ def test_tuned_copy_is_a_valid_site_with_the_winners_and_their_figures():
     assert "# busbw: site as it was 0.400 GiB/s, tuned 0.700 GiB/s (1.75x)." in text
 
 
+CYCLE = next(k for k in KNOBS if k.name == "cycle")
+SMALL_BUSBW = {None: 0.010, "0.1": 0.040, "0.5": 0.0102, "5": 0.002}  # busbw of 64 x 4 KiB per cycle time
+
+
+def test_cycle_time_is_judged_at_both_ends_and_written_with_both_figures():
+    """0.1 ms quadruples the small end and costs the large end 2 % (within the noise margin): kept.
+    5 ms wins 20 % at the large end but loses the small end: never chosen."""
+    large = {None: 1.0, "0.1": 0.98, "0.5": 1.0, "5": 1.2}
+    result = sweep(
+        [CYCLE],
+        lambda s: large[s.get("env.HOROVOD_CYCLE_TIME")],
+        measure_small=lambda s: SMALL_BUSBW[s.get("env.HOROVOD_CYCLE_TIME")],
+        repeat=2,
+        start={},
+    )
+    assert result.winners == {"cycle": "0.1 ms"} and result.changed() == {"env.HOROVOD_CYCLE_TIME": "0.1"}
+    assert [(t.end, t.candidate) for t in result.trials][:2] == [("large", "1 ms"), ("large", "0.1 ms")]
+    assert {t.end for t in result.trials} == {"large", "small"} and len(result.trials) == 8
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    workload = Workload(64 << 20, 1, 2, "n1:1,n2:1", 2, small_bytes=256 << 10, small_tensors=64)
+    site = validate(Site, parse_yaml(tuned_site_text(data, "l", "l.yaml", result, workload, "d"), "l"), "l")
+    assert site.env["HOROVOD_CYCLE_TIME"] == "0.1"
+    assert site.why["env.HOROVOD_CYCLE_TIME"].endswith(
+        "busbw 1.000 -> 0.980 GiB/s (0.98x) at 64 MiB on 2 ranks; small end (64 x 4096 B): 0.010 -> 0.040 GiB/s (4.00x)"
+    )
+
+
+def test_a_knob_with_a_loss_at_either_end_keeps_the_sites_value():
+    large = {None: 1.0, "0.1": 0.90, "0.5": 1.0, "5": 1.2}  # 0.1 ms loses 10 % at the large end
+    result = sweep(
+        [CYCLE],
+        lambda s: large[s.get("env.HOROVOD_CYCLE_TIME")],
+        measure_small=lambda s: SMALL_BUSBW[s.get("env.HOROVOD_CYCLE_TIME")],
+        repeat=1,
+        start={},
+    )
+    assert result.winners == {"cycle": "1 ms"} and result.changed() == {}
+
+
 def test_tuned_copy_proposes_a_link_speed_for_the_gate_only_where_the_site_has_none():
     data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
     workload = Workload(bytes=64 << 20, tensors=1, ranks=2, hosts="node1:1,node2:1", repeat=2)
@@ -198,9 +237,11 @@ def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_pa
         "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), "
         "for nodes with more busy threads than cores: 0 | 1",
         "cycle: how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1): "
-        "1 ms | 0.5 ms | 5 ms",
+        "1 ms | 0.1 ms | 0.5 ms | 5 ms (also judged on the small end)",
         "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot "
         "py b.py --backend horovod --sizes 67108864 --tensors 8",
+        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot "
+        "py b.py --backend horovod --sizes 262144 --tensors 64",
     ]
     assert not (tmp_path / "x.yaml").exists()
 

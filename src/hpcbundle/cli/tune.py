@@ -38,11 +38,11 @@ MAX_SIZE = 16 << 30
 """The largest --size (bytes every rank allocates twice)."""
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--size") -> int:
     """'64M' -> 67108864 (K/M/G are KiB/MiB/GiB); a plain number is bytes."""
     number, unit = (text[:-1], text[-1].upper()) if text[-1:].upper() in _UNITS else (text, "")
     if not re.fullmatch(r"[0-9]{1,12}", number) or not 0 < int(number) * _UNITS.get(unit, 1) <= MAX_SIZE:
-        raise UserError.at("", "--size", f"{clip(text)} is not a size up to 16G", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
+        raise UserError.at("", option, f"{clip(text)} is not a size up to 16G", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
     return int(number) * _UNITS.get(unit, 1)
 
 
@@ -102,6 +102,19 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).",
 )
 @click.option(
+    "--small-size",
+    default="256K",
+    show_default=True,
+    help="The other end for the fusion and cycle knobs: bytes allreduced per step in --small-tensors tensors.",
+)
+@click.option(
+    "--small-tensors",
+    type=Count(1),
+    default=64,
+    show_default=True,
+    help="Tensors of the small end (a model with many small gradients: 64 x 4 KiB by default).",
+)
+@click.option(
     "--knobs",
     help=(
         "Comma-separated knobs to sweep, in order (default: all that apply; fusion needs --tensors > 1): "
@@ -149,6 +162,8 @@ def tune_command(
     hostfile: Path | None,
     size: str,
     tensors: int,
+    small_size: str,
+    small_tensors: int,
     knobs: str | None,
     repeat: int,
     python: str,
@@ -163,7 +178,10 @@ def tune_command(
     Runs examples/allreduce_bench.py (Horovod, float32, --size split in --tensors) through the
     site's generated launch command for every candidate, one knob at a time, each candidate
     --repeat times interleaved, and keeps a value only if its median busbw beats the kept one by
-    more than 5 %. The copy carries the figures as comments and a `why` line per changed key;
+    more than 5 %. The fusion and cycle knobs are judged at both ends: --size (bandwidth) and
+    --small-size in --small-tensors tensors (latency, many small gradients); a value is kept if it
+    wins by more than 5 % at one end and loses no more than 5 % at the other.
+    The copy carries the figures as comments and a `why` line per changed key;
     the original is not touched. Knobs: Open MPI's allreduce algorithm,
     TCP links and buffers, mpi_yield_when_idle, HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME.
     MPI vs Gloo is a knob of horovodrun sites only (launcher.gloo): under mpirun or srun Horovod
@@ -179,52 +197,67 @@ def tune_command(
     model = load_site(site, b.sites_dir)
     layout: RankLayout = layout_from(np_, hosts, hostfile)
     nbytes = parse_size(size)
+    small_bytes = parse_size(small_size, "--small-size")
+    if small_bytes % (small_tensors * 4):
+        raise UserError.at(
+            "",
+            "--small-tensors",
+            f"{small_bytes} bytes do not split into {small_tensors} float32 tensors",
+            "give a --small-size that is a multiple of 4 x --small-tensors, e.g. 256K and 64",
+        )
     chosen = _knobs(knobs, model, tensors)
+    both_ends = any(knob.small_end for knob in chosen)
     out = output or b.sites_dir / f"{model.name}-tuned.yaml"
     name = out.stem
     script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
-    program = [
-        python,
-        script,
-        "--backend",
-        "horovod",
-        "--sizes",
-        str(nbytes),
-        *(["--tensors", str(tensors)] if tensors > 1 else []),
-    ]
+
+    def bench_program(size_bytes: int, parts: int) -> list[str]:
+        return [python, script, "--backend", "horovod", "--sizes", str(size_bytes)] + (
+            ["--tensors", str(parts)] if parts > 1 else []
+        )
+
+    program = bench_program(nbytes, tensors)
+    small_program = bench_program(small_bytes, small_tensors)
     data = read_yaml(Path(model.where))
     validate(Site, {**data, "name": name}, str(out))  # a bad -o name fails now, not after the sweep
 
-    def command(settings: Settings) -> list[str]:
+    def command(settings: Settings, words: list[str] = program) -> list[str]:
         variant = validate(Site, apply_settings(data, settings), model.where)
-        return build_command(variant, layout, program, image).argv
+        return build_command(variant, layout, words, image).argv
 
     start = current_settings(model, chosen)
     if plan:
         for knob in chosen:
-            click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates))
+            ends = " (also judged on the small end)" if knob.small_end else ""
+            click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates) + ends)
         click.echo(shell_join(command(start)))
+        if both_ends:
+            click.echo(shell_join(command(start, small_program)))
         return
     if not no_doctor:
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", tuple(program))
 
-    def measure(settings: Settings) -> float | None:
-        ran = run_captured(command(settings), timeout)
-        busbw = busbw_of(ran.stdout, nbytes) if ran.status == 0 else None
+    def measure(settings: Settings, words: list[str] = program, size_bytes: int = nbytes) -> float | None:
+        ran = run_captured(command(settings, words), timeout)
+        busbw = busbw_of(ran.stdout, size_bytes) if ran.status == 0 else None
         if busbw is None:
             why = "killed at --timeout" if ran.status is None else f"exit {ran.status}"
             tail = " / ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
             click.echo(f"tune:   failed ({why}): {tail}", err=True)
         return busbw
 
+    def measure_small(settings: Settings) -> float | None:
+        return measure(settings, small_program, small_bytes)
+
     def progress(knob: str, label: str, busbw: float | None) -> None:
         click.echo(f"tune: {knob:<12} {label:<20} {'failed' if busbw is None else f'{busbw:.3f} GiB/s'}", err=True)
 
-    runs = sum(len(k.candidates) for k in chosen) * repeat
+    runs = sum(len(k.candidates) * (2 if k.small_end else 1) for k in chosen) * repeat
     click.echo(
         f"tune: {len(chosen)} knobs, {runs} runs of {nbytes} bytes in {tensors} tensor(s) on {np_} ranks", err=True
     )
-    result = sweep(chosen, measure, repeat=repeat, start=start, progress=progress)
+    small = measure_small if both_ends else None
+    result = sweep(chosen, measure, repeat=repeat, start=start, progress=progress, measure_small=small)
     if result.baseline() is None and result.final() is None:
         raise UserError.at(
             model.where,
@@ -233,7 +266,15 @@ def tune_command(
             "run the first command of `hpcbundle tune --plan` by hand and read its error",
         )
     hosts_text = hosts or (str(hostfile) if hostfile else "the allocation")
-    workload = Workload(bytes=nbytes, tensors=tensors, ranks=np_, hosts=hosts_text, repeat=repeat)
+    workload = Workload(
+        bytes=nbytes,
+        tensors=tensors,
+        ranks=np_,
+        hosts=hosts_text,
+        repeat=repeat,
+        small_bytes=small_bytes if both_ends else None,
+        small_tensors=small_tensors,
+    )
     text = tuned_site_text(data, name, model.where, result, workload, datetime.date.today().isoformat())
     validate(Site, parse_yaml(text, str(out)), str(out))
     for line in report_lines(result):

@@ -52,6 +52,12 @@ class Knob:
     applies: Callable[[Site], bool] = lambda site: True
     sites: str = "every site"  # which sites `applies` accepts, for the error when it does not
     needs_tensors: int = 1  # a knob about fusing tensors shows nothing with fewer
+    small_end: bool = False  # also judged on many small tensors, where Horovod's cycle sets the latency
+
+
+LARGE, SMALL = "large", "small"
+"""The two workloads a small_end knob is judged on: the --size allreduce (bandwidth) and many small
+tensors (latency: a model with many small gradients)."""
 
 
 def _openmpi(site: Site) -> bool:
@@ -146,15 +152,18 @@ KNOBS: tuple[Knob, ...] = (
             Candidate("8 MiB", (("env.HOROVOD_FUSION_THRESHOLD", str(8 * _MIB)),)),
         ),
         needs_tensors=2,
+        small_end=True,
     ),
     Knob(
         "cycle",
         "how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1)",
         (
             Candidate("1 ms", (("env.HOROVOD_CYCLE_TIME", None),)),
+            Candidate("0.1 ms", (("env.HOROVOD_CYCLE_TIME", "0.1"),)),
             Candidate("0.5 ms", (("env.HOROVOD_CYCLE_TIME", "0.5"),)),
             Candidate("5 ms", (("env.HOROVOD_CYCLE_TIME", "5"),)),
         ),
+        small_end=True,
     ),
 )
 KNOB_NAMES = tuple(k.name for k in KNOBS)
@@ -174,12 +183,14 @@ def current_settings(site: Site, knobs: Sequence[Knob]) -> Settings:
 
 @dataclass(frozen=True)
 class Trial:
-    """One candidate's runs within its knob's round: busbw of each run (None: the run failed)."""
+    """One candidate's runs within its knob's round on one workload (`end`): busbw of each run
+    (None: the run failed)."""
 
     knob: str
     candidate: str
     settings: tuple[tuple[str, Value], ...]
     busbw: tuple[float | None, ...]
+    end: str = LARGE
 
     @property
     def median(self) -> float | None:
@@ -202,16 +213,28 @@ class TuneResult:
         """Keys whose winning value differs from the site's own."""
         return {k: v for k, v in self.settings.items() if self.start.get(k) != v}
 
-    def best(self, knob: str) -> Trial | None:
-        """The trial that won `knob`."""
-        return next((t for t in self.trials if t.knob == knob and t.candidate == self.winners.get(knob)), None)
+    def best(self, knob: str, end: str = LARGE) -> Trial | None:
+        """The trial that won `knob`, on workload `end`."""
+        return next(
+            (t for t in self.trials if t.knob == knob and t.end == end and t.candidate == self.winners.get(knob)), None
+        )
+
+    def small_gain(self, key: str) -> tuple[float | None, float | None] | None:
+        """(kept, chosen) median busbw on the small end of the knob whose winner set `key`; None where
+        that knob was judged on the --size workload only."""
+        for knob in self.winners:
+            chosen = self.best(knob, SMALL)
+            if chosen is not None and key in dict(chosen.settings):
+                kept = next(t for t in self.trials if t.knob == knob and t.end == SMALL)
+                return kept.median, chosen.median
+        return None
 
     def baseline(self) -> float | None:
-        """busbw of the site as it was (the first knob's kept candidate)."""
+        """busbw of the site as it was (the first knob's kept candidate, --size workload)."""
         return self.trials[0].median if self.trials else None
 
     def final(self) -> float | None:
-        """busbw of the winning settings (as measured in the last knob's round)."""
+        """busbw of the winning settings (as measured in the last knob's round, --size workload)."""
         winner = self.best(self.trials[-1].knob) if self.trials else None
         return winner.median if winner else None
 
@@ -246,6 +269,32 @@ def choose(kept: Trial, challengers: Sequence[Trial], min_gain: float = MIN_GAIN
     return best if best_ratio > 1 + min_gain else kept
 
 
+def choose_both(large: Sequence[Trial], small: Sequence[Trial], min_gain: float = MIN_GAIN) -> Trial:
+    """A knob judged at both ends (`large[0]`/`small[0]`: the kept candidate's trials): the challenger
+    that beats the kept one by more than `min_gain` at one end and loses no more than `min_gain` at
+    the other (the best product of its two paired ratios), else the kept one; its large-end trial.
+    Where the kept candidate failed at an end, the large end alone decides (choose).
+
+    >>> kept = (Trial("cycle", "1 ms", (), (1.0, 1.0)), Trial("cycle", "1 ms", (), (0.01, 0.01), SMALL))
+    >>> fast = (Trial("cycle", "0.1 ms", (), (0.97, 0.98)), Trial("cycle", "0.1 ms", (), (0.04, 0.05), SMALL))
+    >>> slow = (Trial("cycle", "5 ms", (), (1.2, 1.2)), Trial("cycle", "5 ms", (), (0.002, 0.002), SMALL))
+    >>> choose_both([kept[0], fast[0], slow[0]], [kept[1], fast[1], slow[1]]).candidate
+    '0.1 ms'
+    """
+    if large[0].median is None or small[0].median is None:
+        return choose(large[0], large[1:], min_gain)
+    best, best_score = large[0], 0.0
+    for at_large, at_small in zip(large[1:], small[1:], strict=True):
+        ratios = (paired_ratio(at_large, large[0]), paired_ratio(at_small, small[0]))
+        if None in ratios:
+            continue
+        low, high = min(ratios), max(ratios)  # type: ignore[type-var]
+        score = ratios[0] * ratios[1]  # type: ignore[operator]
+        if low >= 1 - min_gain and high > 1 + min_gain and score > best_score:
+            best, best_score = at_large, score
+    return best
+
+
 def sweep(
     knobs: Sequence[Knob],
     measure: Callable[[Settings], float | None],
@@ -254,26 +303,36 @@ def sweep(
     start: Settings | None = None,
     min_gain: float = MIN_GAIN,
     progress: Callable[[str, str, float | None], None] = lambda knob, label, busbw: None,
+    measure_small: Callable[[Settings], float | None] | None = None,
 ) -> TuneResult:
     """Tune one knob at a time, in order, keeping each winner for the knobs after it.
 
     Each knob's candidates run `repeat` rounds, interleaved (a b c a b c ...), so slow spells of
     a shared machine hit all of them; the kept value is the site's current one, the first
-    candidate when the site leaves the key at its default.
+    candidate when the site leaves the key at its default. With `measure_small`, a small_end knob
+    runs both workloads for every candidate in each round and is judged by choose_both.
     """
     result = TuneResult(start=dict(start or {}))
     current: Settings = dict(start or {})
     for knob in knobs:
         candidates = _with_current_first(knob, current)
-        runs: dict[str, list[float | None]] = {c.label: [] for c in candidates}
+        meters = {LARGE: measure, **({SMALL: measure_small} if knob.small_end and measure_small else {})}
+        runs: dict[tuple[str, str], list[float | None]] = {(c.label, end): [] for c in candidates for end in meters}
         for _ in range(repeat):
             for cand in candidates:
-                busbw = measure(cand.apply(current))
-                runs[cand.label].append(busbw)
-                progress(knob.name, cand.label, busbw)
-        trials = [Trial(knob.name, c.label, c.settings, tuple(runs[c.label])) for c in candidates]
-        result.trials.extend(trials)
-        winner = choose(trials[0], trials[1:], min_gain)
+                for end, meter in meters.items():
+                    busbw = meter(cand.apply(current))
+                    runs[(cand.label, end)].append(busbw)
+                    progress(knob.name, cand.label if end == LARGE else f"{cand.label} ({end})", busbw)
+        trials = {
+            end: [Trial(knob.name, c.label, c.settings, tuple(runs[(c.label, end)]), end) for c in candidates]
+            for end in meters
+        }
+        result.trials.extend(t for end in meters for t in trials[end])
+        if SMALL in trials:
+            winner = choose_both(trials[LARGE], trials[SMALL], min_gain)
+        else:
+            winner = choose(trials[LARGE][0], trials[LARGE][1:], min_gain)
         result.winners[knob.name] = winner.candidate
         current = Candidate(winner.candidate, winner.settings).apply(current)
     result.settings = current
@@ -317,13 +376,16 @@ def apply_settings(
 
 @dataclass(frozen=True)
 class Workload:
-    """What was measured: the program's allreduce, where, and how often."""
+    """What was measured: the program's allreduce (and the small-tensor one, where `small_bytes`),
+    where, and how often."""
 
     bytes: int
     tensors: int
     ranks: int
     hosts: str
     repeat: int
+    small_bytes: int | None = None
+    small_tensors: int = 1
 
 
 def _gib(value: float | None) -> str:
@@ -331,16 +393,17 @@ def _gib(value: float | None) -> str:
 
 
 def report_lines(result: TuneResult) -> list[str]:
-    """The table of every trial: knob, candidate, median busbw, paired ratio to the kept one, each run."""
-    lines = [f"{'knob':<12} {'candidate':<20} {'median GiB/s':>12} {'vs kept':>8}  runs"]
-    for knob in dict.fromkeys(t.knob for t in result.trials):
-        trials = [t for t in result.trials if t.knob == knob]
+    """The table of every trial: knob, workload end, candidate, median busbw, paired ratio to the kept
+    one on the same end, each run."""
+    lines = [f"{'knob':<12} {'end':<5} {'candidate':<20} {'median GiB/s':>12} {'vs kept':>8}  runs"]
+    for knob, end in dict.fromkeys((t.knob, t.end) for t in result.trials):
+        trials = [t for t in result.trials if t.knob == knob and t.end == end]
         for t in trials:
             paired = paired_ratio(t, trials[0])
             ratio = "-" if paired is None else f"{paired:.2f}"
             mark = " <- chosen" if result.winners.get(knob) == t.candidate else ""
             runs = " ".join(_gib(b) for b in t.busbw)
-            lines.append(f"{knob:<12} {t.candidate:<20} {_gib(t.median):>12} {ratio:>8}  {runs}{mark}")
+            lines.append(f"{knob:<12} {end:<5} {t.candidate:<20} {_gib(t.median):>12} {ratio:>8}  {runs}{mark}")
     return lines
 
 
@@ -356,6 +419,17 @@ def _link_proposal(data: Mapping[str, Any], busbw_gib: float | None) -> list[str
     ]
 
 
+def _small_why(result: TuneResult, key: str, workload: Workload) -> str:
+    """'; small end (64 x 4096 B): 0.010 -> 0.040 GiB/s (4.00x)' for a key a small_end knob set."""
+    figures = result.small_gain(key)
+    if figures is None or workload.small_bytes is None:
+        return ""
+    kept, chosen = figures
+    gain = f" ({chosen / kept:.2f}x)" if kept and chosen else ""
+    tensor = workload.small_bytes // workload.small_tensors
+    return f"; small end ({workload.small_tensors} x {tensor} B): {_gib(kept)} -> {_gib(chosen)} GiB/s{gain}"
+
+
 def tuned_site_text(
     data: Mapping[str, Any], name: str, source: str, result: TuneResult, workload: Workload, when: str
 ) -> str:
@@ -365,7 +439,7 @@ def tuned_site_text(
     gain = f" ({after / before:.2f}x)" if before and after else ""
     why = {
         key: f"hpcbundle tune {when}: busbw {_gib(before)} -> {_gib(after)} GiB/s{gain} at "
-        f"{workload.bytes // _MIB} MiB on {workload.ranks} ranks"
+        f"{workload.bytes // _MIB} MiB on {workload.ranks} ranks{_small_why(result, key, workload)}"
         for key, v in result.changed().items()
         if v is not None
     }
@@ -375,6 +449,14 @@ def tuned_site_text(
         f"Workload: allreduce of {workload.bytes // _MIB} MiB in {workload.tensors} float32 tensor(s), Horovod, "
         f"{workload.ranks} ranks on {workload.hosts}; each candidate run {workload.repeat} times, interleaved; "
         "busbw (nccl-tests).",
+        *(
+            [
+                f"Small end (fusion, cycle): {workload.small_bytes} bytes in {workload.small_tensors} tensors; a value "
+                f"is kept if it wins by more than {MIN_GAIN:.0%} at one end and loses no more than that at the other."
+            ]
+            if workload.small_bytes
+            else []
+        ),
         f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
         "Changed: "
         + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
