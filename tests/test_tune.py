@@ -198,6 +198,8 @@ def test_tuned_copy_proposes_a_link_speed_for_the_gate_only_where_the_site_has_n
             "knob 'algorithm' is for sites whose ranks run Open MPI under mpirun or srun",
         ),
         (["--knobs", "fusion"], "--knobs: knob 'fusion' needs --tensors 2 or more (one tensor is never fused)"),
+        (["--small-size", "0"], "--small-size: '0' is not a size up to 16G"),
+        (["--small-size", "100", "--small-tensors", "64"], "--small-tensors: 100 bytes do not split into 64 float32"),
     ],
 )
 def test_bad_flags_are_one_line_errors_and_nothing_is_written(tmp_path, args, message):
