@@ -144,17 +144,21 @@ CYCLE = next(k for k in KNOBS if k.name == "cycle")
 SMALL_BUSBW = {None: 0.010, "0.1": 0.040, "0.5": 0.0102, "5": 0.002}  # busbw of 64 x 4 KiB per cycle time
 
 
-def test_cycle_time_is_judged_at_both_ends_and_written_with_both_figures():
-    """0.1 ms quadruples the small end and costs the large end 2 % (within the noise margin): kept.
-    5 ms wins 20 % at the large end but loses the small end: never chosen."""
-    large = {None: 1.0, "0.1": 0.98, "0.5": 1.0, "5": 1.2}
-    result = sweep(
+def _cycle_sweep(large: dict, repeat: int) -> TuneResult:
+    """The cycle knob swept with busbw `large` (cycle time -> GiB/s) at the --size end, SMALL_BUSBW at the small end."""
+    return sweep(
         [CYCLE],
         lambda s: large[s.get("env.HOROVOD_CYCLE_TIME")],
         measure_small=lambda s: SMALL_BUSBW[s.get("env.HOROVOD_CYCLE_TIME")],
-        repeat=2,
+        repeat=repeat,
         start={},
     )
+
+
+def test_cycle_time_is_judged_at_both_ends_and_written_with_both_figures():
+    """0.1 ms quadruples the small end and costs the large end 2 % (within the noise margin): kept.
+    5 ms wins 20 % at the large end but loses the small end: never chosen."""
+    result = _cycle_sweep({None: 1.0, "0.1": 0.98, "0.5": 1.0, "5": 1.2}, repeat=2)
     assert result.winners == {"cycle": "0.1 ms"} and result.changed() == {"env.HOROVOD_CYCLE_TIME": "0.1"}
     assert [(t.end, t.candidate) for t in result.trials][:2] == [("large", "1 ms"), ("large", "0.1 ms")]
     assert {t.end for t in result.trials} == {"large", "small"} and len(result.trials) == 8
@@ -168,14 +172,7 @@ def test_cycle_time_is_judged_at_both_ends_and_written_with_both_figures():
 
 
 def test_a_knob_with_a_loss_at_either_end_keeps_the_sites_value():
-    large = {None: 1.0, "0.1": 0.90, "0.5": 1.0, "5": 1.2}  # 0.1 ms loses 10 % at the large end
-    result = sweep(
-        [CYCLE],
-        lambda s: large[s.get("env.HOROVOD_CYCLE_TIME")],
-        measure_small=lambda s: SMALL_BUSBW[s.get("env.HOROVOD_CYCLE_TIME")],
-        repeat=1,
-        start={},
-    )
+    result = _cycle_sweep({None: 1.0, "0.1": 0.90, "0.5": 1.0, "5": 1.2}, repeat=1)  # 0.1 ms loses 10 % large
     assert result.winners == {"cycle": "1 ms"} and result.changed() == {}
 
 

@@ -2,8 +2,8 @@
 launches an elastic site refuses (pure: the CLI writes the script where `discovery_path` says).
 
     hpcbundle launch --site ssh-elastic --np 3 --hostfile hosts --exec -- python train.py
-    # writes hosts.discover, runs: horovodrun -np 3 --min-np 2 --max-np 3
-    #     --host-discovery-script hosts.discover --blacklist-cooldown-range 10 300 --gloo ...
+    # writes /abs/path/hosts.discover, runs: horovodrun -np 3 --min-np 2 --max-np 3
+    #     --host-discovery-script /abs/path/hosts.discover --blacklist-cooldown-range 10 300 --gloo ...
 """
 
 from __future__ import annotations
