@@ -127,11 +127,13 @@ demo: setup ## The main job: a real 2-rank Horovod training run on the default `
 	  python examples/pytorch_train.py $(DEMO_ARGS)
 
 BENCH_OUT ?= $(BUILD)/bench
+# The sizes of the README's tables: latency 4K-256K, 4M, and the 64 MiB targets (--sizes takes any list).
+BENCH_SIZES ?= 4K,16K,64K,256K,4M,64M
 
 bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), training Horovod vs DDP, launch overhead, launch gate, scaling, doctor's program check
 	mkdir -p $(BENCH_OUT)
-	$(BIN)/python bench/allreduce.py --tuned | tee $(BENCH_OUT)/allreduce.txt
-	$(BIN)/python bench/train.py --tuned | tee $(BENCH_OUT)/train.txt
+	$(BIN)/python bench/allreduce.py --sizes $(BENCH_SIZES) --tuned --tuned-out $(BENCH_OUT)/tuned.json | tee $(BENCH_OUT)/allreduce.txt
+	$(BIN)/python bench/train.py --tuned-from $(BENCH_OUT)/tuned.json | tee $(BENCH_OUT)/train.txt
 	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt
 	$(BIN)/python bench/gate.py | tee $(BENCH_OUT)/gate.txt
 	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt

@@ -5,6 +5,7 @@
     .venv/bin/python bench/allreduce.py --nodes 2 --sizes 64M --backends horovod-mpi,mpi4py \\
         --set mca.btl_tcp_sndbuf=4194304 --set mca.btl_tcp_rcvbuf=4194304   # try a knob by hand
     .venv/bin/python bench/allreduce.py --nodes 2 --tuned        # also: hpcbundle tune, then Horovod again
+    .venv/bin/python bench/allreduce.py --tuned --tuned-out build/bench/tuned.json   # and keep what tune chose
 
 Needs root (it builds the testbed's namespace cluster, hpcbundle_testbed.netns_cluster: one rank per
 node, data0 real, mgmt0 a decoy) and iperf3. Each node runs on a core of its own, as real nodes do
@@ -29,7 +30,10 @@ node use every core). For each cluster size, in one run:
                 mpi4py         comm.Allreduce(IN_PLACE) (Open MPI's coll_tuned choice)
               Every site also sets GLOO_SOCKET_IFNAME and HOROVOD_GLOO_IFACE to data0.
   --tuned     first `hpcbundle tune` on the horovod-mpi site, then Horovod again with the tuned site
-              (horovod-tuned); the target lines use it when present.
+              (horovod-tuned); the target lines use it when present. With --tuned-out FILE, what
+              tune changed per cluster size is written there as KEY=VALUE settings, the form of
+              --set, so that bench/train.py --tuned-from FILE trains with them without tuning again
+              (the site file itself names this cluster's rsh agent, so it is not reused).
 
 --rounds K (default 5) runs every backend once per round, the rounds one after another, so each
 round compares backends measured side by side. Prints a table per cluster size (size, backend,
@@ -51,10 +55,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import yaml
 
 from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
 from hpcbundle_testbed.sites import site_data, write_site
@@ -140,6 +147,24 @@ def run_tune(cluster: NetnsCluster, site: Path, out: Path, timeout: float) -> Pa
     if result.returncode or not out.is_file():
         raise SystemExit(f"bench/allreduce.py: hpcbundle tune failed (exit {result.returncode})")
     return out
+
+
+def tuned_settings(base: Path, tuned: Path) -> dict[str, str]:
+    """What tune changed, as --set pairs: every mca and env key whose value differs between the site
+    tune started from and the one it wrote ("" where tune removed the key).
+
+    {"mca.btl_tcp_links": "4", "env.HOROVOD_CYCLE_TIME": "0.1"} means tune kept 4 TCP links and a
+    0.1 ms cycle; bench_site(..., overrides=that) gives another cluster of the same size the same site.
+    """
+    before, after = (yaml.safe_load(path.read_text()) for path in (base, tuned))
+    changed: dict[str, str] = {}
+    for section in ("mca", "env"):
+        old: Mapping[str, Any] = before.get(section) or {}
+        new: Mapping[str, Any] = after.get(section) or {}
+        for name in sorted(old.keys() | new.keys()):
+            if old.get(name) != new.get(name):
+                changed[f"{section}.{name}"] = "" if name not in new else str(new[name])
+    return changed
 
 
 # ---------------------------------------------------------------------------------- iperf3
@@ -302,6 +327,7 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
                     variant.backend,
                 )
             )
+        chosen: dict[str, str] | None = None
         if args.tuned:
             base = next((site for name, site, _ in runs if name == "horovod-mpi"), None) or bench_site(
                 directory, cluster, f"bench-n{n}-horovod-mpi", VARIANTS["horovod-mpi"].env, overrides, args.timeout
@@ -309,6 +335,8 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
             print(f"   hpcbundle tune on {base.name} ...", file=sys.stderr, flush=True)
             tuned = run_tune(cluster, base, directory / "tuned.yaml", timeout=args.tune_timeout)
             runs.insert(0, ("horovod-tuned", tuned, "horovod"))
+            chosen = tuned_settings(base, tuned)
+            print(f"   tune changed: {chosen or 'nothing'}", file=sys.stderr, flush=True)
         results, errors = [], {}
         for round_ in range(1, args.rounds + 1):  # interleaved: every backend once per round
             for name, site, backend in runs:
@@ -333,7 +361,8 @@ def bench_cluster(n: int, args: argparse.Namespace, overrides: dict[str, str], w
         )
     for r in results:
         r["busbw_over_link"] = ratio(r["busbw_gib"], link["gib"])
-    return {"nodes": n, "link": link, "results": results, "errors": errors, "targets": targets(results, link)}
+    found = {"nodes": n, "link": link, "results": results, "errors": errors, "targets": targets(results, link)}
+    return found | ({"tuned_settings": chosen} if chosen is not None else {})
 
 
 def combine_links(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -454,6 +483,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with the tuned site")
     p.add_argument(
+        "--tuned-out",
+        type=Path,
+        metavar="FILE",
+        help="with --tuned: write what tune changed per cluster size (JSON) for bench/train.py --tuned-from",
+    )
+    p.add_argument(
         "--shared-cores",
         action="store_true",
         help="every node may use every core of this host (default: one core each)",
@@ -481,6 +516,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         p.error("--nodes: every cluster needs at least 2 nodes")
     if any("=" not in item for item in args.set):
         p.error("--set takes KEY=VALUE")
+    if args.tuned_out and not args.tuned:
+        p.error("--tuned-out needs --tuned (it keeps what tune chose)")
     return args
 
 
@@ -506,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster = bench_cluster(n, args, overrides, Path(tmp))
             clusters.append(cluster)
             print("\n".join(report(cluster)), flush=True)
+    if args.tuned_out:
+        args.tuned_out.parent.mkdir(parents=True, exist_ok=True)
+        chosen = {str(c["nodes"]): c["tuned_settings"] for c in clusters}
+        args.tuned_out.write_text(json.dumps({"metric": "tuned_settings", "clusters": chosen}, indent=1) + "\n")
     failed = any(c["errors"] or not all(r["correct"] for r in c["results"]) for c in clusters)
     print(
         json.dumps(

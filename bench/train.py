@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/train.py                              # 2 and 3 nodes, cnn and resnet, 5 rounds
     .venv/bin/python bench/train.py --tuned                      # also Horovod with `hpcbundle tune`'s site
+    .venv/bin/python bench/train.py --tuned-from build/bench/tuned.json   # with what allreduce.py's tune chose
     .venv/bin/python bench/train.py --nodes 2 --models cnn --rounds 1 --iters 1   # one small pass
 
 What a user choosing between Horovod and PyTorch's own DistributedDataParallel compares: the same
@@ -10,7 +11,9 @@ generated launch line of the same site (`hpcbundle launch --site SITE --np N --h
 --no-doctor`, on node1), one rank per node, each node on a core of its own (as bench/allreduce.py):
 
   horovod         Horovod's DistributedOptimizer, the testbed's untuned site (TCP btl on data0)
-  horovod-tuned   the same after `hpcbundle tune` (--tuned; tune runs once per cluster size)
+  horovod-tuned   the same after `hpcbundle tune` (--tuned; tune runs once per cluster size), or
+                  with the settings a tune of the same cluster size chose in `bench/allreduce.py
+                  --tuned --tuned-out FILE` (--tuned-from FILE: no second tune; `make bench` does this)
   ddp             the program with --ddp tcp://NODE1:PORT: torch DDP over gloo on data0, ranks from
                   the launcher's variables (a DDP job needs no other launcher)
 
@@ -89,6 +92,11 @@ def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any
             print(f"\n== {n} nodes: hpcbundle tune ...", file=sys.stderr, flush=True)
             tuned = BENCH.run_tune(cluster, site, directory / "tuned.yaml", timeout=args.tune_timeout)
             sites["horovod-tuned"] = (tuned, False)
+        elif args.tuned_from:
+            settings = args.tuned_settings[str(n)]
+            print(f"\n== {n} nodes: tuned settings from {args.tuned_from}: {settings}", file=sys.stderr, flush=True)
+            tuned = BENCH.bench_site(directory, cluster, f"train-n{n}-tuned", {}, settings, args.timeout)
+            sites["horovod-tuned"] = (tuned, False)
         sites["ddp"] = (site, True)
         rates: dict[str, dict[str, list[float]]] = {m: {v: [] for v in sites} for m in args.models}
         ranks: dict[str, set[int]] = {v: set() for v in sites}
@@ -157,6 +165,12 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=BENCH.positive, default=5, help="untimed batches per run (default 5)")
     p.add_argument("--batch-size", type=BENCH.positive, default=32, help="images per rank per step (default 32)")
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with its site too")
+    p.add_argument(
+        "--tuned-from",
+        type=Path,
+        metavar="FILE",
+        help="Horovod also with the settings in FILE (bench/allreduce.py --tuned --tuned-out FILE), no tune",
+    )
     p.add_argument("--timeout", type=BENCH.positive, default=600, help="seconds each run may take (default 600)")
     p.add_argument("--tune-timeout", type=BENCH.positive, default=1800, help="seconds tune may take (default 1800)")
     args = p.parse_args(argv)
@@ -169,7 +183,31 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     args.models = args.models.split(",")
     if not set(args.models) <= set(MODELS):
         p.error(f"--models: choose from {','.join(MODELS)}")
+    if args.tuned and args.tuned_from:
+        p.error("--tuned and --tuned-from: choose one (tune here, or take what an earlier tune chose)")
+    if args.tuned_from:
+        args.tuned_settings = read_tuned_settings(p, args.tuned_from, args.nodes)
     return args
+
+
+def read_tuned_settings(p: argparse.ArgumentParser, path: Path, nodes: list[int]) -> dict[str, dict[str, str]]:
+    """bench/allreduce.py's --tuned-out file: cluster size -> {KEY: VALUE}; every size asked for must be there."""
+    fix = f"write it with bench/allreduce.py --tuned --tuned-out {path} --nodes {','.join(map(str, nodes))}"
+    try:
+        clusters = json.loads(path.read_text()).get("clusters")
+    except OSError as e:
+        p.error(f"--tuned-from {path}: {e.strerror}; {fix}")
+    except (ValueError, AttributeError):
+        clusters = None
+    if not isinstance(clusters, dict) or not all(isinstance(s, dict) for s in clusters.values()):
+        p.error(f"--tuned-from {path}: not a tuned-settings file; {fix}")
+    missing = [n for n in nodes if str(n) not in clusters]
+    if missing:
+        p.error(f"--tuned-from {path}: no settings for {missing[0]} nodes; {fix}")
+    settings = {str(n): {str(k): str(v) for k, v in clusters[str(n)].items()} for n in nodes}
+    if any(key.partition(".")[0] not in ("mca", "env") for s in settings.values() for key in s):
+        p.error(f"--tuned-from {path}: only mca.NAME and env.NAME settings; {fix}")
+    return settings
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ link was measured, the JSON line parses and carries the ratios); never timings.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,11 +17,10 @@ import pytest
 
 from .helpers import ROOT, assert_refused_in_one_line
 
-pytestmark = pytest.mark.cluster
-
 BENCH = ROOT / "bench" / "allreduce.py"
 
 
+@pytest.mark.cluster
 def test_bench_runs_every_backend_in_each_round_and_prints_medians_and_ratios_to_the_link(cluster_tools):
     argv = [sys.executable, str(BENCH), "--nodes", "2", "--sizes", "4K,64K", "--rounds", "2", "--iperf-seconds", "1"]
     argv += ["--timeout", "180"]
@@ -62,7 +62,26 @@ def test_bench_runs_every_backend_in_each_round_and_prints_medians_and_ratios_to
         (["--nodes", "1"], "--nodes: every cluster needs at least 2 nodes"),
         (["--sizes", "3X"], "'3X' is not a size"),
         (["--backends", "nccl"], "--backends: unknown ['nccl']"),
+        (["--tuned-out", "t.json"], "--tuned-out needs --tuned"),
     ],
 )
 def test_bad_allreduce_bench_options_are_one_line_and_exit_2(option, message):
     assert_refused_in_one_line(BENCH, option, message)
+
+
+def test_tuned_settings_are_what_tune_changed_in_mca_and_env_with_removed_keys_empty(tmp_path):
+    spec = importlib.util.spec_from_file_location("bench_allreduce_settings", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look the module up
+    spec.loader.exec_module(bench)
+    base, tuned = tmp_path / "base.yaml", tmp_path / "tuned.yaml"
+    base.write_text("mca: {btl: 'self,tcp', mpi_yield_when_idle: '1'}\nenv: {OMP_WAIT_POLICY: PASSIVE}\n")
+    tuned.write_text(
+        "# tuned by hpcbundle tune\nmca: {btl: 'self,tcp', btl_tcp_links: '4'}\n"
+        "env: {OMP_WAIT_POLICY: PASSIVE, HOROVOD_CYCLE_TIME: '0.1'}\nwhy: {mca.btl_tcp_links: 1.07x}\n"
+    )
+    assert bench.tuned_settings(base, tuned) == {
+        "mca.btl_tcp_links": "4",
+        "mca.mpi_yield_when_idle": "",
+        "env.HOROVOD_CYCLE_TIME": "0.1",
+    }
