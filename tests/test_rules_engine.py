@@ -117,6 +117,15 @@ def test_doctor_says_where_the_nodes_mpi_version_contradicts_the_site():
     assert result.fix == 'set mpi.version: "4.1.6" in the site (or load that version)'
 
 
+def test_doctor_leaves_the_host_mpi_alone_where_the_ranks_talk_over_gloo():
+    site = load_site("eth-cpu-elastic", SITES_DIR)
+    node = copy.deepcopy(declared_node(site, KB))
+    node["mpi"] = {"flavour": "mpich", "version": "4.0", "evidence": "`mpirun --version`: HYDRA build details"}
+    result = {r.rule: r for r in evaluate(observed_facts(site, {"node1": node}), KB)}["host-mpi"]
+    assert result.status == "SKIP"
+    assert result.evidence == "the ranks talk over Gloo (horovodrun with launcher.gloo), not MPI"
+
+
 def test_a_rule_that_fails_in_check_fails_in_doctor_on_the_real_gpu_of_an_h100_host():
     """The same gpu-arch rule refuses a V100/A100-only image on an H100, declared or observed."""
     recipe = next(r for r in SHIPPED_RECIPES if r.name == "cuda11.8-tf2.14-torch2.1")

@@ -107,6 +107,9 @@ CASES = [
         "singularity runs ranks in user namespaces",
     ),
     ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", ""),
+    ("userns-vader", _recipe("cpu-local"), _site("eth-cpu-elastic", container={"userns": True}), "SKIP", "not MPI"),
+    ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("eth-cpu-elastic"), "SKIP", "talk over Gloo"),
+    ("btl-shared-memory", _recipe("cpu-local"), _site("eth-cpu-elastic", mca={"btl": "self,tcp"}), "SKIP", "Gloo"),
     (
         "userns-vader",
         _recipe("cuda11.8-tf2.14-torch2.1"),

@@ -136,6 +136,14 @@ def runtime_detection() -> dict[str, list[str]]:
     return {name: [known.command, known.detect_option] for name, known in RUNTIMES_KNOWN.items() if known.command}
 
 
+def ranks_use_mpi(site: Site) -> bool:
+    """Whether the ranks talk over MPI, so that the MPI rules (host MPI, ABI match, btls) judge the site:
+    every launcher does but horovodrun with launcher.gloo, which starts the ranks over ssh and wires
+    them through Gloo's rendezvous (no mpirun, no MPI between ranks).
+    """
+    return not (site.launcher.name == "horovodrun" and site.launcher.gloo)
+
+
 def in_user_namespace(site: Site) -> bool:
     """Whether the site's containers run in a user namespace: container.userns, else an option in
     container.args that asks for one (`singularity exec --userns`), else the runtime's default."""

@@ -9,6 +9,7 @@ from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import NVIDIA_CONTAINER_ENV, NVIDIA_ENV_LABELS
 from ..knowledge.launching import RUNTIMES_KNOWN, in_user_namespace
 from .engine import Facts, Verdict, rule
+from .mpi import without_mpi
 
 
 @rule("container-runtime", needs=("site", "nodes", "observed"))
@@ -161,8 +162,8 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     image = facts.image or {}
     flavour = image.get("mpi.flavour") or site.mpi.flavour
     version = image.get("mpi.version") or site.mpi.version
-    if site.launcher.gloo:
-        return Verdict("SKIP", "the ranks talk over Gloo (launcher.gloo), not Open MPI")
+    if skip := without_mpi(facts):
+        return skip
     if not in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
         return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
     btl = site.mca.get("btl", "")

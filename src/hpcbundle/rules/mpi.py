@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.launching import ranks_use_mpi
 from .engine import Facts, Verdict, rule
+
+
+def without_mpi(facts: Facts) -> Verdict | None:
+    """SKIP for a site whose ranks do not talk over MPI (horovodrun --gloo): no MPI rule applies there."""
+    if facts.site is None or ranks_use_mpi(facts.site):
+        return None
+    return Verdict("SKIP", "the ranks talk over Gloo (horovodrun with launcher.gloo), not MPI")
 
 
 @rule("mpi-abi", needs=("recipe",))
@@ -34,6 +42,8 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
     For Open MPI that is one major.minor.
     """
     image = facts.image
+    if skip := without_mpi(facts):
+        return skip
     if not image.get("mpi.flavour"):
         return Verdict("SKIP", "image MPI unknown (see image-metadata)")
     seen = [n["mpi"] for n in facts.ok_nodes().values() if n.get("mpi")]
@@ -79,6 +89,8 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
 @rule("host-mpi", needs=("site", "nodes", "observed"))
 def host_mpi(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """The host MPI on every node is the one the site declares (flavour and version)."""
+    if skip := without_mpi(facts):
+        return skip
     site = facts.site.mpi
     found = {h: n.get("mpi") for h, n in facts.ok_nodes().items()}
     absent = [h for h, m in found.items() if not m]
@@ -115,6 +127,8 @@ SHARED_MEMORY_BTLS = ("vader", "sm")
 @rule("btl-shared-memory", needs=("site",))
 def btl_shared_memory(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """An Open MPI btl list on a site with several ranks per node names a shared-memory btl (vader or sm)."""
+    if skip := without_mpi(facts):
+        return skip
     site = facts.site
     btl, pml = site.mca.get("btl", ""), site.mca.get("pml", "")
     if site.mpi.flavour != "openmpi" or not btl or btl.startswith("^") or pml == "ucx":
