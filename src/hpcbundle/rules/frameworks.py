@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
+from ..config.recipes import Recipe
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 from .gpu import CPU_ONLY
@@ -161,6 +162,17 @@ def horovod_pytorch(facts: Facts, kb: KnowledgeBase) -> Verdict:
     )
 
 
+def _horovod_patch(recipe: Recipe, patch: str, found: str, version: str, first_broken: str, why: str) -> Verdict:
+    """FAIL unless the recipe has Horovod `patch` where `version` (of what is `found`) >= `first_broken`.
+
+    `why` says what breaks; the PASS line names `found` and whether the patch is on.
+    """
+    patched = patch in recipe.horovod.patches
+    if parse_version(version) >= parse_version(first_broken) and not patched:
+        return Verdict("FAIL", why, f"add {patch} to horovod.patches")
+    return Verdict("PASS", found + (f" ({patch} patch)" if patched else ""))
+
+
 @rule("horovod-gcc13", needs=("recipe",))
 def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """GCC >= 13 stops including <string>/<stdexcept> transitively: Horovod 0.28.1 needs the gcc13 patch there."""
@@ -168,15 +180,15 @@ def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
     hvd, gcc = kb.horovod.get(recipe.horovod.version), kb.os_gcc.get(recipe.base.os)
     if hvd is None or hvd.gcc13_patch_from is None or gcc is None:
         return Verdict("SKIP", "no GCC 13 rule for this Horovod, or the GCC of the base OS is unknown")
-    patched = "gcc13" in recipe.horovod.patches
-    if parse_version(gcc) >= parse_version(hvd.gcc13_patch_from) and not patched:
-        return Verdict(
-            "FAIL",
-            f"{recipe.base.os} builds with GCC {gcc}; Horovod {recipe.horovod.version} does not compile with "
-            f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)",
-            "add gcc13 to horovod.patches",
-        )
-    return Verdict("PASS", f"GCC {gcc} of {recipe.base.os}" + (" (gcc13 patch)" if patched else ""))
+    return _horovod_patch(
+        recipe,
+        "gcc13",
+        f"GCC {gcc} of {recipe.base.os}",
+        gcc,
+        hvd.gcc13_patch_from,
+        f"{recipe.base.os} builds with GCC {gcc}; Horovod {recipe.horovod.version} does not compile with "
+        f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)",
+    )
 
 
 @rule("horovod-py312", needs=("recipe",))
@@ -186,15 +198,15 @@ def horovod_py312(facts: Facts, kb: KnowledgeBase) -> Verdict:
     hvd = kb.horovod.get(recipe.horovod.version)
     if hvd is None or hvd.py312_patch_from is None:
         return Verdict("SKIP", "no Python 3.12 rule for this Horovod")
-    patched = "py312" in recipe.horovod.patches
-    if parse_version(recipe.python) >= parse_version(hvd.py312_patch_from) and not patched:
-        return Verdict(
-            "FAIL",
-            f"Python {recipe.python} has no distutils; Horovod {recipe.horovod.version}'s torch build and horovodrun "
-            f"import it (Python >= {hvd.py312_patch_from})",
-            "add py312 to horovod.patches",
-        )
-    return Verdict("PASS", f"Python {recipe.python}" + (" (py312 patch)" if patched else ""))
+    return _horovod_patch(
+        recipe,
+        "py312",
+        f"Python {recipe.python}",
+        recipe.python,
+        hvd.py312_patch_from,
+        f"Python {recipe.python} has no distutils; Horovod {recipe.horovod.version}'s torch build and horovodrun "
+        f"import it (Python >= {hvd.py312_patch_from})",
+    )
 
 
 @rule("horovod-ops", needs=("recipe",))
