@@ -12,6 +12,7 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.perf.tune import (
     KNOBS,
+    SMALL,
     Candidate,
     Knob,
     Trial,
@@ -19,6 +20,7 @@ from hpcbundle.perf.tune import (
     Workload,
     apply_settings,
     choose,
+    choose_both,
     current_settings,
     sweep,
     tuned_site_text,
@@ -46,7 +48,15 @@ def _site(**over) -> Site:
 def test_a_challenger_must_beat_the_kept_value_by_more_than_the_noise_margin():
     kept = Trial("k", "default", (), (1.0, 1.0, 1.0))
     assert choose(kept, [Trial("k", "ring", (), (1.05, 1.05, 1.05))]).candidate == "default"
-    assert choose(kept, [Trial("k", "ring", (), (1.06, 1.0, 1.2))]).candidate == "ring"
+    assert choose(kept, [Trial("k", "ring", (), (1.06, 1.01, 1.2))]).candidate == "ring"
+
+
+def test_a_challenger_that_loses_any_back_to_back_pair_is_noise_and_the_kept_value_stays():
+    # The pairs of btl_tcp_links 2 in a real tune on 2 namespace nodes: median 1.38, one pair lost.
+    kept = Trial("tcp-links", "1", (), (0.473, 0.521, 0.725))
+    noisy = Trial("tcp-links", "2", (), (0.423, 0.821, 1.003))
+    assert choose(kept, [noisy]).candidate == "1"
+    assert choose(kept, [noisy, Trial("tcp-links", "4", (), (0.52, 0.6, 0.8))]).candidate == "4"
 
 
 def test_a_candidate_with_any_failed_run_never_wins():
@@ -174,6 +184,14 @@ def test_cycle_time_is_judged_at_both_ends_and_written_with_both_figures():
 def test_a_knob_with_a_loss_at_either_end_keeps_the_sites_value():
     result = _cycle_sweep({None: 1.0, "0.1": 0.90, "0.5": 1.0, "5": 1.2}, repeat=1)  # 0.1 ms loses 10 % large
     assert result.winners == {"cycle": "1 ms"} and result.changed() == {}
+
+
+def test_a_small_end_gain_that_lost_one_pair_keeps_the_sites_cycle_time():
+    kept = (Trial("cycle", "1 ms", (), (1.0, 1.0, 1.0)), Trial("cycle", "1 ms", (), (0.2, 0.2, 0.2), SMALL))
+    fast = (Trial("cycle", "0.1 ms", (), (1.0, 1.0, 1.0)), Trial("cycle", "0.1 ms", (), (0.5, 0.5, 0.19), SMALL))
+    assert choose_both([kept[0], fast[0]], [kept[1], fast[1]]).candidate == "1 ms"
+    steady = Trial("cycle", "0.1 ms", (), (0.4, 0.45, 0.21), SMALL)
+    assert choose_both([kept[0], fast[0]], [kept[1], steady]).candidate == "0.1 ms"
 
 
 def test_tuned_copy_proposes_a_link_speed_for_the_gate_only_where_the_site_has_none():

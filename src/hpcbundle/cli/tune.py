@@ -177,10 +177,11 @@ def tune_command(
 
     Runs examples/allreduce_bench.py (Horovod, float32, --size split in --tensors) through the
     site's generated launch command for every candidate, one knob at a time, each candidate
-    --repeat times interleaved, and keeps a value only if its median busbw beats the kept one by
-    more than 5 %. The fusion and cycle knobs are judged at both ends: --size (bandwidth) and
+    --repeat times interleaved, and keeps a value only if it beats the kept one in every pair of
+    runs measured back to back, by more than 5 % in the median pair (noise wins single pairs on
+    shared nodes). The fusion and cycle knobs are judged at both ends: --size (bandwidth) and
     --small-size in --small-tensors tensors (latency, many small gradients); a value is kept if it
-    wins by more than 5 % at one end and loses no more than 5 % at the other.
+    wins that way at one end and loses no more than 5 % at the other.
     The copy carries the figures as comments and a `why` line per changed key;
     the original is not touched. Knobs: Open MPI's allreduce algorithm,
     TCP links and buffers, mpi_yield_when_idle, HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME.
