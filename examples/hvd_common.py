@@ -160,8 +160,10 @@ def threads_per_rank(local_size: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // local_size)
 
 
-# Where each launcher tells a process its place: (rank, size, local rank, local size) variables.
+# Where each launcher tells a process its place: (rank, size, local rank, local size) variables,
+# the innermost launcher first: torchrun under srun leaves SLURM's (per node) in its workers too.
 LAUNCHER_RANKS = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),  # torchrun (torch.distributed.run)
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH's and Intel MPI's Hydra
     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
@@ -170,10 +172,13 @@ LAUNCHER_RANKS = (
 
 def launcher_ranks(env=os.environ) -> tuple[int, int, int, int]:
     """(rank, size, local rank, local size) from the launcher's variables, for programs that do not
-    initialise MPI (torch DDP started by mpirun, mpiexec.hydra or srun); (0, 1, 0, 1) alone.
+    initialise MPI (torch DDP started by mpirun, mpiexec.hydra, srun or torchrun); (0, 1, 0, 1) alone.
 
     >>> launcher_ranks({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"})
     (3, 4, 1, 2)
+    >>> slurm = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NTASKS_PER_NODE": "1"}
+    >>> launcher_ranks({**slurm, "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"})
+    (5, 8, 1, 4)
     """
     for names in LAUNCHER_RANKS:
         if all(re.fullmatch(r"[0-9]{1,7}", env.get(name, "")) for name in names):

@@ -5,11 +5,13 @@ Launch:
     mpirun -np 2 --bind-to none python examples/pytorch_synthetic_benchmark.py --model resnet
     hpcbundle launch --site local --np 2 --exec -- python /examples/pytorch_synthetic_benchmark.py
     horovodrun -np 2 python examples/pytorch_synthetic_benchmark.py --fp16-allreduce
+    torchrun --standalone --nproc-per-node 2 examples/pytorch_synthetic_benchmark.py --ddp env://
 
 --ddp tcp://HOST:PORT trains the same model on the same data with torch's DistributedDataParallel
 instead (gloo on CPUs, NCCL on GPUs), started by the same launch line: each process reads its rank
-from the launcher (Open MPI, Hydra or SLURM variables) and the ranks meet at HOST:PORT (rank 0's
-node). That is what a user comparing the two would run; bench/train.py does it side by side.
+from the launcher (Open MPI, Hydra, SLURM or torchrun variables) and the ranks meet at HOST:PORT
+(rank 0's node; under torchrun, --ddp env:// takes its MASTER_ADDR/MASTER_PORT). That is what a
+user comparing the two would run; bench/train.py does it side by side.
 
 Rank 0 prints img/sec per iteration, per rank and in total, each as mean +- 1.96 * std over the
 timed iterations, then one machine-readable line:
@@ -106,7 +108,11 @@ def parse_args():
     p.add_argument("--num-iters", type=int, default=5, help="timed iterations")
     p.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for allreduce")
     p.add_argument("--no-cuda", action="store_true", help="stay on the CPU even if a GPU is present")
-    p.add_argument("--ddp", metavar="tcp://HOST:PORT", help="torch DDP instead of Horovod, meeting at HOST:PORT")
+    p.add_argument(
+        "--ddp",
+        metavar="tcp://HOST:PORT",
+        help="torch DDP instead of Horovod, meeting at HOST:PORT (env://: torchrun's MASTER_ADDR/PORT)",
+    )
     return p.parse_args()
 
 

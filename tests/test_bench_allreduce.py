@@ -69,11 +69,17 @@ def test_bad_allreduce_bench_options_are_one_line_and_exit_2(option, message):
     assert_refused_in_one_line(BENCH, option, message)
 
 
-def test_tuned_settings_are_what_tune_changed_in_mca_and_env_with_removed_keys_empty(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_allreduce_settings", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # its dataclasses look the module up
-    spec.loader.exec_module(bench)
+@pytest.fixture(scope="module")
+def bench():
+    """bench/allreduce.py as a module, for its pure parts."""
+    spec = importlib.util.spec_from_file_location("bench_allreduce_pure", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look the module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tuned_settings_are_what_tune_changed_in_mca_and_env_with_removed_keys_empty(tmp_path, bench):
     base, tuned = tmp_path / "base.yaml", tmp_path / "tuned.yaml"
     base.write_text("mca: {btl: 'self,tcp', mpi_yield_when_idle: '1'}\nenv: {OMP_WAIT_POLICY: PASSIVE}\n")
     tuned.write_text(
@@ -85,3 +91,23 @@ def test_tuned_settings_are_what_tune_changed_in_mca_and_env_with_removed_keys_e
         "mca.mpi_yield_when_idle": "",
         "env.HOROVOD_CYCLE_TIME": "0.1",
     }
+
+
+def test_64_mib_targets_divide_horovod_by_each_rounds_own_peers(bench):
+    size = 64 << 20
+    busbw = {  # variant -> busbw per round
+        "horovod-tuned": (1.2, 0.9, 1.0),
+        "torch-gloo": (1.0, 1.0, 0.5),
+        "mpi4py": (0.6, 0.8, 1.25),
+        "horovod-mpi": (9.0, 9.0, 9.0),  # Horovod's own variants are not peers
+    }
+    results = [
+        {"variant": v, "bytes": size, "round": r, "busbw_gib": b}
+        for v, row in busbw.items()
+        for r, b in enumerate(row, 1)
+    ]
+    t = bench.targets(results, {"gib": 1.5})
+    assert t["horovod_variant"] == "horovod-tuned" and t["rounds"] == 3
+    assert t["over_torch_gloo"] == {"median": 1.2, "min": 0.9, "max": 2.0} and t["over_torch_gloo_met"] == 2
+    assert t["over_peers"] == {"median": 0.9, "min": 0.8, "max": 1.2} and t["over_peers_met"] == 1
+    assert t["over_link"]["median"] == pytest.approx(0.6667, abs=1e-4) and t["over_link_met"] == 3

@@ -346,6 +346,11 @@ def run_mpi(script: str, *args: str, np_: int = 2, timeout: float = 120) -> str:
     ]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
+    return run_launched(cmd, timeout)
+
+
+def run_launched(cmd: list[str], timeout: float) -> str:
+    """Run a launcher's command line in its own session; return stdout+stderr, fail on error or timeout."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -354,7 +359,7 @@ def run_mpi(script: str, *args: str, np_: int = 2, timeout: float = 120) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # mpirun and every rank it started
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank it started
         out, _ = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-4000:]}")
     took = time.monotonic() - start
@@ -446,4 +451,26 @@ def test_synthetic_benchmark_prints_json_line():
     result = json.loads(lines[0])
     assert result["metric"] == "img_per_sec" and result["ranks"] == 2 and result["fp16_allreduce"]
     assert result["total"] > 0 and result["per_rank"] > 0 and len(result["per_rank_each"]) == 2
+    assert result["total"] == pytest.approx(sum(result["per_rank_each"]), rel=0.05)
+
+
+@pytest.mark.full_setup
+def test_synthetic_benchmark_trains_ddp_under_torchrun_with_its_ranks():
+    """torchrun's own variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) place each worker and
+    --ddp env:// meets at its MASTER_ADDR/MASTER_PORT: the example runs under torchrun as DDP users start it."""
+    out = run_launched(
+        [
+            str(VENV_PYTHON.with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(EXAMPLES / "pytorch_synthetic_benchmark.py"),
+            *("--ddp", "env://", "--model", "mlp", "--batch-size", "16", "--num-warmup-batches", "1"),
+            *("--num-batches-per-iter", "2", "--num-iters", "2"),
+        ],
+        timeout=120,
+    )
+    (line,) = [line for line in out.splitlines() if line.startswith('{"metric"')]
+    result = json.loads(line)
+    assert result["metric"] == "img_per_sec" and result["ranks"] == 2 and len(result["per_rank_each"]) == 2
     assert result["total"] == pytest.approx(sum(result["per_rank_each"]), rel=0.05)
