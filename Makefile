@@ -132,12 +132,16 @@ BENCH_SIZES ?= 4K,16K,64K,256K,4M,64M
 
 bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), training Horovod vs DDP, launch overhead, launch gate, scaling, doctor's program check
 	mkdir -p $(BENCH_OUT)
-	$(BIN)/python bench/allreduce.py --sizes $(BENCH_SIZES) --tuned --tuned-out $(BENCH_OUT)/tuned.json | tee $(BENCH_OUT)/allreduce.txt
-	$(BIN)/python bench/train.py --tuned-from $(BENCH_OUT)/tuned.json | tee $(BENCH_OUT)/train.txt
-	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt
-	$(BIN)/python bench/gate.py | tee $(BENCH_OUT)/gate.txt
-	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt
-	$(BIN)/python bench/doctor_program.py | tee $(BENCH_OUT)/doctor_program.txt
+	@# Every benchmark runs even if one before it fails; make bench fails at the end if any did.
+	status=0; \
+	$(BIN)/python bench/allreduce.py --sizes $(BENCH_SIZES) --tuned --tuned-out $(BENCH_OUT)/tuned.json \
+	  | tee $(BENCH_OUT)/allreduce.txt || status=1; \
+	$(BIN)/python bench/train.py --tuned-from $(BENCH_OUT)/tuned.json | tee $(BENCH_OUT)/train.txt || status=1; \
+	$(BIN)/python bench/launch.py | tee $(BENCH_OUT)/launch.txt || status=1; \
+	$(BIN)/python bench/gate.py | tee $(BENCH_OUT)/gate.txt || status=1; \
+	$(BIN)/python bench/scaling.py --out $(BENCH_OUT)/scaling | tee $(BENCH_OUT)/scaling.txt || status=1; \
+	$(BIN)/python bench/doctor_program.py | tee $(BENCH_OUT)/doctor_program.txt || status=1; \
+	exit $$status
 
 clean: ## Remove build outputs (keeps the venv and the cache)
 	rm -rf $(BUILD)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -76,9 +77,16 @@ def run_variant(
         return None, f"killed after {args.timeout} s"
     records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"metric": "img_per_sec"')]
     if result.returncode or not records:
-        tail = " | ".join(result.stderr.strip().splitlines()[-4:])
-        return None, f"exit {result.returncode}: {tail or 'no img_per_sec line'}"
+        return None, f"exit {result.returncode}: {why_failed(result.stderr) or 'no img_per_sec line'}"
     return records[-1], ""
+
+
+def why_failed(stderr: str) -> str:
+    """The lines of a failed run's stderr that say why: the program's errors rather than the tail of
+    mpirun's dashed banner, which only says that a rank stopped."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("-----")]
+    said = [line for line in lines if re.search(r"Error|error:|what\(\)|Traceback|terminate|Abort", line)]
+    return " | ".join((said or lines)[-4:])
 
 
 def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -161,7 +169,9 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated, each 2..8 (default 2,3)")
     p.add_argument("--models", default="cnn,resnet", help=f"models of the example: {','.join(MODELS)}")
     p.add_argument("--rounds", type=BENCH.positive, default=5, help="rounds; each runs every variant once (default 5)")
-    p.add_argument("--iters", type=BENCH.positive, default=5, help="timed iterations per run (default 5)")
+    p.add_argument(
+        "--iters", type=BENCH.positive, default=20, help="timed iterations (5 batches each) per run (default 20)"
+    )
     p.add_argument("--warmup", type=BENCH.positive, default=5, help="untimed batches per run (default 5)")
     p.add_argument("--batch-size", type=BENCH.positive, default=32, help="images per rank per step (default 32)")
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with its site too")
