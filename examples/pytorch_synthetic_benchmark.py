@@ -138,6 +138,9 @@ class HorovodRanks:
     def gather(self, values):
         return hvd.allgather(torch.tensor([values], dtype=torch.float64), name="img_secs").numpy()
 
+    def finish(self):
+        """Nothing to do: Horovod shuts its background thread down at exit itself."""
+
 
 class DdpRanks:
     """The ranks the launcher started, in one torch.distributed process group, and DDP."""
@@ -162,6 +165,13 @@ class DdpRanks:
         rows = [torch.zeros_like(mine) for _ in range(self.size)]
         self.dist.all_gather(rows, mine)
         return torch.stack(rows).numpy()
+
+    def finish(self):
+        """Leave the process group before exit, every rank together. Left to the interpreter's exit,
+        gloo's threads were torn down with a peer gone: bench/train.py saw "terminate called without
+        an active exception" (SIGABRT) in 4 of 25 DDP resnet runs; with this, none in 10."""
+        self.dist.barrier()
+        self.dist.destroy_process_group()
 
 
 def main():
@@ -234,6 +244,7 @@ def main():
         ),
         flush=True,
     )
+    ranks.finish()
 
 
 if __name__ == "__main__":
