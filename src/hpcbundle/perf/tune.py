@@ -254,12 +254,6 @@ def paired_ratios(challenger: Trial, kept: Trial) -> list[float] | None:
     return [c / k for c, k in zip(challenger.busbw, kept.busbw, strict=True) if c is not None and k]
 
 
-def paired_ratio(challenger: Trial, kept: Trial) -> float | None:
-    """The median of paired_ratios: the challenger's gain over the kept value (None if a run failed)."""
-    ratios = paired_ratios(challenger, kept)
-    return statistics.median(ratios) if ratios else None
-
-
 def clear_gain(ratios: Sequence[float] | None, min_gain: float = MIN_GAIN) -> bool:
     """A gain worth keeping: more than `min_gain` in the median pair, and a win in every pair. On a
     shared machine one pair can swing 40 % either way; a value that lost a pair has not shown it helps.
@@ -285,7 +279,8 @@ def choose(kept: Trial, challengers: Sequence[Trial], min_gain: float = MIN_GAIN
     working = [t for t in challengers if t.median is not None]
     if kept.median is None:
         return max(working, key=lambda t: t.median or 0.0, default=kept)
-    gains = [(paired_ratio(t, kept) or 0.0, t) for t in working if clear_gain(paired_ratios(t, kept), min_gain)]
+    pairs = [(paired_ratios(t, kept), t) for t in working]
+    gains = [(statistics.median(ratios), t) for ratios, t in pairs if ratios and clear_gain(ratios, min_gain)]
     return max(gains, key=lambda rt: rt[0], default=(0.0, kept))[1]
 
 
