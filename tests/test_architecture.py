@@ -1,8 +1,10 @@
-"""The package's imports follow the documented pipeline (docs/architecture.md): no arrow points up, no cycle.
+"""The package's imports follow docs/architecture.md: no arrow points up, no cycle, and the page's
+`arrows` block lists exactly the imports between stages.
 
-Each module of src/hpcbundle sits on a floor; a module may import its own package and the floors
-below it, never a floor above it or a sibling stage on its own floor (`image` and `launch` both
-read the floors below, neither reads the other). Every import counts, also one inside a function.
+Each module of src/hpcbundle sits on a floor (the page's `floors` block); a module may import its
+own package and the floors below it, never a floor above it or a sibling stage on its own floor
+(`image` and `launch` both read the floors below, neither reads the other). Every import counts,
+also one inside a function.
 """
 
 from __future__ import annotations
@@ -12,21 +14,24 @@ from pathlib import Path
 
 import hpcbundle
 
+from .helpers import ROOT
+
 PACKAGE = Path(hpcbundle.__file__).parent
 
-# Bottom first. Stages on one floor are siblings: neither may import the other.
-FLOORS: list[tuple[str, ...]] = [
-    ("hpcbundle",),  # the package's face: its version
-    ("quoting", "registry"),
-    ("config",),
-    ("knowledge", "templating", "execute"),  # data and helpers both sides of a fork reach: Jinja2, bounded runs
-    ("rules",),
-    ("image", "launch"),
-    ("diagnose",),
-    ("perf",),
-    ("cli",),
-    ("__main__",),
-]
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def page_block(kind: str) -> list[str]:
+    """The lines of the page's ```kind fenced block, without comments (`# ...`) and blank lines."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.find(f"\n```{kind}\n")
+    assert start >= 0, f"{ARCHITECTURE.name} has no ```{kind} block"
+    body = text[text.index("\n", start + 1) + 1 : text.index("\n```", start + 1)]
+    return [line.split("#")[0].strip() for line in body.splitlines() if line.split("#")[0].strip()]
+
+
+# Bottom first (the page lists the top floor first). Stages on one floor are siblings: neither may import the other.
+FLOORS: list[tuple[str, ...]] = [tuple(line.split()) for line in reversed(page_block("floors"))]
 FLOOR_OF = {stage: level for level, stages in enumerate(FLOORS) for stage in stages}
 
 
@@ -103,3 +108,28 @@ def test_no_module_imports_itself_through_a_cycle():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def stage_arrows() -> dict[str, list[str]]:
+    """Every `stage -> stage` pair the code's imports make, with the module imports that make it."""
+    arrows: dict[str, list[str]] = {}
+    for module, targets in import_graph().items():
+        for target in sorted(targets):
+            if stage(target) != stage(module):
+                arrows.setdefault(f"{stage(module)} -> {stage(target)}", []).append(f"{module} imports {target}")
+    return arrows
+
+
+def test_the_pages_arrows_are_exactly_the_imports_between_stages():
+    """Every arrow docs/architecture.md documents exists, and no import crosses an arrow it does not document."""
+    documented = [" ".join(line.split()) for line in page_block("arrows")]
+    code = stage_arrows()
+    add = [f"{arrow}  # {code[arrow][0]}" for arrow in sorted(code.keys() - set(documented))]
+    remove = sorted(set(documented) - code.keys())
+    repeated = sorted({arrow for arrow in documented if documented.count(arrow) > 1})
+    assert (add, remove, repeated) == ([], [], []), (
+        f"update the ```arrows block of {ARCHITECTURE.relative_to(ROOT)}:\n"
+        + "".join(f"  add:    {line}\n" for line in add)
+        + "".join(f"  remove: {line}\n" for line in remove)
+        + "".join(f"  listed twice: {line}\n" for line in repeated)
+    )

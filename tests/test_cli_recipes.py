@@ -119,12 +119,12 @@ def test_outside_any_bundle_the_checkout_the_package_runs_from_is_the_bundle(tmp
     assert "cpu-local" in result.stdout
 
 
-def test_readme_recipes_table_is_the_generated_one():
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("<!-- recipes-table:start")
-    block = readme[readme.index("\n", start) + 1 : readme.index("<!-- recipes-table:end -->")]
+def test_docs_recipes_table_is_the_generated_one():
+    page = (ROOT / "docs" / "images.md").read_text()
+    start = page.index("<!-- recipes-table:start")
+    block = page[page.index("\n", start) + 1 : page.index("<!-- recipes-table:end -->")]
     assert block == hpcbundle("recipes", "--format", "markdown").stdout, (
-        "run: hpcbundle recipes --format markdown, paste into README.md"
+        "run: hpcbundle recipes --format markdown, paste into docs/images.md"
     )
 
 

@@ -457,11 +457,11 @@ def test_synthetic_benchmark_prints_json_line():
 
 @pytest.mark.full_setup
 def test_synthetic_benchmark_trains_ddp_under_torchrun_with_its_ranks():
-    """The README's torchrun line, as written, in the venv: torchrun's own variables (RANK, WORLD_SIZE,
+    """docs/performance.md's torchrun line, as written, in the venv: torchrun's own variables (RANK, WORLD_SIZE,
     LOCAL_RANK, LOCAL_WORLD_SIZE) place each worker and --ddp env:// meets at its MASTER_ADDR/PORT."""
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "performance.md").read_text()
     command = "torchrun --standalone --nproc-per-node 2 examples/pytorch_synthetic_benchmark.py --ddp env://"
-    assert command in " ".join(readme.split()), "the README no longer shows this torchrun line"
+    assert command in " ".join(page.split()), "docs/performance.md no longer shows this torchrun line"
     venv_first = {**os.environ, "PATH": f"{VENV_PYTHON.parent}{os.pathsep}{os.environ['PATH']}"}
     out = run_launched(command.split(), timeout=180, env=venv_first)
     (line,) = [line for line in out.splitlines() if line.startswith('{"metric"')]

@@ -595,11 +595,11 @@ def test_pyxis_takes_only_a_squashfs_path_or_an_enroot_reference(image, message)
     assert message in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_the_readmes_ddp_launch_line_prints_the_sites_command_for_ddp_ranks_as_written():
-    """DDP from the same site file: the README's line, as written, gives the site's mpirun line with the
+def test_the_docs_ddp_launch_line_prints_the_sites_command_for_ddp_ranks_as_written():
+    """DDP from the same site file: docs/performance.md's line, as written, gives the site's mpirun line with the
     program and its --ddp rendezvous untouched, and no warning."""
-    readme = (ROOT / "README.md").read_text().replace("\\\n", " ")
-    (line,) = [x for x in readme.splitlines() if x.startswith("hpcbundle launch") and "--ddp tcp://" in x]
+    page = (ROOT / "docs" / "performance.md").read_text().replace("\\\n", " ")
+    (line,) = [x for x in page.splitlines() if x.startswith("hpcbundle launch") and "--ddp tcp://" in x]
     words = shlex.split(line)
     result = hpcbundle(*words[1:])
     assert result.returncode == 0 and result.stderr == "", result.stderr

@@ -88,20 +88,20 @@ def test_readme_training_commands_run_inside_on_the_shipped_digits(
     assert accuracy > 0.8, out[-2000:]
 
 
-def readme_build_sif_line() -> str:
-    """The README's `make build-sif ... SIF_BOOTSTRAP=localimage:$(make -s sif-base) ...` line, as printed."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("make build-sif RECIPE=cpu-local SIF_BOOTSTRAP=localimage:$(make -s sif-base)")
-    return readme[start : readme.index("\n```", start)].replace("\\\n", " ")
+def docs_build_sif_line() -> str:
+    """docs/images.md's `make build-sif ... SIF_BOOTSTRAP=localimage:$(make -s sif-base) ...` line, as printed."""
+    page = (ROOT / "docs" / "images.md").read_text(encoding="utf-8")
+    start = page.index("make build-sif RECIPE=cpu-local SIF_BOOTSTRAP=localimage:$(make -s sif-base)")
+    return page[start : page.index("\n```", start)].replace("\\\n", " ")
 
 
-def test_readme_build_sif_line_builds_the_sif_as_written(apptainer: str) -> None:
-    """The card's own flow, typed as the README shows it, from the repository root: a SIF with the
+def test_docs_build_sif_line_builds_the_sif_as_written(apptainer: str) -> None:
+    """The card's own flow, typed as docs/images.md shows it, from the repository root: a SIF with the
     recipe's labels at build/cpu-local.sif (removed afterwards: it is large)."""
     sif = ROOT / "build" / f"{RECIPE}.sif"
     try:
         res = subprocess.run(
-            ["bash", "-c", readme_build_sif_line()], cwd=ROOT, capture_output=True, text=True, timeout=1800
+            ["bash", "-c", docs_build_sif_line()], cwd=ROOT, capture_output=True, text=True, timeout=1800
         )
         assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
         inspected = subprocess.run(
