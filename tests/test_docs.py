@@ -62,7 +62,7 @@ def test_every_relative_link_points_at_a_file_and_heading_that_exist(page: Path)
             broken.append(f"{link}: no such file")
         elif anchor and target.suffix == ".md" and anchor not in anchors(target):
             broken.append(f"{link}: no heading #{anchor} in {target.relative_to(ROOT)}")
-    assert broken == []
+    assert broken == [], "\n".join(broken)
 
 
 def test_the_readmes_table_of_contents_links_every_docs_page():
@@ -70,4 +70,4 @@ def test_the_readmes_table_of_contents_links_every_docs_page():
     contents = readme[readme.index("## Contents") : readme.index("\n## ", readme.index("## Contents") + 1)]
     linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(contents)}
     unlinked = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").glob("*.md")) if p not in linked]
-    assert unlinked == []
+    assert unlinked == [], f"link these from the README's Contents: {unlinked}"
