@@ -224,3 +224,12 @@ def test_a_site_built_in_code_is_judged_with_its_request():
     )
     request = launch_request(RankLayout(2, (("a", 1), ("b", 1))), PROGRAM, "img")
     assert [f.rule for f in load_failures(Facts(site=site, request=request))] == ["container-one-node"]
+
+
+def test_doctor_judges_its_image_and_program_as_a_launch_request():
+    result = hpcbundle("doctor", "--site", "local", "--image", "h.sif", "--no-checksum", "--", "--help")
+    assert result.returncode == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert "FAIL  image-on-host        --image: site local runs programs on the host" in result.stdout
+    assert "FAIL  program-first        PROGRAM: '--help' starts with '-'" in result.stdout
+    assert "SKIP  np-slots             no --np in this request" in lines
