@@ -4,6 +4,7 @@ over the same rules."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import json
 
@@ -15,7 +16,7 @@ from hpcbundle.diagnose.doctor import observed_facts
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
-from hpcbundle.rules.engine import RULES, Result, applicable, evaluate
+from hpcbundle.rules.engine import RULES, LaunchRequest, Result, applicable, evaluate
 from hpcbundle.rules.facts import declared_facts, declared_node
 from hpcbundle.rules.loading import all_recipes
 
@@ -47,7 +48,8 @@ def doctor_front_end(recipe: Recipe, site: Site) -> list[Result]:
 
 def test_every_rule_runs_from_each_front_end_that_has_its_facts():
     recipe, site = SHIPPED_RECIPES[0], SHIPPED_SITES[0]
-    from_check = {r.name for r in applicable(declared_facts(recipe, site, KB))}
+    request = LaunchRequest(np=2, image="/img")  # check --np 2 --image /img; doctor --image /img
+    from_check = {r.name for r in applicable(dataclasses.replace(declared_facts(recipe, site, KB), request=request))}
     from_doctor = {
         r.name
         for r in applicable(
@@ -57,11 +59,12 @@ def test_every_rule_runs_from_each_front_end_that_has_its_facts():
                 image="/img",
                 hosts={"node1": 1},
                 program_env={"argv0": "python3", "launching": {}, "nodes": {}},
+                request=request,
             )
         )
     }
     for r in RULES:
-        if r.needs <= DECLARABLE:
+        if r.needs <= DECLARABLE | {"request"}:  # the launch request: both take one
             assert r.name in from_check and r.name in from_doctor, r.name
         elif "recipe" in r.needs:  # the build spec: only check has it (a built image is judged by its labels)
             assert r.name in from_check and r.name not in from_doctor, r.name

@@ -13,7 +13,7 @@ from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
 from ..knowledge.compat import knowledge_base
 from ..launch import load_site, parse_hosts
-from ..rules.engine import exit_status
+from ..rules.engine import LaunchRequest, exit_status
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, seconds, site_option
 from .outputs import OUTPUT_HELP, print_results, write_atomic
@@ -61,8 +61,16 @@ def doctor_command(
     model = load_site(site, bundle.get().sites_dir)
     placed = parse_hosts(hosts) if hosts is not None else ()
     probe = program_probe(model, placed, program, image)
+    request = LaunchRequest(image=image, program=program or None, environment=frozenset(os.environ))
     results = doctor(
-        model, image, placed, checksum=not no_checksum, timeout=timeout, probe=probe, environment=os.environ
+        model,
+        image,
+        placed,
+        checksum=not no_checksum,
+        timeout=timeout,
+        probe=probe,
+        environment=os.environ,
+        request=request,
     )
     print_results(results)
     ctx.exit(exit_status(results))

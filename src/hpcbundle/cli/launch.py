@@ -13,8 +13,8 @@ import click
 
 from ..config.sites import Site
 from ..execute import Watched, run_bounded, run_captured, run_watched
-from ..launch import RankLayout, build_command, load_site
-from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
+from ..launch import RankLayout, build_command, launch_request, load_site
+from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
 from .options import (
@@ -102,7 +102,10 @@ def launch_command(
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     command = build_command(model, layout, program, image, os.environ if execute else None)
     warned = declared_first(
-        model, planned_ranks(model, layout), f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}"
+        model,
+        launch_request(layout, program, image),
+        planned_ranks(model, layout),
+        f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}",
     )
     if layout.discovery_script is not None:  # written once every check has passed
         text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
@@ -287,7 +290,10 @@ def sbatch_command(
     """
     model = site_for(bundle, site)
     warned = declared_first(
-        model, {"each node": tasks_per_node} if tasks_per_node else None, f"--tasks-per-node {tasks_per_node}"
+        model,
+        launch_request(job_layout(model, BatchJob(nodes, tasks_per_node)), program, image, time=time_),
+        {"each node": tasks_per_node} if tasks_per_node else None,
+        f"--tasks-per-node {tasks_per_node}",
     )
     text = sbatch_script(
         model,

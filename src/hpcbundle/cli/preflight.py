@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from ..config.errors import UserError, format_problem
+from ..config.errors import UserError
 from ..config.sites import Site
 from ..diagnose.program import ProgramProbe, probe_words, program_modules
 from ..knowledge.compat import knowledge_base
 from ..launch import LAUNCHERS, RankLayout, build_command
-from ..rules.engine import Result, exit_status
+from ..rules.engine import LaunchRequest, Result, exit_status
 from ..rules.facts import declared_launch
+from ..rules.loading import problem_line
 from .outputs import print_results
 
 
@@ -81,14 +83,16 @@ def planned_ranks(site: Site, layout: RankLayout) -> dict[str, int] | None:
     return dict(placement) or None
 
 
-def declared_first(model: Site, ranks_per_host: dict[str, int] | None, flag: str) -> list[Result]:
-    """The rules over what the command declares (the site, its node, the ranks per host `flag` asks
-    for) before anything is started or written: WARNs on stderr (and returned), each FAIL refused as
-    one line (exit 2)."""
-    results = declared_launch(model, ranks_per_host, knowledge_base())
-    failures = [r for r in results if r.status == "FAIL"]
+def declared_first(
+    model: Site, request: LaunchRequest, ranks_per_host: dict[str, int] | None, flag: str
+) -> list[Result]:
+    """The rules over what the command declares (the site, its node, the launch request, the ranks per
+    host `flag` asks for) before anything is started or written: WARNs on stderr (and returned), each
+    FAIL refused as one line (exit 2)."""
+    results = declared_launch(model, request, ranks_per_host, knowledge_base())
+    failures = [replace(r, key=r.key or flag) for r in results if r.status == "FAIL"]
     if failures:
-        raise UserError(*(format_problem(model.where, r.key or flag, r.evidence, r.fix) for r in failures))
+        raise UserError(*(problem_line(r, model.where) for r in failures))
     warnings = [r for r in results if r.status == "WARN"]
     print_results(warnings, err=True)
     return warnings

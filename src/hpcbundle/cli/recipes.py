@@ -13,11 +13,12 @@ from ..config.errors import UserError
 from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
-from ..launch import load_site
-from ..rules.engine import failed
+from ..launch import load_site, parse_hosts
+from ..rules.engine import LaunchRequest, failed
 from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, load_recipe
 from . import main, pass_bundle
+from .options import Count
 from .outputs import OUTPUT_HELP, write_atomic
 
 
@@ -139,15 +140,29 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap
 @main.command("check")
 @click.argument("recipe")
 @click.option("--site", help="Also check the pair: RECIPE's image on this site (driver, GPU, MPI ABI, known traps).")
+@click.option("--np", "np_", type=Count(1), help="Also judge a launch of this many ranks on --site (as launch would).")
+@click.option("--hosts", help="Hosts and slots of that launch, e.g. f1:2,f2:2 (as launch takes them).")
+@click.option("--image", help="The image that launch would be given (its name is judged, not the file).")
 @pass_bundle
-def check_command(bundle, recipe: str, site: str | None) -> None:
+def check_command(bundle, recipe: str, site: str | None, np_: int | None, hosts: str | None, image: str | None) -> None:
     """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
 
-    Exits 0 when no rule fails, 2 with every reason when one does.
+    With --np, --hosts or --image (and --site), the launch request rules judge that launch too, as
+    `launch` would before starting it (see `hpcbundle rules`, NEEDS request).
+
+    \b
+    Exits 0 when no rule fails, 2 with every reason when one does. Example:
+      hpcbundle check cuda11.8-tf2.14-torch2.1 --site ib-v100 --np 4 --hosts f1:2,f2:2 --image h.sif
     """
     b = bundle.get()
     model = load_recipe(recipe, b.recipes_dir)
-    findings = check_declared(model, load_site(site, b.sites_dir) if site is not None else None, knowledge_base())
+    asked = np_ is not None or hosts is not None or image is not None
+    if asked and site is None:
+        raise UserError.at("", "--np/--hosts/--image", "judge a launch on a site", "add --site SITE")
+    placed = parse_hosts(hosts) if hosts is not None else ()
+    request = LaunchRequest(np=np_ or sum(n for _, n in placed) or None, hosts=placed, image=image) if asked else None
+    on_site = load_site(site, b.sites_dir) if site is not None else None
+    findings = check_declared(model, on_site, knowledge_base(), request)
     for finding in findings:
         click.echo(finding.line())
     if failed(findings):

@@ -7,7 +7,7 @@ import click
 from ..rules.engine import Rule, registered
 from . import main
 
-NEEDS_ORDER = ("recipe", "image", "site", "nodes", "observed", "hosts", "program")
+NEEDS_ORDER = ("recipe", "image", "site", "nodes", "observed", "hosts", "program", "request")
 
 
 def rules_table(rules: list[Rule]) -> str:
@@ -34,8 +34,11 @@ def rules_command() -> None:
               observed  only what doctor sees on the nodes
               hosts     the planned launch's ranks per host (doctor --hosts)
               program   the program's environment as the launcher starts it (doctor)
+              request   the launch request: ranks, hosts, image, program, options (launch, sbatch,
+                        check --np/--hosts/--image, doctor's image and program)
     LOAD    'load': loading the site or recipe refuses on the rule's FAIL (exit status 2, nothing
-            written), so every command stops at a combination no command could use
+            written), so every command stops at a combination no command could use; a rule that
+            needs the request refuses that launch the same way, before anything starts
     SOURCE  module:function of the rule; its docstring says why
 
     \b

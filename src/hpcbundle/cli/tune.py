@@ -28,6 +28,8 @@ from ..perf.tune import (
     tuned_site_text,
 )
 from ..quoting import shell_join
+from ..rules.engine import LaunchRequest
+from ..rules.loading import refuse_request
 from . import main, pass_bundle
 from .options import Count, image_option, layout_from, no_doctor_option, seconds, site_option
 from .outputs import OUTPUT_HELP, write_atomic
@@ -68,8 +70,6 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
         knob = next((k for k in KNOBS if k.name == name), None)
         if knob is None:
             raise UserError.at("", "--knobs", f"no knob {name!r}", f"choose from {', '.join(KNOB_NAMES)}")
-        if not knob.applies(site):
-            raise UserError.at(site.where, "launcher", f"knob {name!r} is for {knob.sites}", "drop it from --knobs")
         if tensors < knob.needs_tensors:
             raise UserError.at(
                 "",
@@ -78,6 +78,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
                 "add e.g. --tensors 16, or drop it",
             )
         chosen.append(knob)
+    refuse_request(site, LaunchRequest(knobs=tuple(k.name for k in chosen)))  # rule knob-site
     if not chosen:
         raise UserError.at("", "--knobs", "names no knob", f"choose from {', '.join(KNOB_NAMES)}")
     return chosen

@@ -65,6 +65,15 @@ SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
 SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
+def is_slurm_time(text: str) -> bool:
+    """Whether `text` is a SLURM time of at most 20 characters, e.g. 30, 02:00:00 or 1-00:00:00.
+
+    >>> is_slurm_time("1-00:00:00"), is_slurm_time("2 hours")
+    (True, False)
+    """
+    return len(text) <= 20 and re.fullmatch(SLURM_TIME, text) is not None
+
+
 def slurm_seconds(time: str) -> int:
     """Seconds of a SLURM time (minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]]).
 

@@ -25,7 +25,7 @@ from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
-from ..rules.engine import Facts, Result, evaluate, failed
+from ..rules.engine import Facts, LaunchRequest, Result, evaluate, failed
 from . import fanout, program
 
 
@@ -53,6 +53,7 @@ def observed_facts(
     checksum: bool = False,
     scope: Literal["nodes", "login"] = "nodes",
     program_env: Mapping[str, Any] | None = None,
+    request: LaunchRequest | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read."""
     labels, source = image_manifest(nodes)
@@ -68,6 +69,7 @@ def observed_facts(
         checksum=checksum,
         scope=scope,
         program=program_env,
+        request=request,
     )
 
 
@@ -81,6 +83,7 @@ def doctor(
     timeout: float = 30.0,
     probe: program.ProgramProbe | None = None,
     environment: Mapping[str, str] | None = None,
+    request: LaunchRequest | None = None,
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
 
@@ -90,7 +93,8 @@ def doctor(
     With `probe` (the job's launch line running a probe, built by the caller), the program's
     environment on every node is observed at the same time, through the launcher; it is judged
     when nothing else failed (otherwise the probe's launch is stopped: it would hang or fail for
-    the same reason, and the FAIL already says why).
+    the same reason, and the FAIL already says why). With `request` (the image, program and shell of
+    `hpcbundle doctor`), the launch request rules judge it too.
     """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
     stop = threading.Event()
@@ -105,7 +109,9 @@ def doctor(
             timeout=timeout,
             environment={name: environment[name] for name in site.export if name in (environment or {})},
         )
-        facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
+        facts = observed_facts(
+            site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope, request=request
+        )
         results = evaluate(facts, knowledge_base())
         if seen is None:
             return results

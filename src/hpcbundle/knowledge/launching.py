@@ -55,6 +55,8 @@ class RuntimeKnown:
                          that `command --help` lists when it is installed (a plugin with no binary of its own)
     install              what a node needs for it (default: the runtime's name), for doctor's fix
     userns_args          its options that run the container in a user namespace whatever its default
+    image_keeps_with     (option, variables): with that option in container.args it also keeps those
+                         variables' image values (ch-run --set-env applies the image's environment)
     """
 
     command: str
@@ -68,6 +70,7 @@ class RuntimeKnown:
     detect_option: str = ""
     install: str = ""
     userns_args: frozenset[str] = frozenset()
+    image_keeps_with: tuple[str, frozenset[str]] | None = None
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -105,8 +108,12 @@ SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
 SINGULARITY_USERNS = frozenset({"--userns", "-u", "--fakeroot", "-f"})
 RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
     "apptainer": RuntimeKnown("apptainer", userns=True, image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
+    # ch-run passes the host environment; --set-env then applies the image's (its PATH at least).
     "charliecloud": RuntimeKnown(
-        "ch-run", userns=True, gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`"
+        "ch-run",
+        userns=True,
+        gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`",
+        image_keeps_with=("--set-env", frozenset({"PATH"})),
     ),
     "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
     "none": RuntimeKnown("", needs_image=False),
@@ -134,6 +141,23 @@ def runtime_detection() -> dict[str, list[str]]:
     (['srun', '--container-image'], ['ch-run', ''])
     """
     return {name: [known.command, known.detect_option] for name, known in RUNTIMES_KNOWN.items() if known.command}
+
+
+def image_env_kept(site: Site) -> frozenset[str]:
+    """The variables whose image value the program sees whatever the launching shell exports.
+
+    >>> from hpcbundle.config.sites import Site
+    >>> site = Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
+    ...     "version": "4.1.6"}, "launcher": {"name": "mpirun"}, "container": {"runtime": "charliecloud",
+    ...     "args": ["--set-env"]}, "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
+    >>> sorted(image_env_kept(site))
+    ['PATH']
+    """
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    if known is None:
+        return frozenset()
+    option, more = known.image_keeps_with or ("", frozenset())
+    return known.image_keeps | more if option and option in site.container.args else known.image_keeps
 
 
 def ranks_use_mpi(site: Site) -> bool:

@@ -12,7 +12,7 @@ Launchers live in launchers/, container runtimes in runtimes/, one registered cl
 """
 
 from ..rules.loading import load_site  # the one loader that refuses: shape, then the rules
-from .assemble import build_command, check_layout
+from .assemble import build_command, launch_request
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
 from .layout import RankLayout, hostfile_slots, parse_hosts
@@ -26,8 +26,8 @@ __all__ = [
     "Part",
     "Runtime",
     "build_command",
-    "check_layout",
     "hostfile_slots",
+    "launch_request",
     "load_site",
     "parse_hosts",
 ]

@@ -1,19 +1,22 @@
-"""Assemble a launch command from a site, a layout, an image and a program (pure: no I/O)."""
+"""Assemble a launch command from a site, a layout, an image and a program (pure: no I/O).
+
+The rules judge the request first (rules/request.py): a launch that cannot work is refused in one
+line naming the flag or site key, before any token is assembled."""
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..config.errors import UserError
-from ..config.sites import PROGRAM_ENV, Site
+from ..config.sites import Site
 from ..knowledge import network
-from ..rules.loading import refuse_site
+from ..knowledge.launching import image_env_kept
+from ..rules.engine import LaunchRequest
+from ..rules.loading import refuse_request
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
-from .elastic import check_elastic
 from .layout import RankLayout
 from .placement import gpu_numa_wrapper
 
@@ -31,117 +34,39 @@ _WRAPPER_WHY = {
 }
 
 
-def _parts_for(site: Site) -> tuple[Launcher, Runtime]:
-    """The site's launcher and runtime, once the rules have passed the site (it may be built in code)."""
-    refuse_site(site)
-    launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
-    assert launcher is not None and runtime is not None
-    return launcher, runtime
-
-
-def check_layout(
-    site: Site, launcher: Launcher, runtime: Runtime, layout: RankLayout, image: str | None, program: Sequence[str]
-) -> None:
-    """Refuse a launch that cannot work, naming the flag to change."""
-    if not program:
-        raise UserError.at("", "PROGRAM", "missing", "give the program after --, e.g. -- python3 train.py")
-    if program[0].startswith("-"):
-        raise UserError.at(
-            "",
-            "PROGRAM",
-            f"{program[0]!r} starts with '-', so the launcher would read it as an option",
-            "put the program (e.g. python3) first after --",
-        )
-    if image is not None and (not image or image.startswith("-")):
-        raise UserError.at(
-            "",
-            "--image",
-            f"{image!r} is not an image name",
-            "name the image file, directory or tag (e.g. ./horovod.sif)",
-        )
-    check_elastic(site, layout)
-    problem = runtime.image_problem(image) if image else None
-    if problem:
-        raise UserError.at("", "--image", *problem)
-    if image and not runtime.needs_image:
-        raise UserError.at(
-            "",
-            "--image",
-            f"site {site.name} runs programs on the host (container.runtime: none)",
-            "drop --image or pick a site with a container runtime",
-        )
-    if (layout.hosts or layout.hostfile) and not launcher.takes_hosts:
-        raise UserError.at(
-            "",
-            "--hosts",
-            f"{launcher.name} places the ranks on the nodes SLURM allocated",
-            "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)",
-        )
-    slots, over = layout.slots, site.launcher.oversubscribe
-    if slots is not None and layout.np > slots and not over:
-        given = f"--hosts {layout.host_list()}" if layout.hosts else f"--hostfile {layout.hostfile}"
-        raise UserError.at(
-            "",
-            f"--np {layout.np}",
-            f"larger than the {slots} slots of {given}",
-            "lower --np or give more hosts or slots",
-        )
-    from_slurm = layout.in_allocation and (launcher.reads_allocation or site.faults.elastic is not None)
-    if slots is None and layout.np > site.node.slots and not over and launcher.takes_hosts and not from_slurm:
-        per = site.node.slots
-        if layout.in_allocation:
-            raise UserError.at(
-                "",
-                f"--np {layout.np}",
-                f"needs more than one node, and {launcher.name} does not read the SLURM allocation",
-                "use mpirun or srun in batch jobs, or one node",
-            )
-        raise UserError.at(
-            "",
-            f"--np {layout.np}",
-            f"needs more than one {site.name} node ({per} ranks each) but no hosts were given",
-            f"add --hosts node1:{per},node2:{per} or --hostfile FILE, or launch inside a SLURM allocation",
-        )
-    for index, name in enumerate(site.export if image else ()):
-        if name in PROGRAM_ENV and name not in runtime.keeps_image_env(site):
-            raise site.problem(
-                f"export[{index}]",
-                f"{name} of the launching shell would replace the image's own in {runtime.name} containers",
-                f"drop {name} from export: the image provides the program's environment",
-            )
-    if (
-        image
-        and runtime.wraps_launcher
-        and (len(layout.hosts) > 1 or layout.hostfile or layout.np > site.node.slots and not over)
-    ):
-        raise UserError.at(
-            "",
-            "--hosts" if layout.hosts else f"--np {layout.np}",
-            f"{runtime.name} runs the launcher inside one container on one node",
-            "use singularity, apptainer or charliecloud for several nodes",
-        )
-
-
 # Variables that size a rank's threads: where a site sets one, it sizes them itself.
 THREAD_COUNTS = frozenset({"OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"})
 
-_ACTIVATE = {
-    "VIRTUAL_ENV": "activate the venv (source VENV/bin/activate)",
-    "CONDA_PREFIX": "activate the conda env (conda activate ENV)",
-}
+
+def launch_request(
+    layout: RankLayout,
+    program: Sequence[str],
+    image: str | None = None,
+    environment: Mapping[str, str] | None = None,
+    time: str | None = None,
+) -> LaunchRequest:
+    """The facts the rules judge a launch by: `layout`'s ranks and hosts, the image, the program, the names
+    set in the launching shell (`environment`, None when the line may run elsewhere), a batch job's --time."""
+    return LaunchRequest(
+        np=layout.np,
+        hosts=layout.hosts,
+        hostfile=layout.hostfile,
+        hostfile_slots=layout.hostfile_slots,
+        in_allocation=layout.in_allocation,
+        image=image,
+        program=tuple(program),
+        environment=frozenset(environment) if environment is not None else None,
+        time=time,
+    )
 
 
-def check_environment(site: Site, environment: Mapping[str, str]) -> None:
-    """Refuse a site that exports a variable the launching shell does not have (`environment`,
-    read at the edge): the ranks would miss it, or the launcher refuse the whole line."""
-    for index, name in enumerate(site.export):
-        if name not in environment:
-            fix = _ACTIVATE.get(name, f"set {name}")
-            raise site.problem(
-                f"export[{index}]",
-                f"{name} is not set in the launching shell",
-                f"{fix} in the launching shell, or drop {name} from export",
-            )
+def _parts_for(site: Site, request: LaunchRequest) -> tuple[Launcher, Runtime]:
+    """The site's launcher and runtime, once the rules have passed the site (it may be built in code)
+    and the request on it."""
+    refuse_request(site, request)
+    launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
+    assert launcher is not None and runtime is not None
+    return launcher, runtime
 
 
 def build_command(
@@ -164,19 +89,43 @@ def build_command(
     >>> command.argv[-6:]
     ['singularity', 'exec', '--nv', 'h.sif', 'python', 't.py']
     """
-    launcher, runtime = _parts_for(site)
-    check_layout(site, launcher, runtime, layout, image, program)
-    if environment is not None:
-        check_environment(site, environment)
+    launcher, runtime = _parts_for(site, launch_request(layout, program, image, environment))
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)
+    _exports(site, launcher, runtime, image, main)
+    _settings(site, launcher, layout, main, env)
+    launcher.tail(site, main)
+    if site.launcher.args:
+        main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
+    _env_in_front(launcher, env)
+    container = _container(site, runtime, image, env)
+    in_container = bool(image) and runtime.wraps_launcher
+    place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
+    wrappers = _wrappers(site, place)
+    body = Parts(site, "program")
+    body.add(program, "PROGRAM (after --)", "what every rank runs")
+    if in_container:
+        order = [container, env, main, wrappers, body]
+    elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
+        order = [env, main, container, wrappers, body]
+    else:
+        order = [env, main, wrappers, container, body]
+    return Command(tuple(part for parts in order for part in parts.items))
+
+
+def _exports(site: Site, launcher: Launcher, runtime: Runtime, image: str | None, main: Parts) -> None:
+    """The variables the site exports from the launching shell, each on the launcher's option if it has one."""
     for index, name in enumerate(site.export):
         tokens = launcher.export(site, name)
         why = reasons.export(name) if tokens else f"{launcher.name} passes the launching environment to every rank"
-        if image and name in runtime.keeps_image_env(site):
+        if image and name in image_env_kept(site):
             why += f"; on the host only: {runtime.name} keeps the image's own {name} inside"
         main.site(f"export[{index}]", tokens, why)
-    # The site's own variables and MCA parameters in its order, then what network.interfaces derives.
+
+
+def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, env: Parts) -> None:
+    """The site's own variables and MCA parameters in its order, the threads per rank, then what
+    network.interfaces and the link derive."""
     derivable = set(network.derived_interfaces(site)) & launcher.interface_keys
     from_link = network.derived_socket_threads(site)
     set_by_site = [(f"env.{name}", value) for name, value in site.env.items()]
@@ -197,9 +146,10 @@ def build_command(
     for key, value in from_link.items():
         if key.split(".", 1)[1] not in site.env:
             _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_LINK)
-    launcher.tail(site, main)
-    if site.launcher.args:
-        main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
+
+
+def _env_in_front(launcher: Launcher, env: Parts) -> None:
+    """`env` in front of the launcher when any variable is set there."""
     if env.items:
         env.items.insert(
             0,
@@ -210,6 +160,10 @@ def build_command(
                 "env",
             ),
         )
+
+
+def _container(site: Site, runtime: Runtime, image: str | None, env: Parts) -> Parts:
+    """The words that start the container (none without an image: the program runs on the host)."""
     container = Parts(site, "runtime")
     if image or not runtime.needs_image:
         runtime.parts(site, image, container)
@@ -220,9 +174,12 @@ def build_command(
             "flag --image (not given)",
             f"no image: the program runs on the host (with --image, in {runtime.name} containers)",
         )
-    in_container = bool(image) and runtime.wraps_launcher
+    return container
+
+
+def _wrappers(site: Site, place: str) -> Parts:
+    """The per-rank wrappers (the GPU-NUMA placement, then the site's), explained for where they run."""
     wrappers = Parts(site, "wrapper")
-    place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     if site.node.gpu_numa:
         wrappers.site(
             "node.gpu_numa", gpu_numa_wrapper(site.node.gpu_numa), f"{reasons.GPU_NUMA}; {_WRAPPER_WHY[place]}"
@@ -231,15 +188,7 @@ def build_command(
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]
         wrappers.add(wrapper, f"site {site.name} wrappers[{index}]", why)
-    body = Parts(site, "program")
-    body.add(program, "PROGRAM (after --)", "what every rank runs")
-    if in_container:
-        order = [container, env, main, wrappers, body]
-    elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
-        order = [env, main, container, wrappers, body]
-    else:
-        order = [env, main, wrappers, container, body]
-    return Command(tuple(part for parts in order for part in parts.items))
+    return wrappers
 
 
 def _setting(site: Site, launcher: Launcher, key: str, value: str) -> tuple[tuple[str, ...], str, str]:

@@ -102,7 +102,8 @@ class Runtime:
 
     `userns`: runs unprivileged in a user namespace by default (site container.userns overrides).
     `image_keeps`: variables of the launching environment that never reach the program inside the
-    container (the image's own value wins); every other exported variable replaces the image's.
+    container (the image's own value wins; knowledge.launching.image_env_kept adds what the site's
+    container.args keep); every other exported variable replaces the image's.
     """
 
     name: ClassVar[str]
@@ -118,17 +119,9 @@ class Runtime:
         super().__init_subclass__(**kwargs)
         _take_known(cls, RUNTIMES_KNOWN[cls.name])
 
-    def keeps_image_env(self, site: Site) -> frozenset[str]:
-        """The variables whose image value the program sees whatever the launching shell exports."""
-        return self.image_keeps
-
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         """The words before the program: command, options, image (None only for runtime none)."""
         raise NotImplementedError
-
-    def image_problem(self, image: str) -> tuple[str, str] | None:
-        """Why `image` (--image) cannot be this runtime's image, and the fix; None when it can."""
-        return None
 
     def environment(self, site: Site, names: list[str], out: Parts) -> None:
         """Options that let the variables set in front of the launcher (`names`) win over the image's."""

@@ -15,10 +15,11 @@ import jinja2
 
 from .. import __version__
 from ..config.errors import UserError, clip
-from ..config.sites import SLURM_TIME, Site, slurm_seconds
+from ..config.sites import Site, is_slurm_time
 from ..quoting import shell_quote
+from ..rules.loading import refuse_request
 from ..templating import strict_environment
-from . import RankLayout, build_command, elastic
+from . import RankLayout, build_command, elastic, launch_request
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -67,17 +68,9 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     """
     slurm = site.slurm
     time = job.time or slurm.time
-    if time is not None and not (len(time) <= 20 and re.fullmatch(SLURM_TIME, time)):
+    if time is not None and not is_slurm_time(time):
         raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
     lead = site.faults.signal_before_end
-    if time is not None and lead is not None and lead >= slurm_seconds(time):
-        raise UserError.at(
-            "",
-            "--time",
-            f"{time} is not longer than the site's faults.signal_before_end ({lead} s): "
-            "SLURM would signal the job to stop as it starts",
-            f"ask for more than {lead} s",
-        )
     per_node = job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
@@ -147,6 +140,7 @@ def sbatch_script(
     if site.faults.elastic:
         layout = replace(layout, discovery_script=elastic.BATCH_SCRIPT)
         discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
+    refuse_request(site, launch_request(layout, program, image, time=job.time))  # the job's --time too
     command = build_command(site, layout, program, image)
     gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None
     return env.get_template(TEMPLATE).render(

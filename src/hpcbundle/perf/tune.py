@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ..config.sites import Site
+from ..knowledge.tuning import knob_sites
 
 Value = str | bool | None
 Settings = dict[str, Value]  # "mca.X" / "env.Y" / "launcher.gloo" -> value; None removes the key (the default)
@@ -52,19 +53,22 @@ class Knob:
     name: str
     what: str
     candidates: tuple[Candidate, ...]
-    applies: Callable[[Site], bool] = lambda site: True
-    sites: str = "every site"  # which sites `applies` accepts, for the error when it does not
     needs_tensors: int = 1  # a knob about fusing tensors shows nothing with fewer
     small_end: bool = False  # also judged on many small tensors, where Horovod's cycle sets the latency
+
+    def applies(self, site: Site) -> bool:
+        """Whether the knob applies to `site` (knowledge/tuning.py says which sites each knob is for)."""
+        return knob_sites(self.name).applies(site)
+
+    @property
+    def sites(self) -> str:
+        """The sites it applies to, in words."""
+        return knob_sites(self.name).sites
 
 
 LARGE, SMALL = "large", "small"
 """The two workloads a small_end knob is judged on: the --size allreduce (bandwidth) and many small
 tensors (latency: a model with many small gradients)."""
-
-
-def _openmpi(site: Site) -> bool:
-    return site.mpi.flavour == "openmpi" and site.launcher.name != "horovodrun"
 
 
 def _mca(name: str, value: str | None) -> tuple[str, str | None]:
@@ -84,23 +88,12 @@ def _algorithm(number: int | None, label: str, segment: int | None = None) -> Ca
     )
 
 
-OPEN_MPI_RANKS = "sites whose ranks run Open MPI under mpirun or srun"
-HOROVODRUN = "sites with the horovodrun launcher"
-
-
-def _horovodrun(site: Site) -> bool:
-    return site.launcher.name == "horovodrun"
-
-
 KNOBS: tuple[Knob, ...] = (
-    # Only horovodrun can switch: it starts Gloo's rendezvous. Under mpirun/srun, Horovod 0.28 with
-    # HOROVOD_CPU_OPERATIONS=gloo and an MPI controller segfaults (no Gloo context is made).
+    # Only horovodrun can switch (knowledge/tuning.py says why).
     Knob(
         "controller",
         "Horovod over MPI or Gloo (horovodrun --gloo: launcher.gloo)",
         (Candidate("mpi", (("launcher.gloo", False),)), Candidate("gloo", (("launcher.gloo", True),))),
-        _horovodrun,
-        HOROVODRUN,
     ),
     Knob(
         "algorithm",
@@ -115,8 +108,6 @@ KNOBS: tuple[Knob, ...] = (
             _algorithm(5, "segmented ring", _MIB),
             _algorithm(6, "rabenseifner"),
         ),
-        _openmpi,
-        OPEN_MPI_RANKS,
     ),
     Knob(
         "tcp-links",
@@ -126,8 +117,6 @@ KNOBS: tuple[Knob, ...] = (
             Candidate("2", (_mca("btl_tcp_links", "2"),)),
             Candidate("4", (_mca("btl_tcp_links", "4"),)),
         ),
-        _openmpi,
-        OPEN_MPI_RANKS,
     ),
     Knob(
         "tcp-buffers",
@@ -136,15 +125,11 @@ KNOBS: tuple[Knob, ...] = (
             Candidate("kernel", (_mca("btl_tcp_sndbuf", None), _mca("btl_tcp_rcvbuf", None))),
             Candidate("4 MiB", (_mca("btl_tcp_sndbuf", str(4 * _MIB)), _mca("btl_tcp_rcvbuf", str(4 * _MIB)))),
         ),
-        _openmpi,
-        OPEN_MPI_RANKS,
     ),
     Knob(
         "yield",
         "a rank waiting in MPI gives its core away (mpi_yield_when_idle), for nodes with more busy threads than cores",
         (Candidate("0", (_mca("mpi_yield_when_idle", None),)), Candidate("1", (_mca("mpi_yield_when_idle", "1"),))),
-        _openmpi,
-        OPEN_MPI_RANKS,
     ),
     Knob(
         "fusion",

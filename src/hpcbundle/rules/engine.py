@@ -29,6 +29,7 @@ FAMILIES = (
     "site",
     "recipe",
     "launching",
+    "request",
     "base",
     "nodes",
     "program",
@@ -40,7 +41,7 @@ FAMILIES = (
 )
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
-Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program"]
+Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program", "request"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Result:
     evidence: str
     fix: str = ""
     key: str = ""
+    flag: bool = False
 
     def message(self) -> str:
         """The key it is about, the evidence, then the fix."""
@@ -64,18 +66,59 @@ class Result:
 
 class Verdict(NamedTuple):
     """What a rule function returns; `subject` narrows the rule's name (interface data0, image checksum),
-    `key` names the site or recipe key at fault (what a refused load prints after the file name)."""
+    `key` names the site or recipe key at fault (what a refused load prints after the file name), or,
+    with `flag`, the part of the launch request at fault (--np 8, --image, PROGRAM: printed alone)."""
 
     status: Status
     evidence: str
     fix: str = ""
     subject: str = ""
     key: str = ""
+    flag: bool = False
 
 
 def refusal(key: str, problem: str, fix: str = "") -> Verdict:
     """The FAIL of an on_load rule at one key: what loading prints as `FILE: key: problem (fix)`."""
     return Verdict("FAIL", problem, fix, key=key)
+
+
+def request_refusal(flag: str, problem: str, fix: str = "") -> Verdict:
+    """The FAIL of a rule at one part of the launch request: what a refused launch prints as `flag: problem (fix)`."""
+    return Verdict("FAIL", problem, fix, key=flag, flag=True)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What a command asks of a site: the ranks and where they go, the image, the program and options.
+
+    np          the ranks (--np, or --nodes x --tasks-per-node); None when the command asks for no ranks
+                (doctor), so the rules over placement do not judge
+    hosts       (host, slots) from --hosts; `hostfile` and the slots counted in it from --hostfile
+    in_allocation  the launch runs inside a SLURM allocation (the launcher may take the nodes from SLURM)
+    image       --image (None: none given); `program` the words after -- (None: not given to this command)
+    environment the names the launching shell has set, when it is known (launch --exec, doctor)
+    time        the batch job's --time (sbatch)
+    knobs       the knobs a tune run is to sweep (tune --knobs)
+
+    >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
+    4
+    """
+
+    np: int | None = None
+    hosts: tuple[tuple[str, int], ...] = ()
+    hostfile: str | None = None
+    hostfile_slots: int | None = None
+    in_allocation: bool = False
+    image: str | None = None
+    program: tuple[str, ...] | None = None
+    environment: frozenset[str] | None = None
+    time: str | None = None
+    knobs: tuple[str, ...] = ()
+
+    @property
+    def slots(self) -> int | None:
+        """Slots named by --hosts or --hostfile, or None when no hosts were given."""
+        return sum(slots for _, slots in self.hosts) if self.hosts else self.hostfile_slots
 
 
 @dataclass(frozen=True)
@@ -95,6 +138,8 @@ class Facts:
                 the image path it looked for, whether it hashed it, and whether it ran on a login node)
     program     the program's environment on every node as the launcher starts it, and on the
                 launching node (diagnose/program.py); only doctor observes it
+    request     the launch request (ranks, hosts, image, program, options) where a command gives one:
+                launch, sbatch, check --np/--hosts/--image, doctor (its image, program and shell)
     """
 
     site: Site | None
@@ -109,6 +154,7 @@ class Facts:
     checksum: bool = False
     scope: Literal["nodes", "login"] = "nodes"
     program: Mapping[str, Any] | None = None
+    request: LaunchRequest | None = None
 
     def available(self) -> set[str]:
         """The kinds of facts present (what a rule's `needs` is matched against)."""
@@ -120,6 +166,7 @@ class Facts:
             "hosts": self.hosts,
             "observed": self.observed or None,
             "program": self.program,
+            "request": self.request,
         }
         return {name for name, value in present.items() if value is not None}
 
@@ -138,7 +185,8 @@ RuleFunction = Callable[[Facts, "KnowledgeBase"], Union[Verdict, list[Verdict]]]
 @dataclass(frozen=True)
 class Rule:
     """A registered rule: its name, the facts it needs, the function (whose docstring says why), and
-    whether loading a site or recipe refuses on its FAIL (`on_load`: no command could use that file)."""
+    whether loading a site or recipe refuses on its FAIL (`on_load`: no command could use that file;
+    for a rule over the launch request: no launch could start with that request)."""
 
     name: str
     needs: frozenset[str]
@@ -150,7 +198,9 @@ class Rule:
         verdicts = [found] if isinstance(found, Verdict) else found
         if self.on_load and not verdicts:  # nothing refused: what the rule states holds
             verdicts = [Verdict("PASS", self.summary)]
-        return [Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix, v.key) for v in verdicts]
+        return [
+            Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix, v.key, v.flag) for v in verdicts
+        ]
 
     @property
     def summary(self) -> str:
@@ -171,6 +221,8 @@ def rule(name: str, needs: Iterable[Need], on_load: bool = False) -> Callable[[R
 
     `on_load`: loading a site or recipe refuses on the rule's FAIL (see rules/loading.py), so every
     command stops at a combination no command could use; a rule without it judges only when asked.
+    A rule that needs the `request` and is on_load refuses a launch request the same way, before
+    anything starts (rules/loading.py refuse_request).
     An on_load rule returns one FAIL per bad key, and nothing for a file that fits (then it PASSes
     with its docstring's first line as the evidence).
     """

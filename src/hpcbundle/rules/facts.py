@@ -17,13 +17,14 @@ diagnose/probes.py's `facts()` (a site declares one such node for all of its nod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import image_facts, image_labels
-from .engine import Facts, Result, evaluate
+from .engine import Facts, LaunchRequest, Result, evaluate
 
 
 def declared_node(site: Site, kb: KnowledgeBase) -> dict[str, Any]:
@@ -56,12 +57,18 @@ def declared_facts(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> Fact
     )
 
 
-def declared_launch(site: Site, ranks_per_host: dict[str, int] | None, kb: KnowledgeBase) -> list[Result]:
-    """`launch` and `sbatch` before anything starts: every rule over the site, the node it declares and
-    the planned ranks per host (None when the launcher places them: the site's node.ranks_per_node)."""
-    return evaluate(Facts(site=site, nodes={f"site {site.name}": declared_node(site, kb)}, hosts=ranks_per_host), kb)
+def declared_launch(
+    site: Site, request: LaunchRequest, ranks_per_host: dict[str, int] | None, kb: KnowledgeBase
+) -> list[Result]:
+    """`launch` and `sbatch` before anything starts: every rule over the site, the node it declares, the
+    launch request and the planned ranks per host (None when the launcher places them: node.ranks_per_node)."""
+    node = {f"site {site.name}": declared_node(site, kb)}
+    return evaluate(Facts(site=site, nodes=node, hosts=ranks_per_host, request=request), kb)
 
 
-def check_declared(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> list[Result]:
-    """`hpcbundle check`: every rule the declared facts can feed (the recipe alone, or on a site)."""
-    return evaluate(declared_facts(recipe, site, kb), kb)
+def check_declared(
+    recipe: Recipe, site: Site | None, kb: KnowledgeBase, request: LaunchRequest | None = None
+) -> list[Result]:
+    """`hpcbundle check`: every rule the declared facts can feed (the recipe alone, or on a site, with the
+    launch `request` where one is given)."""
+    return evaluate(dataclasses.replace(declared_facts(recipe, site, kb), request=request), kb)

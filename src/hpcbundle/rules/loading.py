@@ -1,5 +1,6 @@
 """Loading that refuses: a site or recipe of the right shape whose keys contradict each other is refused
 by the rules that judge it (`on_load` rules), one `FILE: KEY: problem (fix)` line each, exit status 2.
+A launch request is refused the same way before anything starts, its own parts printed as `FLAG: problem (fix)`.
 
 config/ validates the shape and knows no rule; every command loads through here (or through
 hpcbundle.launch.load_site, which calls it), so a combination is judged in one place, the engine.
@@ -15,7 +16,7 @@ from ..config.loading import named_file
 from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
-from .engine import Facts, Result, applicable
+from .engine import Facts, LaunchRequest, Result, applicable
 
 
 def load_failures(facts: Facts) -> list[Result]:
@@ -26,15 +27,27 @@ def load_failures(facts: Facts) -> list[Result]:
 
 
 def refuse_failures(facts: Facts, where: str) -> None:
-    """Raise every load FAIL as one UserError line `where: key: problem (fix)` (nothing when none fails)."""
+    """Raise every load FAIL as one UserError line `where: key: problem (fix)`, or `flag: problem (fix)` for a
+    part of the launch request (nothing when none fails)."""
     failures = load_failures(facts)
     if failures:
-        raise UserError(*(format_problem(where, r.key, r.evidence, r.fix) for r in failures))
+        raise UserError(*(problem_line(r, where) for r in failures))
+
+
+def problem_line(result: Result, where: str) -> str:
+    """A FAIL as the one line a user acts on: at a key of the file `where`, or at a flag of the request."""
+    return format_problem("" if result.flag else where, result.key, result.evidence, result.fix)
 
 
 def refuse_site(site: Site) -> Site:
     """`site`, unless a rule refuses it (for sites built in code, not read from a file)."""
     refuse_failures(Facts(site=site), site.where)
+    return site
+
+
+def refuse_request(site: Site, request: LaunchRequest) -> Site:
+    """`site`, unless a rule refuses it or the launch `request` on it (nothing has started yet)."""
+    refuse_failures(Facts(site=site, request=request), site.where)
     return site
 
 

@@ -6,9 +6,9 @@ import re
 import shlex
 from typing import Any
 
-from ..config.sites import slurm_seconds
+from ..config.sites import is_slurm_time, slurm_seconds
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, refusal, rule
+from .engine import Facts, Verdict, refusal, request_refusal, rule
 
 
 @rule("env-one-line", needs=("site",), on_load=True)
@@ -170,10 +170,22 @@ def _has_key(data: Any, dotted: str) -> bool:
 
 @rule("signal-lead", needs=("site",), on_load=True)
 def signal_lead(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """faults.signal_before_end comes inside slurm.time: at or above the time limit, SLURM would signal
-    the job as it starts, and it would stop after its first epoch every time."""
+    """faults.signal_before_end comes inside slurm.time, or inside the job's sbatch --time where given.
+
+    At or above the time limit, SLURM would signal the job as it starts, and it would stop after its
+    first epoch every time.
+    """
     site = facts.site
     lead, time = site.faults.signal_before_end, site.slurm.time
+    asked = facts.request.time if facts.request is not None else None
+    if asked is not None:  # the job's --time replaces slurm.time; a malformed one is refused as a flag
+        if lead is None or not is_slurm_time(asked) or lead < slurm_seconds(asked):
+            return []
+        problem = (
+            f"{asked} is not longer than the site's faults.signal_before_end ({lead} s): "
+            "SLURM would signal the job to stop as it starts"
+        )
+        return [request_refusal("--time", problem, f"ask for more than {lead} s")]
     if lead is None or time is None or lead < slurm_seconds(time):
         return []
     return [

@@ -20,10 +20,6 @@ class Charliecloud(Runtime):
     name = "charliecloud"
     summary = "one unprivileged container per rank: the launcher starts ch-run on every node"
 
-    def keeps_image_env(self, site: Site) -> frozenset[str]:
-        """ch-run passes the host environment; --set-env then applies the image's (its PATH at least)."""
-        return frozenset({"PATH"}) if "--set-env" in site.container.args else frozenset()
-
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         self.start(site, out)
         self.add_binds(site, out, "-b")

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
-from ...config.fields import IMAGE_COMPONENT
 from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
-
-_SQUASHFS = re.compile(r"/[A-Za-z0-9._+/-]*[A-Za-z0-9_+-]\.(sqsh|squashfs)")
-"""A squashfs image on the nodes' file system (`enroot import` writes .sqsh), an absolute path."""
-_ENROOT_URI = re.compile(
-    rf"(?:[a-z0-9_.-]{{1,64}}@)?(?:[A-Za-z0-9.-]{{1,253}}(?::[0-9]{{1,5}})?#)?{IMAGE_COMPONENT}(?:/{IMAGE_COMPONENT}){{0,8}}"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-)
-"""An image as enroot names it, [USER@][REGISTRY#]IMAGE[:TAG] (pyxis README),
-e.g. registry.example.org#team/horovod:cuda13."""
 
 
 @RUNTIMES.register
@@ -35,18 +23,6 @@ class Pyxis(Runtime):
 
     name = "pyxis"
     summary = "srun's pyxis plugin starts one enroot container per rank; MPI wires the ranks through PMIx"
-
-    def image_problem(self, image: str) -> tuple[str, str] | None:
-        if image.startswith("/"):
-            if _SQUASHFS.fullmatch(image):
-                return None
-            return f"{image[:80]!r} is not a squashfs image path", "give /path/image.sqsh (letters, digits, ._+/-)"
-        if _ENROOT_URI.fullmatch(image):
-            return None
-        return (
-            f"{image[:80]!r} is not an enroot image reference",
-            "write [USER@][REGISTRY#]IMAGE[:TAG], e.g. registry.example.org#team/horovod:cuda13, or /path/image.sqsh",
-        )
 
     def parts(self, site: Site, image: str | None, out: Parts) -> None:
         out.add([f"--container-image={image or ''}"], "flag --image", "the image every rank runs (pyxis)")

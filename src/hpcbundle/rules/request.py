@@ -1,0 +1,313 @@
+"""Rules over the launch request on a site: the ranks and their hosts, the image, the program and the
+launching shell, the knobs to tune, judged before anything starts (launch, sbatch, check --np/--hosts/--image,
+doctor, tune).
+
+Each rule is on_load: its FAIL refuses the launch in one line naming the flag (`--np 8: larger than the
+4 slots of --hosts f1:2,f2:2 (lower --np or give more hosts or slots)`) or the site key, exit status 2.
+A rule whose part of the request was not given SKIPs (doctor asks for no ranks, check runs no program).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from ..config.fields import IMAGE_COMPONENT
+from ..config.sites import PROGRAM_ENV, Site
+from ..knowledge.compat import KnowledgeBase
+from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
+from ..knowledge.tuning import knob_sites
+from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
+
+REQUEST: tuple[str, str] = ("site", "request")
+
+_SQUASHFS = re.compile(r"/[A-Za-z0-9._+/-]*[A-Za-z0-9_+-]\.(sqsh|squashfs)")
+"""A squashfs image on the nodes' file system (`enroot import` writes .sqsh), an absolute path."""
+_ENROOT_URI = re.compile(
+    rf"(?:[a-z0-9_.-]{{1,64}}@)?(?:[A-Za-z0-9.-]{{1,253}}(?::[0-9]{{1,5}})?#)?{IMAGE_COMPONENT}(?:/{IMAGE_COMPONENT}){{0,8}}"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+"""An image as enroot names it, [USER@][REGISTRY#]IMAGE[:TAG] (pyxis README),
+e.g. registry.example.org#team/horovod:cuda13."""
+
+_ACTIVATE = {
+    "VIRTUAL_ENV": "activate the venv (source VENV/bin/activate)",
+    "CONDA_PREFIX": "activate the conda env (conda activate ENV)",
+}
+
+
+def _skip(what: str) -> Verdict:
+    return Verdict("SKIP", f"no {what} in this request")
+
+
+def _parts(site: Site) -> tuple[LauncherKnown, RuntimeKnown] | None:
+    """What the site's launcher and runtime can do (None for an unknown name: launcher-known refuses it)."""
+    launcher, runtime = LAUNCHERS_KNOWN.get(site.launcher.name), RUNTIMES_KNOWN.get(site.container.runtime)
+    return (launcher, runtime) if launcher is not None and runtime is not None else None
+
+
+def _bad_name(image: str) -> bool:
+    """An --image no runtime could take: empty, or read as an option."""
+    return not image or image.startswith("-")
+
+
+def _image(request: LaunchRequest) -> str | None:
+    """The request's image when it is a name a runtime could take, else None (image-name judges the rest)."""
+    return request.image if request.image is not None and not _bad_name(request.image) else None
+
+
+@rule("program-given", needs=REQUEST, on_load=True)
+def program_given(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A launch names its program after --: without one the ranks have nothing to run."""
+    program = facts.request.program
+    if program is None:
+        return [_skip("PROGRAM")]
+    if program:
+        return []
+    return [request_refusal("PROGRAM", "missing", "give the program after --, e.g. -- python3 train.py")]
+
+
+@rule("program-first", needs=REQUEST, on_load=True)
+def program_first(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The program's first word is a command, not an option the launcher would read as its own."""
+    program = facts.request.program
+    if not program:
+        return [_skip("PROGRAM")]
+    if not program[0].startswith("-"):
+        return []
+    problem = f"{program[0]!r} starts with '-', so the launcher would read it as an option"
+    return [request_refusal("PROGRAM", problem, "put the program (e.g. python3) first after --")]
+
+
+@rule("image-name", needs=REQUEST, on_load=True)
+def image_name(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """--image names an image: not empty, and not starting with '-' (the runtime would read it as an option)."""
+    image = facts.request.image
+    if image is None:
+        return [_skip("--image")]
+    if not _bad_name(image):
+        return []
+    fix = "name the image file, directory or tag (e.g. ./horovod.sif)"
+    return [request_refusal("--image", f"{image!r} is not an image name", fix)]
+
+
+@rule("image-form", needs=REQUEST, on_load=True)
+def image_form(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """--image has the form the site's runtime takes (pyxis: an absolute squashfs path or an enroot reference)."""
+    image = _image(facts.request)
+    if image is None:
+        return [_skip("--image")]
+    if facts.site.container.runtime != "pyxis":
+        return []
+    if image.startswith("/"):
+        if _SQUASHFS.fullmatch(image):
+            return []
+        fix = "give /path/image.sqsh (letters, digits, ._+/-)"
+        return [request_refusal("--image", f"{image[:80]!r} is not a squashfs image path", fix)]
+    if _ENROOT_URI.fullmatch(image):
+        return []
+    fix = "write [USER@][REGISTRY#]IMAGE[:TAG], e.g. registry.example.org#team/horovod:cuda13, or /path/image.sqsh"
+    return [request_refusal("--image", f"{image[:80]!r} is not an enroot image reference", fix)]
+
+
+@rule("image-on-host", needs=REQUEST, on_load=True)
+def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """No --image on a site whose programs run on the host (container.runtime: none)."""
+    site, parts = facts.site, _parts(facts.site)
+    if _image(facts.request) is None or parts is None or parts[1].needs_image:
+        return []
+    problem = f"site {site.name} runs programs on the host (container.runtime: none)"
+    return [request_refusal("--image", problem, "drop --image or pick a site with a container runtime")]
+
+
+@rule("hosts-launcher", needs=REQUEST, on_load=True)
+def hosts_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """--hosts and --hostfile go to a launcher that takes hosts; srun places the ranks on the nodes SLURM allocated."""
+    request, parts = facts.request, _parts(facts.site)
+    if not (request.hosts or request.hostfile) or parts is None or parts[0].takes_hosts:
+        return []
+    problem = f"{facts.site.launcher.name} places the ranks on the nodes SLURM allocated"
+    fix = "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)"
+    return [request_refusal("--hosts", problem, fix)]
+
+
+@rule("np-slots", needs=REQUEST, on_load=True)
+def np_slots(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """--np fits the slots of --hosts or --hostfile (unless launcher.oversubscribe)."""
+    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    if request.np is None:
+        return [_skip("--np")]
+    slots = request.slots
+    if slots is None or request.np <= slots or site.launcher.oversubscribe:
+        return []
+    if parts is None or not parts[0].takes_hosts or _elastic_refusals(site, request):
+        return []  # hosts-launcher or the elastic rules refuse these hosts
+    given = f"--hosts {_host_list(request)}" if request.hosts else f"--hostfile {request.hostfile}"
+    return [
+        request_refusal(
+            f"--np {request.np}", f"larger than the {slots} slots of {given}", "lower --np or give more hosts or slots"
+        )
+    ]
+
+
+def _host_list(request: LaunchRequest) -> str:
+    return ",".join(f"{host}:{slots}" for host, slots in request.hosts)
+
+
+@rule("np-one-node", needs=REQUEST, on_load=True)
+def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """More ranks than one node's slots need hosts, or a SLURM allocation the launcher reads."""
+    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    if request.np is None:
+        return [_skip("--np")]
+    if parts is None or request.np <= site.node.slots or site.launcher.oversubscribe:
+        return []
+    if site.faults.elastic is not None:
+        return []  # the elastic rules say where an elastic site's hosts come from
+    launcher, runtime = parts
+    if request.slots is not None or not launcher.takes_hosts or (_image(request) and runtime.wraps_launcher):
+        return []  # container-one-node refuses a runtime that holds the launcher
+    if request.in_allocation and launcher.reads_allocation:
+        return []
+    per, flag = site.node.slots, f"--np {request.np}"
+    if request.in_allocation:
+        problem = f"needs more than one node, and {site.launcher.name} does not read the SLURM allocation"
+        return [request_refusal(flag, problem, "use mpirun or srun in batch jobs, or one node")]
+    problem = f"needs more than one {site.name} node ({per} ranks each) but no hosts were given"
+    fix = f"add --hosts node1:{per},node2:{per} or --hostfile FILE, or launch inside a SLURM allocation"
+    return [request_refusal(flag, problem, fix)]
+
+
+def _spans_nodes(site: Site, request: LaunchRequest) -> bool:
+    """Whether the request's ranks need more than one node: several hosts, a hostfile, or more ranks than one
+    node's slots (never with launcher.oversubscribe, which puts them all on one)."""
+    many = (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
+    return len(request.hosts) > 1 or bool(request.hostfile) or many
+
+
+@rule("export-image-env", needs=REQUEST, on_load=True)
+def export_image_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """No exported variable of the program's environment (PATH, VIRTUAL_ENV, ...) replaces the image's own.
+
+    Inside the container the image provides the program's environment (the runtime keeps some of it).
+    """
+    site = facts.site
+    if _image(facts.request) is None:
+        return [_skip("--image")]
+    kept = image_env_kept(site)
+    return _exports_refused(
+        site,
+        lambda name: name in PROGRAM_ENV and name not in kept,
+        lambda name: (
+            f"{name} of the launching shell would replace the image's own in {site.container.runtime} containers"
+        ),
+        lambda name: f"drop {name} from export: the image provides the program's environment",
+    )
+
+
+def _exports_refused(
+    site: Site, refused: Callable[[str], bool], problem: Callable[[str], str], fix: Callable[[str], str]
+) -> list[Verdict]:
+    """One refusal at export[i] for every exported name that `refused` picks, with its problem and fix."""
+    return [refusal(f"export[{i}]", problem(name), fix(name)) for i, name in enumerate(site.export) if refused(name)]
+
+
+@rule("container-one-node", needs=REQUEST, on_load=True)
+def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A runtime that holds the launcher in one container (docker, podman) runs the job on one node."""
+    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    if _image(request) is None or parts is None or not parts[1].wraps_launcher or not _spans_nodes(site, request):
+        return []
+    flag = "--hosts" if request.hosts else f"--np {request.np}"
+    problem = f"{site.container.runtime} runs the launcher inside one container on one node"
+    return [request_refusal(flag, problem, "use singularity, apptainer or charliecloud for several nodes")]
+
+
+@rule("export-set", needs=REQUEST, on_load=True)
+def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Every variable the site exports is set in the launching shell (launch --exec, doctor).
+
+    Else the ranks would miss it, or the launcher refuse the whole line.
+    """
+    site, environment = facts.site, facts.request.environment
+    if environment is None:
+        return [_skip("launching shell")]
+    return _exports_refused(
+        site,
+        lambda name: name not in environment,
+        lambda name: f"{name} is not set in the launching shell",
+        lambda name: f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export",
+    )
+
+
+@rule("elastic-hosts", needs=REQUEST, on_load=True)
+def elastic_hosts(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """An elastic site's hosts come from its discovery source: --hostfile, or the SLURM job (no --hosts).
+
+    horovodrun reads them from a discovery script every second (faults.elastic.discovery says which).
+    """
+    site, request = facts.site, facts.request
+    if request.np is None:
+        return [_skip("--np")]
+    return _elastic_hosts(site, request)
+
+
+def _elastic_hosts(site: Site, request: LaunchRequest) -> list[Verdict]:
+    elastic = site.faults.elastic
+    if elastic is None:
+        return []
+    if request.hosts:
+        problem = f"site {site.name} is elastic: horovodrun takes its hosts from a discovery script, read every second"
+        fix = (
+            "give --hostfile FILE (faults.elastic.discovery: hostfile) or submit with hpcbundle sbatch "
+            "(discovery: slurm)"
+        )
+        return [request_refusal("--hosts", problem, fix)]
+    if elastic.discovery == "hostfile" and not request.hostfile:
+        problem = f"missing: site {site.name} finds its hosts in a hostfile (faults.elastic.discovery)"
+        fix = "give --hostfile FILE with `host slots=N` lines; edit it to add or retire nodes while the job runs"
+        return [request_refusal("--hostfile", problem, fix)]
+    if elastic.discovery == "slurm" and (request.hostfile or not request.in_allocation):
+        problem = f"site {site.name} finds its hosts in the SLURM job (faults.elastic.discovery: slurm)"
+        flag = "--hostfile" if request.hostfile else "SLURM_JOB_ID"
+        return [request_refusal(flag, problem, "submit it with hpcbundle sbatch, or set discovery: hostfile")]
+    return []
+
+
+@rule("elastic-np", needs=REQUEST, on_load=True)
+def elastic_np(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """An elastic launch's --np lies within faults.elastic's [min_np, max_np]."""
+    if facts.request.np is None:
+        return [_skip("--np")]
+    return _elastic_np(facts.site, facts.request.np)
+
+
+def _elastic_np(site: Site, np: int) -> list[Verdict]:
+    elastic = site.faults.elastic
+    if elastic is None:
+        return []
+    high = elastic.max_np or np
+    if elastic.min_np <= np <= high:
+        return []
+    problem = f"outside faults.elastic's [min_np, max_np] = [{elastic.min_np}, {high}] of site {site.name}"
+    return [request_refusal(f"--np {np}", problem, f"give --np from {elastic.min_np} to {high}")]
+
+
+@rule("knob-site", needs=REQUEST, on_load=True)
+def knob_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Every knob tune --knobs names applies to the site (Open MPI's knobs need Open MPI ranks)."""
+    site, knobs = facts.site, facts.request.knobs
+    if not knobs:
+        return [_skip("--knobs")]
+    return [
+        refusal("launcher", f"knob {name!r} is for {knob_sites(name).sites}", "drop it from --knobs")
+        for name in knobs
+        if not knob_sites(name).applies(site)
+    ]
+
+
+def _elastic_refusals(site: Site, request: LaunchRequest) -> list[Verdict]:
+    """What the elastic rules refuse in `request` (nothing for a site without faults.elastic)."""
+    if request.np is None:
+        return []
+    return _elastic_hosts(site, request) + _elastic_np(site, request.np)

@@ -1,0 +1,235 @@
+"""Every judgement of a site against the launch request is a rule of the one engine (rules/request.py):
+each refuses its bad request in one line through the engine and through the CLI (exit 2, nothing
+started), `hpcbundle rules` lists them, and with them taken out every bad request builds a line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from hpcbundle.cli import main
+from hpcbundle.config.sites import Site
+from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.launch import RankLayout, build_command, launch_request
+from hpcbundle.rules import engine
+from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, registered
+from hpcbundle.rules.facts import check_declared
+from hpcbundle.rules.loading import load_failures, load_recipe, load_site, problem_line
+
+from .helpers import ROOT, hpcbundle
+
+SITES = ROOT / "site_configs"
+PROGRAM = ("python3", "t.py")
+IN_SLURM = {"SLURM_JOB_ID": "1"}
+
+
+def _edited_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
+    """Shipped site `base` named `req`, its sections in `edit` merged (a list replaces), as req.yaml."""
+    data = yaml.safe_load((SITES / f"{base}.yaml").read_text()) | {"name": "req"}
+    for section, values in edit.items():
+        data[section] = {**data[section], **values} if isinstance(values, dict) else values
+    (directory / "req.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return directory / "req.yaml"
+
+
+# (rule, shipped base site, section edits (written as site `req`), the layout, image, program, launching shell's
+# names (None: unknown), the launch arguments and environment of the same request, the one line it is refused with;
+# SITE in the line is the site file).
+Case = tuple[
+    str, str, dict[str, Any], RankLayout, "str | None", tuple, "frozenset | None", list[str], dict[str, str], str
+]
+CASES: list[Case] = [
+    ("program-given", "local", {}, RankLayout(2), None, (), None, ["--np", "2", "--"], {},
+     "PROGRAM: missing (give the program after --, e.g. -- python3 train.py)"),
+    ("program-first", "local", {}, RankLayout(2), None, ("--help",), None, ["--np", "2", "--", "--help"], {},
+     "PROGRAM: '--help' starts with '-', so the launcher would read it as an option "
+     "(put the program (e.g. python3) first after --)"),
+    ("image-name", "ib-v100", {}, RankLayout(2), "-x.sif", PROGRAM, None, ["--np", "2", "--image=-x.sif"], {},
+     "--image: '-x.sif' is not an image name (name the image file, directory or tag (e.g. ./horovod.sif))"),
+    ("image-form", "slurm-pyxis-h100", {}, RankLayout(8, in_allocation=True), "/scratch/h.sif", PROGRAM, None,
+     ["--np", "8", "--image", "/scratch/h.sif"], IN_SLURM,
+     "--image: '/scratch/h.sif' is not a squashfs image path (give /path/image.sqsh (letters, digits, ._+/-))"),
+    ("image-on-host", "local", {}, RankLayout(2), "h.sif", PROGRAM, None, ["--np", "2", "--image", "h.sif"], {},
+     "--image: site req runs programs on the host (container.runtime: none) "
+     "(drop --image or pick a site with a container runtime)"),
+    ("hosts-launcher", "eth-a100-slurm", {}, RankLayout(4, (("a", 2), ("b", 2))), "h.sif", PROGRAM, None,
+     ["--np", "4", "--hosts", "a:2,b:2", "--image", "h.sif"], {},
+     "--hosts: srun places the ranks on the nodes SLURM allocated "
+     "(drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N))"),
+    ("np-slots", "ib-v100", {}, RankLayout(8, (("f1", 2), ("f2", 2))), "h.sif", PROGRAM, None,
+     ["--np", "8", "--hosts", "f1:2,f2:2", "--image", "h.sif"], {},
+     "--np 8: larger than the 4 slots of --hosts f1:2,f2:2 (lower --np or give more hosts or slots)"),
+    ("np-one-node", "ib-v100", {}, RankLayout(4), "h.sif", PROGRAM, None, ["--np", "4", "--image", "h.sif"], {},
+     "--np 4: needs more than one req node (2 ranks each) but no hosts were given "
+     "(add --hosts node1:2,node2:2 or --hostfile FILE, or launch inside a SLURM allocation)"),
+    ("export-image-env", "ib-v100", {"export": ["PATH", "VIRTUAL_ENV"]}, RankLayout(2, (("f1", 1), ("f2", 1))),
+     "h.sif", PROGRAM, None, ["--np", "2", "--hosts", "f1:1,f2:1", "--image", "h.sif"], {},
+     "SITE: export[1]: VIRTUAL_ENV of the launching shell would replace the image's own in singularity containers "
+     "(drop VIRTUAL_ENV from export: the image provides the program's environment)"),
+    ("container-one-node", "local", {"container": {"runtime": "docker"}}, RankLayout(2, (("a", 1), ("b", 1))), "img",
+     PROGRAM, None, ["--np", "2", "--hosts", "a:1,b:1", "--image", "img"], {},
+     "--hosts: docker runs the launcher inside one container on one node "
+     "(use singularity, apptainer or charliecloud for several nodes)"),
+    ("export-set", "local", {"export": ["PATH", "CONDA_PREFIX"]}, RankLayout(1), None, PROGRAM, frozenset({"PATH"}),
+     ["--np", "1", "--exec"], {},
+     "SITE: export[1]: CONDA_PREFIX is not set in the launching shell "
+     "(activate the conda env (conda activate ENV) in the launching shell, or drop CONDA_PREFIX from export)"),
+    ("elastic-hosts", "eth-cpu-elastic", {}, RankLayout(4, (("n1", 2), ("n2", 2)), discovery_script="./d"), "h.sif",
+     PROGRAM, None,
+     ["--np", "4", "--hosts", "n1:2,n2:2", "--image", "h.sif"], {},
+     "--hosts: site req is elastic: horovodrun takes its hosts from a discovery script, read every second "
+     "(give --hostfile FILE (faults.elastic.discovery: hostfile) or submit with hpcbundle sbatch (discovery: slurm))"),
+    ("elastic-np", "eth-cpu-elastic", {}, RankLayout(9, in_allocation=True, discovery_script="./d"), "h.sif",
+     PROGRAM, None,
+     ["--np", "9", "--image", "h.sif"], IN_SLURM,
+     "--np 9: outside faults.elastic's [min_np, max_np] = [2, 8] of site req (give --np from 2 to 8)"),
+]  # fmt: skip
+
+
+def _request(case: Case) -> LaunchRequest:
+    _, _, _, layout, image, program, names, _, _, _ = case
+    environment = dict.fromkeys(names, "set") if names is not None else None
+    return launch_request(layout, program, image, environment)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
+def test_each_request_rule_refuses_its_bad_request_in_one_line(tmp_path, case):
+    rule, base, edit, *_, line = case
+    path = _edited_site(tmp_path, base, edit)
+    site = load_site(str(path), SITES)
+    failures = load_failures(Facts(site=site, request=_request(case)))
+    assert [f.rule for f in failures] == [rule]
+    assert problem_line(failures[0], site.where) == line.replace("SITE", str(path))
+
+
+# click itself refuses a launch with no PROGRAM (exit 2, its usage line); program-given guards the
+# callers that build lines in code (sbatch_script, tune, the gate).
+CLI_CASES = [case for case in CASES if case[0] != "program-given"]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[case[0] for case in CLI_CASES])
+def test_the_cli_refuses_each_bad_request_in_one_line_with_exit_2_and_starts_nothing(tmp_path, case):
+    _, base, edit, *_, args, env, line = case
+    path = _edited_site(tmp_path, base, edit)
+    program = [] if "--" in args else ["--", "touch", str(tmp_path / "ran")]
+    result = CliRunner().invoke(
+        main,
+        ["--bundle", str(ROOT), "launch", "--site", str(path), *args, *program],
+        env={"SLURM_JOB_ID": None, "CONDA_PREFIX": None, **env},
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and result.stderr == f"hpcbundle: error: {line.replace('SITE', str(path))}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["req.yaml"]
+
+
+def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_tune(tmp_path):
+    site = load_site("stampede2-knl", SITES)
+    failures = load_failures(Facts(site=site, request=LaunchRequest(knobs=("fusion", "algorithm"))))
+    line = (
+        f"{site.where}: launcher: knob 'algorithm' is for sites whose ranks run Open MPI under mpirun or srun "
+        "(drop it from --knobs)"
+    )
+    assert [(f.rule, problem_line(f, site.where)) for f in failures] == [("knob-site", line)]
+    assert load_failures(Facts(site=load_site("local", SITES), request=LaunchRequest(knobs=("algorithm",)))) == []
+    out = tmp_path / "tuned.yaml"
+    result = hpcbundle("tune", "--site", "stampede2-knl", "--np", "2", "--knobs", "algorithm", "-o", str(out))
+    assert result.returncode == 2 and result.stderr == f"hpcbundle: error: {line}\n"
+    assert not out.exists()
+
+
+def test_every_request_rule_has_a_bad_case():
+    covered = {case[0] for case in CASES} | {"knob-site"}
+    assert covered == {r.name for r in registered() if "request" in r.needs}
+    assert all(r.on_load for r in registered() if "request" in r.needs)
+
+
+def test_without_the_request_rules_every_bad_request_builds_a_line(tmp_path, monkeypatch):
+    """The engine is the only source of these refusals: take the request rules out of the registry and
+    every bad request above builds its line. A check put back into launch/ (or anywhere beside the
+    engine) would still refuse one of them and fail this test."""
+    sites = {}
+    for rule, base, edit, *_ in CASES:
+        (tmp_path / rule).mkdir()
+        sites[rule] = load_site(str(_edited_site(tmp_path / rule, base, edit)), SITES)
+    monkeypatch.setattr(engine, "RULES", [r for r in RULES if "request" not in r.needs])
+    for case in CASES:
+        rule, _, _, layout, image, program, names, *_ = case
+        environment = dict.fromkeys(names, "set") if names is not None else None
+        assert build_command(sites[rule], layout, program, image, environment).argv
+
+
+def test_a_request_that_fits_passes_every_request_rule_and_one_not_given_skips_them():
+    site = load_site("ib-v100", SITES)
+    shell = {"PATH": "", "LD_LIBRARY_PATH": ""}
+    request = launch_request(RankLayout(4, (("f1", 2), ("f2", 2))), PROGRAM, "h.sif", shell)
+    request = dataclasses.replace(request, knobs=("algorithm",))
+    judged = engine.evaluate(Facts(site=site, request=request), knowledge_base())
+    results = [r for r in judged if r.rule in _request_rules()]
+    assert {r.status for r in results} == {"PASS"} and len(results) == len(_request_rules())
+    unknown = engine.evaluate(Facts(site=site, request=LaunchRequest()), knowledge_base())
+    assert {r.status for r in unknown if r.rule in _request_rules()} <= {"PASS", "SKIP"}
+
+
+def _request_rules() -> set[str]:
+    return {r.name for r in registered() if "request" in r.needs}
+
+
+def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule():
+    site = load_site("eth-a100-slurm", SITES)
+    failures = load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="10")))
+    assert [(f.rule, problem_line(f, site.where)) for f in failures] == [
+        (
+            "signal-lead",
+            "--time: 10 is not longer than the site's faults.signal_before_end (600 s): "
+            "SLURM would signal the job to stop as it starts (ask for more than 600 s)",
+        )
+    ]
+    assert load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="2 hours"))) == []
+
+
+def test_check_judges_a_launch_request_given_with_np_hosts_and_image():
+    result = hpcbundle("check", "cuda11.8-tf2.14-torch2.1", "--site", "ib-v100", "--np", "8", "--hosts", "f1:2,f2:2")
+    assert result.returncode == 2
+    assert "FAIL  np-slots             --np 8: larger than the 4 slots of --hosts f1:2,f2:2" in result.stdout
+    assert "SKIP  image-name           no --image in this request" in result.stdout
+    fits = hpcbundle("check", "cuda11.8-tf2.14-torch2.1", "--site", "ib-v100", "--np", "4", "--hosts", "f1:2,f2:2")
+    assert "PASS  np-slots" in fits.stdout and "FAIL" not in fits.stdout
+    alone = hpcbundle("check", "cuda11.8-tf2.14-torch2.1", "--np", "4")
+    assert alone.returncode == 2
+    assert alone.stderr == "hpcbundle: error: --np/--hosts/--image: judge a launch on a site (add --site SITE)\n"
+
+
+def test_check_without_a_request_runs_no_request_rule():
+    site = load_site("ib-v100", SITES)
+    recipe = load_recipe("cuda11.8-tf2.14-torch2.1", ROOT / "recipes")
+    assert not {r.rule for r in check_declared(recipe, site, knowledge_base())} & _request_rules()
+
+
+def test_a_site_built_in_code_is_judged_with_its_request():
+    site = Site.model_validate(
+        {
+            "name": "d",
+            "description": "docker on two hosts",
+            "mpi": {"flavour": "openmpi", "version": "4.1.6"},
+            "launcher": {"name": "mpirun"},
+            "container": {"runtime": "docker"},
+            "node": {"cores": 4},
+            "network": {"fabric": "ethernet"},
+        }
+    )
+    request = launch_request(RankLayout(2, (("a", 1), ("b", 1))), PROGRAM, "img")
+    assert [f.rule for f in load_failures(Facts(site=site, request=request))] == ["container-one-node"]
+
+
+def test_doctor_judges_its_image_and_program_as_a_launch_request():
+    result = hpcbundle("doctor", "--site", "local", "--image", "h.sif", "--no-checksum", "--", "--help")
+    assert result.returncode == 2, result.stderr
+    lines = result.stdout.splitlines()
+    assert "FAIL  image-on-host        --image: site local runs programs on the host" in result.stdout
+    assert "FAIL  program-first        PROGRAM: '--help' starts with '-'" in result.stdout
+    assert "SKIP  np-slots             no --np in this request" in lines
