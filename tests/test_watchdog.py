@@ -10,7 +10,7 @@ import pytest
 from hpcbundle.config.loading import read_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.gateprobe import REPORT_KEY
-from hpcbundle.diagnose.launchgate import gate_python, gate_step, run_gate
+from hpcbundle.diagnose.launchgate import gate_probe, gate_python, run_gate
 from hpcbundle.diagnose.watchdog import exec_limit, hang_error, quiet_warning, run_job, stall_lines, stall_verdict
 from hpcbundle.execute import Captured, Watched
 from hpcbundle.launch import RankLayout, build_command
@@ -110,13 +110,15 @@ def _gate_answers(ran: Captured):
     """A runner that checks it got the gate's probe through the job's launch command, and answers `ran`."""
     site, layout = _site(), RankLayout(np=2)
 
+    def launch(words):
+        return build_command(site, layout, words, None).argv
+
     def run(argv, timeout, grace):
-        step = gate_step(site, None, ("python3", "train.py"))
-        assert list(argv) == build_command(site, layout, step.program, None).argv
-        assert (timeout, grace) == (site.gate.timeout, 2.0)
+        assert list(argv) == launch(gate_probe(site, None, ("python3", "train.py")))
+        assert argv[-4:-2] == ["python3", "-c"] and (timeout, grace) == (site.gate.timeout, 2.0)
         return ran
 
-    return run_gate(site, layout, None, ("python3", "train.py"), run=run)
+    return run_gate(site, launch, None, ("python3", "train.py"), run=run)
 
 
 def _report(verdict: str) -> str:

@@ -11,7 +11,8 @@ from typing import Sequence
 import click
 
 from ..config.sites import Site
-from ..diagnose.launchgate import gate_step, run_gate
+from ..diagnose.gate import hang_line
+from ..diagnose.launchgate import gate_probe, run_gate
 from ..diagnose.watchdog import (
     Stopped,
     exec_limit,
@@ -23,7 +24,7 @@ from ..diagnose.watchdog import (
     stall_verdict,
 )
 from ..launch import RankLayout, build_command, load_site
-from ..launch.batch import BatchJob, sbatch_script, script_environment
+from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
 from .options import (
@@ -173,12 +174,17 @@ def after_stall(ctx: click.Context, model: Site, image: str | None, layout: Rank
     ctx.exit(124)
 
 
+def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
+    """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
+    return GateStep(tuple(gate_probe(model, image, program)), hang_line(model.where, model.gate.timeout))
+
+
 def gate_first(
     ctx: click.Context, model: Site, layout: RankLayout, image: str | None, program: tuple[str, ...]
 ) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
-    outcome = run_gate(model, layout, image, program)
+    outcome = run_gate(model, lambda words: build_command(model, layout, words, image).argv, image, program)
     click.echo(outcome.line, err=True)
     if outcome.status:
         ctx.exit(outcome.status)

@@ -1,4 +1,5 @@
-"""The launch gate before a job: its probe (gateprobe) sent through the job's own launch command,
+"""The launch gate before a job: its probe (gateprobe) sent through the job's own launch command (built
+by the caller: diagnose reads no launch module),
 bounded by gate.timeout, and the verdict it gives: the line to show and the exit status a launch
 stops with (0: PASS, go on; 2: FAIL; 124: no answer).
 """
@@ -12,8 +13,6 @@ from pathlib import Path
 
 from ..config.sites import Site
 from ..execute import Captured, run_captured
-from ..launch import RankLayout, build_command
-from ..launch.batch import GateStep
 from . import gateprobe
 from .gate import hang_line
 
@@ -30,11 +29,9 @@ def gate_python(program: Sequence[str], image: str | None, own: str = sys.execut
     return "python3" if image else own
 
 
-def gate_step(site: Site, image: str | None, program: Sequence[str]) -> GateStep:
-    """The launch gate as a step of the job: the probe's argv, and what to say when it hangs."""
-    return GateStep(
-        tuple(gateprobe.program(site, gate_python(program, image))), hang_line(site.where, site.gate.timeout)
-    )
+def gate_probe(site: Site, image: str | None, program: Sequence[str]) -> list[str]:
+    """The gate probe's argv for a job running `program` on `site` (`python -c CODE EXPECT`)."""
+    return gateprobe.program(site, gate_python(program, image))
 
 
 @dataclass(frozen=True)
@@ -48,18 +45,17 @@ class GateOutcome:
 
 def run_gate(
     site: Site,
-    layout: RankLayout,
+    launch: Callable[[Sequence[str]], Sequence[str]],
     image: str | None,
     program: Sequence[str],
     run: Callable[..., Captured] = run_captured,
 ) -> GateOutcome:
-    """Run the gate probe as the job's ranks (the same launch command, image and layout), bounded by
-    gate.timeout, and read its verdict back."""
-    step = gate_step(site, image, program)
-    ran = run(build_command(site, layout, step.program, image).argv, site.gate.timeout, grace=2.0)
+    """Run the gate probe as the job's ranks (`launch` wraps it in the job's own launch command, image
+    and layout), bounded by gate.timeout, and read its verdict back."""
+    ran = run(launch(gate_probe(site, image, program)), site.gate.timeout, grace=2.0)
     report = gateprobe.report_of(ran.stdout)
     if ran.status is None:
-        return GateOutcome(124, step.hang_line)
+        return GateOutcome(124, hang_line(site.where, site.gate.timeout))
     if report is None:
         return GateOutcome(2, gateprobe.failure_of(ran.stderr or ran.stdout, ran.status))
     return GateOutcome(0 if report[gateprobe.REPORT_KEY] == "PASS" else 2, report["line"])
