@@ -6,7 +6,6 @@ import os
 import socket
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 import click
 
@@ -23,7 +22,7 @@ from ..diagnose.watchdog import (
     stall_lines,
     stall_verdict,
 )
-from ..launch import RankLayout, build_command, load_site
+from ..launch import Command, RankLayout, build_command, load_site
 from ..launch.batch import BatchJob, GateStep, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
@@ -131,7 +130,7 @@ def launch_command(
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
     if gate:
         gate_first(ctx, model, layout, image, program)
-    execute_job(ctx, model, image, layout, command.display(), command.argv, program, timeout)
+    execute_job(ctx, model, image, layout, command, program, timeout)
 
 
 def execute_job(
@@ -139,17 +138,16 @@ def execute_job(
     model: Site,
     image: str | None,
     layout: RankLayout,
-    shown: str,
-    argv: Sequence[str],
+    command: Command,
     program: tuple[str, ...],
     timeout: int | None,
 ) -> None:
-    """Run the job (shown as `shown`) under the watchdog and exit with its status: 124 when it reached
+    """Run the job's `command` under the watchdog and exit with its status: 124 when it reached
     its time bound or went silent for faults.stall_seconds (then doctor looks at its nodes)."""
     limit, source = exec_limit(model, timeout)
-    click.echo(f"+ {shown}", err=True)
+    click.echo(f"+ {command.display()}", err=True)
     hosts = [host for host, _ in layout.placement(socket.gethostname())]
-    ended = run_job(model, argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
+    ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
     if ended.watched.stalled:
         after_stall(ctx, model, image, layout, ended.stopped)
     warning = quiet_warning(model, ended.watched)
