@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 
 from hpcbundle.cli import main
 from hpcbundle.config.errors import UserError
+from hpcbundle.launch import load_site
+from hpcbundle.launch.batch import script_environment
 from hpcbundle.perf.plot import PNG_SIGNATURE
 from hpcbundle.perf.scaling.model import communication, fit_model, fits
-from hpcbundle.perf.scaling.plan import MODELS, Study, parse_nodes, plan
+from hpcbundle.perf.scaling.plan import MODELS, Study, check_study_directory, parse_nodes, plan, plan_study
 from hpcbundle.perf.scaling.report import csv_text
 from hpcbundle.perf.scaling.results import parse_output, results
 from hpcbundle_testbed import SlurmCluster
@@ -117,6 +119,41 @@ def test_plan_writes_one_script_per_point_running_the_images_benchmark_into_the_
         ("weak-n01", 4, 32, "weak-n01.out"),
         ("weak-n02", 8, 32, "weak-n02.out"),
     ]
+
+
+def test_plan_study_gives_each_points_script_the_plan_document_and_the_outputs_report_reads():
+    site = load_site("eth-a100-slurm", ROOT / "site_configs")
+    study = Study(nodes=(1, 2), modes=("weak",), tasks_per_node=2, repeat=2)
+    env = script_environment(ROOT / "scripts")
+    planned = plan_study(site, study, None, "/bundle/examples", "/studies/s1", env, "9.9")
+    names = ["weak-n01-r1", "weak-n02-r1", "weak-n01-r2", "weak-n02-r2"]
+    assert list(planned.scripts) == names
+    assert planned.outputs() == [f"{name}.out" for name in names]
+    assert "#SBATCH --output=/studies/s1/weak-n02-r2.out" in planned.scripts["weak-n02-r2"].splitlines()
+    assert (
+        "/bundle/examples/pytorch_synthetic_benchmark.py --model resnet --batch-size 32"
+        in planned.scripts["weak-n01-r1"]
+    )
+    document = json.loads(planned.document)
+    assert (document["hpcbundle"], document["site"], document["image"]) == ("9.9", "eth-a100-slurm", None)
+    assert [p["round"] for p in document["points"]] == [1, 1, 2, 2]
+    assert planned.summary("s1") == (
+        "wrote 4 script(s) and plan.json to s1 (site eth-a100-slurm, weak scaling over 1, 2 node(s))"
+    )
+
+
+@pytest.mark.parametrize(
+    "given, resolved, problem",
+    [
+        ("", "/home/me", "'': -o: names no directory (give the study's directory, e.g. -o study)"),
+        ("s%j", "/home/me/s%j", "s%j: -o: contains whitespace or %, which #SBATCH --output cannot carry"),
+        ("s", "/home/my files/s", "s: -o: contains whitespace or %"),
+    ],
+)
+def test_a_study_directory_sbatch_cannot_carry_is_named_with_the_fix(given, resolved, problem):
+    with pytest.raises(UserError) as refused:
+        check_study_directory(given, resolved)
+    assert str(refused.value).startswith(problem)
 
 
 def test_without_an_image_the_scripts_run_the_bundles_example_and_pass_shellcheck(tmp_path):

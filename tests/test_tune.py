@@ -3,13 +3,18 @@ figures, bad flags are one-line errors, and on the namespace cluster it really m
 
 from __future__ import annotations
 
+import json
+import shlex
 import sys
 
 import pytest
 import yaml
 
-from hpcbundle.config.loading import parse_yaml, validate
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.loading import parse_yaml, read_yaml, validate
 from hpcbundle.config.sites import Site
+from hpcbundle.execute import Captured
+from hpcbundle.launch import RankLayout, load_site
 from hpcbundle.perf.tune import (
     KNOBS,
     SMALL,
@@ -19,12 +24,14 @@ from hpcbundle.perf.tune import (
     TuneResult,
     Workload,
     apply_settings,
+    changed_text,
     choose,
     choose_both,
     current_settings,
     sweep,
     tuned_site_text,
 )
+from hpcbundle.perf.tunerun import Benchmark, TuneJob, busbw_of, failure_line, run_sweep
 
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
 
@@ -328,3 +335,100 @@ def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert '"correct": true' in run.stdout
+
+
+def _job(knobs: tuple[Knob, ...] = (YIELD,), tensors: int = 1) -> tuple[TuneJob, Site]:
+    """A tune of the shipped local site (mpirun, no container) on 2 ranks of this node."""
+    path = ROOT / "site_configs" / "local.yaml"
+    site = load_site("local", ROOT / "site_configs")
+    benchmark = Benchmark("py", "b.py", 4 << 20, tensors, 4096, 4)
+    return TuneJob(read_yaml(path), str(path), RankLayout(np=2), None, knobs, benchmark), site
+
+
+def _fake_bench(log: list[list[str]], failing: bool = False):
+    """A runner that answers like allreduce_bench.py: 2 GiB/s where the yield knob is on, else 1."""
+
+    def run(argv, timeout):
+        log.append(list(argv))
+        if failing:
+            return Captured(1, "", "mpirun: no ranks\n")
+        size = int(argv[argv.index("--sizes") + 1])
+        busbw = 2.0 if "mpi_yield_when_idle" in argv else 1.0
+        line = json.dumps({"metric": "allreduce", "bytes": size, "correct": True, "busbw_gib": busbw})
+        return Captured(0, f"warm-up\n{line}\n", "")
+
+    return run
+
+
+MPIRUN = "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot"
+
+
+def test_a_tune_job_runs_the_benchmark_through_the_sites_command_with_each_candidates_settings():
+    job, site = _job()
+    assert job.plan_lines(current_settings(site, job.knobs)) == [
+        "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), "
+        "for nodes with more busy threads than cores: 0 | 1",
+        f"{MPIRUN} py b.py --backend horovod --sizes 4194304",
+    ]
+    assert shlex.join(job.command({"mca.mpi_yield_when_idle": "1"}, SMALL)) == (
+        f"{MPIRUN} --mca mpi_yield_when_idle 1 py b.py --backend horovod --sizes 4096 --tensors 4"
+    )
+    assert job.announce(3) == "tune: 1 knobs, 6 runs of 4194304 bytes in 1 tensor(s) on 2 ranks"
+
+
+def test_run_sweep_keeps_the_faster_value_and_says_a_line_per_run():
+    job, site = _job()
+    log: list[list[str]] = []
+    said: list[str] = []
+    result = run_sweep(job, current_settings(site, job.knobs), 2, 30, said.append, _fake_bench(log))
+    assert result.winners == {"yield": "1"} and result.changed() == {"mca.mpi_yield_when_idle": "1"}
+    assert len(log) == 4 and sum("mpi_yield_when_idle" in argv for argv in log) == 2
+    assert (
+        said
+        == [
+            "tune: yield        0                    1.000 GiB/s",
+            "tune: yield        1                    2.000 GiB/s",
+        ]
+        * 2
+    )
+    assert changed_text(result) == "mca.mpi_yield_when_idle=1"
+
+
+def test_a_knob_judged_at_both_ends_runs_the_small_workload_too():
+    cycle = next(k for k in KNOBS if k.name == "cycle")
+    job, site = _job((cycle,), tensors=8)
+    log: list[list[str]] = []
+    run_sweep(job, current_settings(site, job.knobs), 1, 30, [].append, _fake_bench(log))
+    sizes = [argv[argv.index("--sizes") + 1] for argv in log]
+    assert sizes == ["4194304", "4096"] * len(cycle.candidates)
+    assert job.workload("the allocation", 1).small_bytes == 4096
+
+
+def test_when_every_run_fails_tune_names_the_site_and_says_each_failure():
+    job, site = _job()
+    said: list[str] = []
+    with pytest.raises(UserError, match="launcher: every benchmark run failed, nothing to compare"):
+        run_sweep(job, current_settings(site, job.knobs), 1, 30, said.append, _fake_bench([], failing=True))
+    assert said == [
+        "tune:   failed (exit 1): mpirun: no ranks",
+        "tune: yield        0                    failed",
+        "tune:   failed (exit 1): mpirun: no ranks",
+        "tune: yield        1                    failed",
+    ]
+
+
+def test_a_small_end_that_does_not_split_into_float32_tensors_is_refused():
+    with pytest.raises(UserError, match="--small-tensors: 100 bytes do not split into 64 float32 tensors"):
+        Benchmark("py", "b.py", 4096, 1, 100, 64)
+
+
+def test_busbw_is_read_only_from_a_correct_line_of_the_size_asked_for():
+    lines = [
+        {"metric": "allreduce", "bytes": 8, "correct": False, "busbw_gib": 9.0},
+        {"metric": "allreduce", "bytes": 16, "correct": True, "busbw_gib": 8.0},
+        {"metric": "allreduce", "bytes": 8, "correct": True, "busbw_gib": 1.25},
+    ]
+    stdout = "{not json\n" + "".join(json.dumps(line) + "\n" for line in lines)
+    assert busbw_of(stdout, 8) == 1.25
+    assert busbw_of(stdout, 32) is None
+    assert failure_line(Captured(None, "a\nb\n", "")) == "tune:   failed (killed at --timeout): a / b"

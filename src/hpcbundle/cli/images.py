@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import IO, Any
 
 import click
 
@@ -89,17 +90,7 @@ def build_docker_command(
         refuse(findings, model.name)
     text = render_image(model, "docker", template_environment(b.containers_dir), kb)
 
-    args = _parse_build_args(build_args)
-    if base_image:
-        missing = [a for a in ("BUILD_IMAGE", "RUNTIME_IMAGE") if not re.search(rf"^ARG {a}\b", text, re.M)]
-        if missing:
-            raise UserError.at(
-                "containers/docker/Dockerfile.j2",
-                "",
-                f"declares no ARG {', '.join(missing)}",
-                "--base-image needs both ARGs before the FROMs; drop --base-image or fix the template",
-            )
-        args = {"BUILD_IMAGE": base_image, "RUNTIME_IMAGE": base_image, **args}
+    args = _build_args(text, base_image, build_args)
     wheels = wheelhouse or b.root / "wheelhouse"
     _check_wheelhouse(image_spec(model, kb).framework_requirements, wheels, args)
     directories = {"examples": b.examples_dir, "wheelhouse": wheels}
@@ -116,10 +107,31 @@ def build_docker_command(
     )
     t0 = time.monotonic()
     try:
-        info = images.build(
+        info = _build(client, context, tags[0], quiet, target, args, network, no_cache)
+    finally:
+        context.close()
+    for extra in tags[1:]:
+        info = images.tag(client, info.id, extra)
+    click.echo(describe(info, tags, time.monotonic() - t0))
+
+
+def _build(
+    client: Any,
+    context: IO[bytes],
+    tag: str,
+    quiet: bool,
+    target: str | None,
+    args: dict[str, str],
+    network: str | None,
+    no_cache: bool,
+) -> images.ImageInfo:
+    """Build `context` as `tag` (up to stage `target`), the engine's log streamed to stderr unless `quiet`;
+    a failed build prints the engine's reason (and, when quiet, the log's tail) and exits 1."""
+    try:
+        return images.build(
             client,
             context,
-            tag=tags[0],
+            tag=tag,
             target=target,
             buildargs=args,
             network_mode=network,
@@ -131,11 +143,23 @@ def build_docker_command(
             click.echo(exc.tail(), err=True)
         click.echo(f"hpcbundle: error: {exc.message}", err=True)
         raise SystemExit(1) from None
-    finally:
-        context.close()
-    for extra in tags[1:]:
-        info = images.tag(client, info.id, extra)
-    click.echo(describe(info, tags, time.monotonic() - t0))
+
+
+def _build_args(text: str, base_image: str | None, pairs: tuple[str, ...]) -> dict[str, str]:
+    """The build arguments: --build-arg's KEY=VALUE pairs, and with --base-image the two FROM images
+    (refused when the rendered Dockerfile `text` declares no such ARGs)."""
+    args = _parse_build_args(pairs)
+    if not base_image:
+        return args
+    missing = [a for a in ("BUILD_IMAGE", "RUNTIME_IMAGE") if not re.search(rf"^ARG {a}\b", text, re.M)]
+    if missing:
+        raise UserError.at(
+            "containers/docker/Dockerfile.j2",
+            "",
+            f"declares no ARG {', '.join(missing)}",
+            "--base-image needs both ARGs before the FROMs; drop --base-image or fix the template",
+        )
+    return {"BUILD_IMAGE": base_image, "RUNTIME_IMAGE": base_image, **args}
 
 
 def _parse_build_args(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 import click
 
 from ..config.sites import Site
-from ..execute import Watched, run_bounded, run_captured, run_watched
-from ..launch import RankLayout, build_command, launch_request, load_site
+from ..diagnose.gate import hang_line
+from ..diagnose.launchgate import gate_probe, run_gate
+from ..diagnose.watchdog import (
+    Stopped,
+    exec_limit,
+    find_stopped,
+    hang_error,
+    quiet_warning,
+    run_job,
+    stall_lines,
+    stall_verdict,
+)
+from ..launch import Command, RankLayout, build_command, launch_request, load_site
 from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
@@ -111,9 +120,9 @@ def launch_command(
         text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
         write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery")
         click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
-    if gate and not execute:
-        gate_first(ctx, model, layout, image, program)
     if not execute:
+        if gate:
+            gate_first(ctx, model, layout, image, program)
         click.echo(command.display())
         for line in command.explain() if explain else ():
             click.echo(line)
@@ -124,106 +133,51 @@ def launch_command(
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
     if gate:
         gate_first(ctx, model, layout, image, program)
-    limit, source = (
-        (timeout, "--timeout") if timeout else (model.launcher.timeout, f"launcher.timeout of site {model.name}")
-    )
-    click.echo(f"+ {command.display()}", err=True)
-    stall = model.faults.stall_seconds
-    stopped: dict[str, list[dict]] = {}
-    if stall:
-        hosts = [host for host, _ in layout.placement(socket.gethostname())]
-        ended = run_watched(
-            command.argv, limit, stall, before_stop=lambda: stopped.update(find_stopped(model, hosts, program))
-        )
-    else:
-        ended = Watched(run_bounded(command.argv, limit))
-    if ended.stalled:
-        after_stall(ctx, model, image, layout, stall, stopped)
-    if stall and ended.status is not None and ended.quietest >= stall / 2:
-        click.echo(
-            f"hpcbundle: warning: the job was silent for up to {ended.quietest:.1f} s, more than half of "
-            f"faults.stall_seconds ({stall} s) of site {model.name}: a slower epoch or checkpoint would be "
-            f"ended as a stall; raise it in {model.where}",
-            err=True,
-        )
-    status = ended.status
-    if status is None:
-        click.echo(
-            f"hpcbundle: error: killed after {limit} s ({source}): the job neither finished nor failed. "
-            f"MPI hangs like this when ranks cannot reach each other, most often over a wrong network interface: "
-            f"check network.interfaces, "
-            f"mca btl_tcp_if_include/oob_tcp_if_include and NCCL_SOCKET_IFNAME in {model.where} against `ip -br addr` "
-            f"on the nodes (or raise the limit for a long job)",
-            err=True,
-        )
-        ctx.exit(124)
-    ctx.exit(status)
+    execute_job(ctx, model, image, layout, command, program, timeout)
 
 
-def find_stopped(model: Site, hosts: list[str], program: Sequence[str]) -> dict[str, list[dict]]:
-    """The job's ranks that are stopped or stuck in the kernel on `hosts` (this node when none are
-    named), asked before the stalled job is ended; {} when none or no node answers in 10 s."""
-    from ..diagnose.fanout import stopped_ranks
-
-    exported = {name: os.environ[name] for name in model.export if name in os.environ}
-    return stopped_ranks(model.mca, hosts or ["localhost"], list(program), exported)
-
-
-def after_stall(
-    ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stall: int, stopped: dict[str, list[dict]]
+def execute_job(
+    ctx: click.Context,
+    model: Site,
+    image: str | None,
+    layout: RankLayout,
+    command: Command,
+    program: tuple[str, ...],
+    timeout: int | None,
 ) -> None:
+    """Run the job's `command` under the watchdog and exit with its status: 124 when it reached
+    its time bound or went silent for faults.stall_seconds (then doctor looks at its nodes)."""
+    limit, source = exec_limit(model, timeout)
+    click.echo(f"+ {command.display()}", err=True)
+    hosts = [host for host, _ in layout.placement(socket.gethostname())]
+    ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
+    if ended.watched.stalled:
+        after_stall(ctx, model, image, layout, ended.stopped)
+    warning = quiet_warning(model, ended.watched)
+    if warning:
+        click.echo(warning, err=True)
+    if ended.watched.status is None:
+        click.echo(hang_error(model, limit, source), err=True)
+        ctx.exit(124)
+    ctx.exit(ended.watched.status)
+
+
+def after_stall(ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stopped: Stopped) -> None:
     """The job went silent for faults.stall_seconds and was stopped: say so, name the ranks found
     stopped before the end (`stopped`), then what doctor finds on its nodes now (a link down on one of
     them is a FAIL naming it), and stop with exit 124."""
-    from ..diagnose.probes import STOPPED_STATES
-
-    click.echo(
-        f"hpcbundle: error: no output from the job for {stall} s (faults.stall_seconds of site {model.name}), "
-        "so it was stopped: a rank stopped or lost its link, and the others would wait inside MPI for "
-        "TCP's retries",
-        err=True,
-    )
-    for host, ranks in stopped.items():
-        for rank in ranks:
-            state = rank["state"]
-            click.echo(
-                f"hpcbundle: {host}: the rank with PID {rank['pid']} was {STOPPED_STATES.get(state, state)} "
-                f"(state {state})",
-                err=True,
-            )
+    for line in stall_lines(model, stopped):
+        click.echo(line, err=True)
     results = fast_doctor(model, image, layout.placement(socket.gethostname()), "nodes")
     failed = [r for r in results if r.status == "FAIL"]
     print_results(failed, err=True)
-    click.echo(
-        "hpcbundle: the FAIL above is on the job's nodes now; "
-        if failed
-        else "hpcbundle: the rank named above stopped, not a link; "
-        if stopped
-        else "hpcbundle: doctor finds the job's nodes and links fine now, so a rank itself stopped "
-        "(SIGSTOP, a hung device, swapping); ",
-        err=True,
-        nl=False,
-    )
-    click.echo("run the same command again to resume from the last checkpoint", err=True)
+    click.echo(stall_verdict(bool(failed), bool(stopped)), err=True)
     ctx.exit(124)
-
-
-def gate_python(program: tuple[str, ...], image: str | None) -> str:
-    """The Python the gate probe runs with: the job's own when its program is a Python, else the image's
-    python3, else (no image) the one running hpcbundle."""
-    if Path(program[0]).name.startswith("python"):
-        return program[0]
-    return "python3" if image else sys.executable
 
 
 def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
     """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
-    from ..diagnose import gateprobe
-    from ..diagnose.gate import hang_line
-
-    return GateStep(
-        tuple(gateprobe.program(model, gate_python(program, image))), hang_line(model.where, model.gate.timeout)
-    )
+    return GateStep(tuple(gate_probe(model, image, program)), hang_line(model.where, model.gate.timeout))
 
 
 def gate_first(
@@ -231,20 +185,10 @@ def gate_first(
 ) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
-    from ..diagnose import gateprobe
-
-    step = gate_step(model, image, program)
-    ran = run_captured(build_command(model, layout, step.program, image).argv, model.gate.timeout, grace=2.0)
-    report = gateprobe.report_of(ran.stdout)
-    if ran.status is None:
-        click.echo(step.hang_line, err=True)
-        ctx.exit(124)
-    if report is None:
-        click.echo(gateprobe.failure_of(ran.stderr or ran.stdout, ran.status), err=True)
-        ctx.exit(2)
-    click.echo(report["line"], err=True)
-    if report[gateprobe.REPORT_KEY] != "PASS":
-        ctx.exit(2)
+    outcome = run_gate(model, lambda words: build_command(model, layout, words, image).argv, image, program)
+    click.echo(outcome.line, err=True)
+    if outcome.status:
+        ctx.exit(outcome.status)
 
 
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -10,9 +9,19 @@ import click
 from .. import __version__
 from ..config.errors import UserError
 from ..config.loading import parse_json, read_text
+from ..config.sites import Site
 from ..launch.batch import script_environment
 from ..perf.scaling.model import fits
-from ..perf.scaling.plan import MODELS, Study, parse_nodes, plan, plan_document, points_of, scripts
+from ..perf.scaling.plan import (
+    MODELS,
+    PLAN,
+    Study,
+    StudyPlan,
+    check_study_directory,
+    parse_nodes,
+    plan_study,
+    points_of,
+)
 from ..perf.scaling.report import csv_text, table
 from ..perf.scaling.results import results
 from . import main, pass_bundle
@@ -21,7 +30,6 @@ from .outputs import output_target, write_atomic
 from .preflight import doctor_first
 from .submit import submit_script
 
-PLAN = "plan.json"
 CSV = "scaling.csv"
 PNG = "scaling.png"
 
@@ -147,16 +155,7 @@ def plan_command(
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
     model_site = site_for(bundle, site)
-    if not outdir:
-        raise UserError.at("''", "-o", "names no directory", "give the study's directory, e.g. -o study")
-    directory = Path(outdir).resolve()
-    if any(c.isspace() or c == "%" for c in str(directory)):
-        raise UserError.at(
-            str(outdir),
-            "-o",
-            "contains whitespace or %, which #SBATCH --output cannot carry",
-            "choose a plain directory path",
-        )
+    directory = _study_directory(outdir)
     study = Study(
         nodes=parse_nodes(nodes_text),
         modes=("strong", "weak") if mode == "both" else (mode,),
@@ -174,17 +173,36 @@ def plan_command(
         serial=not concurrent,
         repeat=repeat,
     )
-    points = plan(study)
-    texts = scripts(
-        model_site,
-        study,
-        points,
-        image,
-        str(bundle.get().examples_dir.resolve()),
-        str(directory),
-        script_environment(bundle.get().scripts_dir),
-    )
-    stale = [directory / f"{p.name}.out" for p in points if (directory / f"{p.name}.out").exists()]
+    b = bundle.get()
+    examples, environment = str(b.examples_dir.resolve()), script_environment(b.scripts_dir)
+    planned = plan_study(model_site, study, image, examples, str(directory), environment, __version__)
+    _write_plan(planned, directory, outdir)
+    if submit:
+        _submit(ctx, planned, directory, model_site, image, no_doctor)
+
+
+def _study_directory(outdir: str) -> Path:
+    """-o as an absolute path, refused where #SBATCH --output cannot carry it."""
+    directory = Path(outdir).resolve()
+    check_study_directory(outdir, str(directory))
+    return directory
+
+
+def _submit(
+    ctx: click.Context, planned: StudyPlan, directory: Path, site: Site, image: str | None, no_doctor: bool
+) -> None:
+    """Submit every script of the plan (after the login node's doctor checks, unless --no-doctor) and
+    print '<point> <job id>' for each."""
+    if not no_doctor:
+        doctor_first(ctx, site, image, (), "login")
+    for name, text in planned.scripts.items():
+        click.echo(f"{name} {submit_script(text, directory / f'{name}.sh')}")
+
+
+def _write_plan(planned: StudyPlan, directory: Path, outdir: str) -> None:
+    """Write the scripts (executable) and plan.json into `directory` (-o `outdir`) and say so, all or nothing:
+    refused before the first write when a job's output is there from an earlier run or a target cannot be written."""
+    stale = [directory / name for name in planned.outputs() if (directory / name).exists()]
     if stale:
         raise UserError.at(
             str(stale[0]),
@@ -192,23 +210,13 @@ def plan_command(
             "exists from an earlier run, and `report` would read it",
             "use a new -o directory, or delete the .out files to measure again",
         )
-    for name in texts:  # every target checked before the first is written: all or nothing
+    for name in planned.scripts:  # every target checked before the first is written: all or nothing
         output_target(directory / f"{name}.sh")
     output_target(directory / PLAN)
-    for name, text in texts.items():
+    for name, text in planned.scripts.items():
         write_atomic(directory / f"{name}.sh", text, mode=0o755)
-    document = plan_document(model_site, study, points, image, __version__)
-    write_atomic(directory / PLAN, json.dumps(document, indent=2) + "\n")
-    click.echo(
-        f"wrote {len(texts)} script(s) and {PLAN} to {outdir} (site {model_site.name}, "
-        f"{', '.join(study.modes)} scaling over {', '.join(map(str, study.nodes))} node(s))",
-        err=True,
-    )
-    if submit:
-        if not no_doctor:
-            doctor_first(ctx, model_site, image, (), "login")
-        for name in texts:
-            click.echo(f"{name} {submit_script(texts[name], directory / f'{name}.sh')}")
+    write_atomic(directory / PLAN, planned.document)
+    click.echo(planned.summary(outdir), err=True)
 
 
 @scaling_group.command("report", short_help="Read the outputs; write scaling.csv and scaling.png.")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import socket
 from pathlib import Path
@@ -13,21 +12,9 @@ import click
 from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
-from ..execute import run_captured
-from ..launch import RankLayout, build_command, load_site
-from ..perf.tune import (
-    KNOB_NAMES,
-    KNOBS,
-    Knob,
-    Settings,
-    Workload,
-    apply_settings,
-    current_settings,
-    report_lines,
-    sweep,
-    tuned_site_text,
-)
-from ..quoting import shell_join
+from ..launch import load_site
+from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, changed_text, current_settings, report_lines, tuned_site_text
+from ..perf.tunerun import Benchmark, TuneJob, run_sweep
 from ..rules.engine import LaunchRequest
 from ..rules.loading import refuse_request
 from . import main, pass_bundle
@@ -46,19 +33,6 @@ def parse_size(text: str, option: str = "--size") -> int:
     if not re.fullmatch(r"[0-9]{1,12}", number) or not 0 < int(number) * _UNITS.get(unit, 1) <= MAX_SIZE:
         raise UserError.at("", option, f"{clip(text)} is not a size up to 16G", "e.g. 64M, 256K or 1G (KiB/MiB/GiB)")
     return int(number) * _UNITS.get(unit, 1)
-
-
-def busbw_of(stdout: str, size: int) -> float | None:
-    """busbw (GiB/s) of the `size` allreduce in allreduce_bench.py's JSON lines; None if absent or wrong."""
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("metric") == "allreduce" and record.get("bytes") == size and record.get("correct") is True:
-                return float(record["busbw_gib"])
-    return None
 
 
 def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
@@ -197,90 +171,35 @@ def tune_command(
     """
     b = bundle.get()
     model = load_site(site, b.sites_dir)
-    layout: RankLayout = layout_from(np_, hosts, hostfile)
-    nbytes = parse_size(size)
-    small_bytes = parse_size(small_size, "--small-size")
-    if small_bytes % (small_tensors * 4):
-        raise UserError.at(
-            "",
-            "--small-tensors",
-            f"{small_bytes} bytes do not split into {small_tensors} float32 tensors",
-            "give a --small-size that is a multiple of 4 x --small-tensors, e.g. 256K and 64",
-        )
-    chosen = _knobs(knobs, model, tensors)
-    both_ends = any(knob.small_end for knob in chosen)
-    out = output or b.sites_dir / f"{model.name}-tuned.yaml"
-    name = out.stem
+    layout = layout_from(np_, hosts, hostfile)
     script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
-
-    def bench_program(size_bytes: int, parts: int) -> list[str]:
-        return [python, script, "--backend", "horovod", "--sizes", str(size_bytes)] + (
-            ["--tensors", str(parts)] if parts > 1 else []
-        )
-
-    program = bench_program(nbytes, tensors)
-    small_program = bench_program(small_bytes, small_tensors)
+    benchmark = Benchmark(
+        python, script, parse_size(size), tensors, parse_size(small_size, "--small-size"), small_tensors
+    )
+    chosen = tuple(_knobs(knobs, model, tensors))
+    out = output or b.sites_dir / f"{model.name}-tuned.yaml"
     data = read_yaml(Path(model.where))
-    validate(Site, {**data, "name": name}, str(out))  # a bad -o name fails now, not after the sweep
-
-    def command(settings: Settings, words: list[str] = program) -> list[str]:
-        variant = validate(Site, apply_settings(data, settings), model.where)
-        return build_command(variant, layout, words, image).argv
-
-    start = current_settings(model, chosen)
+    validate(Site, {**data, "name": out.stem}, str(out))  # a bad -o name fails now, not after the sweep
+    job, start = TuneJob(data, model.where, layout, image, chosen, benchmark), current_settings(model, chosen)
     if plan:
-        for knob in chosen:
-            ends = " (also judged on the small end)" if knob.small_end else ""
-            click.echo(f"{knob.name}: {knob.what}: " + " | ".join(c.label for c in knob.candidates) + ends)
-        click.echo(shell_join(command(start)))
-        if both_ends:
-            click.echo(shell_join(command(start, small_program)))
+        click.echo("\n".join(job.plan_lines(start)))
         return
     if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", tuple(program))
+        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", tuple(benchmark.program()))
+    _sweep_and_write(job, start, repeat, timeout, hosts or str(hostfile or "the allocation"), out, output or out.stem)
 
-    def measure(settings: Settings, words: list[str] = program, size_bytes: int = nbytes) -> float | None:
-        ran = run_captured(command(settings, words), timeout)
-        busbw = busbw_of(ran.stdout, size_bytes) if ran.status == 0 else None
-        if busbw is None:
-            why = "killed at --timeout" if ran.status is None else f"exit {ran.status}"
-            tail = " / ".join((ran.stderr or ran.stdout).strip().splitlines()[-3:])
-            click.echo(f"tune:   failed ({why}): {tail}", err=True)
-        return busbw
 
-    def measure_small(settings: Settings) -> float | None:
-        return measure(settings, small_program, small_bytes)
-
-    def progress(knob: str, label: str, busbw: float | None) -> None:
-        click.echo(f"tune: {knob:<12} {label:<20} {'failed' if busbw is None else f'{busbw:.3f} GiB/s'}", err=True)
-
-    runs = sum(len(k.candidates) * (2 if k.small_end else 1) for k in chosen) * repeat
-    click.echo(
-        f"tune: {len(chosen)} knobs, {runs} runs of {nbytes} bytes in {tensors} tensor(s) on {np_} ranks", err=True
-    )
-    small = measure_small if both_ends else None
-    result = sweep(chosen, measure, repeat=repeat, start=start, progress=progress, measure_small=small)
-    if result.baseline() is None and result.final() is None:
-        raise UserError.at(
-            model.where,
-            "launcher",
-            "every benchmark run failed, nothing to compare",
-            "run the first command of `hpcbundle tune --plan` by hand and read its error",
-        )
-    hosts_text = hosts or (str(hostfile) if hostfile else "the allocation")
-    workload = Workload(
-        bytes=nbytes,
-        tensors=tensors,
-        ranks=np_,
-        hosts=hosts_text,
-        repeat=repeat,
-        small_bytes=small_bytes if both_ends else None,
-        small_tensors=small_tensors,
-    )
-    text = tuned_site_text(data, name, model.where, result, workload, datetime.date.today().isoformat())
+def _sweep_and_write(
+    job: TuneJob, start: Settings, repeat: int, timeout: int, hosts: str, out: Path, use_as: Path | str
+) -> None:
+    """Run the sweep (its lines on stderr), print its table, write the tuned copy (validated first)
+    to `out` and say how to use it (`--site use_as`)."""
+    click.echo(job.announce(repeat), err=True)
+    result = run_sweep(job, start, repeat, timeout, lambda line: click.echo(line, err=True))
+    workload = job.workload(hosts, repeat)
+    text = tuned_site_text(job.data, out.stem, job.where, result, workload, datetime.date.today().isoformat())
     validate(Site, parse_yaml(text, str(out)), str(out))
     for line in report_lines(result):
         click.echo(line)
     write_atomic(out, text)
-    changed = ", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"
-    click.echo(f"wrote {out} (changed: {changed}); use it with --site {out if output else name}")
+    click.echo(f"wrote {out} (changed: {changed_text(result)}); use it with --site {use_as}")

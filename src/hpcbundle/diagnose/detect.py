@@ -70,83 +70,114 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     """The draft site text for `observed` (see observe()); valid against the site schema."""
     host = observed.get("host", "this node")
     mpi = observed.get("mpi") or None
+    flavour = mpi["flavour"] if mpi and mpi["flavour"] != "unknown" else "openmpi"
+    version = mpi["version"] if mpi and mpi.get("version") else "4.1.6"
+    gpu = observed.get("gpu") or {}
+    gpus_text = f"{len(gpu.get('gpus', []))} GPUs" if gpu.get("present") else "no GPU"
+    description = f"draft from site detect on {host}: {flavour} {version}, {observed.get('cpus', 1)} CPUs, {gpus_text}"
     lines = [
         f"# Draft site for the nodes like {host}, written by `hpcbundle site detect`.",
         "# Check every line marked CONFIRM, then run `hpcbundle doctor --site THIS_FILE --hosts A,B`",
         "# on a compute node: it proves the interfaces carry traffic between the nodes.",
         f"name: {name}",
+        f"description: {_q(description)}",
     ]
-    flavour = mpi["flavour"] if mpi and mpi["flavour"] != "unknown" else "openmpi"
-    version = mpi["version"] if mpi and mpi.get("version") else "4.1.6"
     mpi_note = (
         f"from {mpi['evidence']}" if mpi else "CONFIRM: no mpirun/mpiexec found on PATH (load the MPI module and rerun)"
     )
-    gpu = observed.get("gpu") or {}
-    gpus_text = f"{len(gpu.get('gpus', []))} GPUs" if gpu.get("present") else "no GPU"
-    description = f"draft from site detect on {host}: {flavour} {version}, {observed.get('cpus', 1)} CPUs, {gpus_text}"
-    lines.append(f"description: {_q(description)}")
     lines += ["mpi:", f"  flavour: {flavour}  # {mpi_note}", f"  version: {_q(version)}"]
-    is_ompi = flavour == "openmpi"
-    ompi5 = is_ompi and int(version.split(".")[0]) >= 5
-    launcher = "mpirun5" if ompi5 else "mpirun" if is_ompi else "mpiexec.hydra"
-    lines += ["launcher:", f"  name: {launcher}  # CONFIRM: srun under SLURM if srun --mpi=pmix works here"]
-    if is_ompi:
-        if observed.get("uid") == 0:
-            lines.append("  allow_run_as_root: true  # detect ran as root")
-        lines.append("  bind_to: none  # Horovod's default; bind with wrappers (taskset/numactl) if you need it")
-    lines.append("  timeout: 3600  # seconds `launch --exec` waits before killing a hung job")
-    found = observed.get("runtimes") or {}
-    lines += [
-        "container:",
-        "  runtime: none  # "
-        + (
-            "CONFIRM: found " + "; ".join(f"{k} ({v})" for k, v in found.items()) + ": set runtime to run images"
-            if found
-            else "no container runtime found on PATH"
-        ),
-    ]
+    launcher = _launcher(flavour, version)
+    lines += _launcher_lines(launcher, flavour == "openmpi", observed.get("uid") == 0)
+    lines += _container_lines(observed.get("runtimes") or {})
     lines += _export_lines(observed.get("program_env") or {}, launcher)
     ompi_env = observed.get("ompi_env") or {}
-    if is_ompi and ompi_env:
+    if flavour == "openmpi" and ompi_env:
         lines.append("mca:")
         lines += [
             f"  {k}: {_q(v)}  # from OMPI_MCA_{k} in the environment detect ran in" for k, v in sorted(ompi_env.items())
         ]
-    lines += ["node:", f"  cores: {observed.get('cpus', 1)}  # CPUs seen here; CONFIRM for the compute nodes"]
-    if gpu.get("present"):
-        model = _gpu_model(gpu["gpus"][0]["name"], known_gpus or [])
-        lines += [f"  gpus: {len(gpu['gpus'])}", f"  gpu_model: {_q(model)}  # nvidia-smi: {gpu['gpus'][0]['name']}"]
-        if gpu.get("driver") and re.match(r"^\d+(\.\d+){0,3}$", gpu["driver"]):
-            lines.append(f"  driver: {_q(gpu['driver'])}")
-        lines.append(_gpu_numa_line(observed.get("gpu_topology"), len(gpu["gpus"])))
-    else:
-        lines.append(f"  gpus: 0  # {gpu.get('note') or 'no GPU'}")
+    lines += _node_lines(observed, known_gpus or [])
     iface, why = choose_interface(observed)
+    lines += _network_lines(observed, iface, why)
+    lines += _slurm_lines(observed.get("slurm") or {})
+    if iface:
+        lines += ["why:", f"  network.interfaces: {_q(why)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _launcher(flavour: str, version: str) -> str:
+    """The launcher a draft names for the MPI found: mpirun (mpirun5 for Open MPI 5), else hydra.
+
+    >>> _launcher("openmpi", "4.1.6"), _launcher("openmpi", "5.0.3"), _launcher("mpich", "4.1")
+    ('mpirun', 'mpirun5', 'mpiexec.hydra')
+    """
+    if flavour != "openmpi":
+        return "mpiexec.hydra"
+    return "mpirun5" if int(version.split(".")[0]) >= 5 else "mpirun"
+
+
+def _launcher_lines(launcher: str, is_ompi: bool, root: bool) -> list[str]:
+    """The draft's launcher: section."""
+    lines = ["launcher:", f"  name: {launcher}  # CONFIRM: srun under SLURM if srun --mpi=pmix works here"]
+    if is_ompi:
+        if root:
+            lines.append("  allow_run_as_root: true  # detect ran as root")
+        lines.append("  bind_to: none  # Horovod's default; bind with wrappers (taskset/numactl) if you need it")
+    lines.append("  timeout: 3600  # seconds `launch --exec` waits before killing a hung job")
+    return lines
+
+
+def _container_lines(found: dict[str, str]) -> list[str]:
+    """The draft's container: section: no runtime, with the ones found on PATH named to CONFIRM."""
+    note = (
+        "CONFIRM: found " + "; ".join(f"{k} ({v})" for k, v in found.items()) + ": set runtime to run images"
+        if found
+        else "no container runtime found on PATH"
+    )
+    return ["container:", f"  runtime: none  # {note}"]
+
+
+def _node_lines(observed: dict[str, Any], known_gpus: list[str]) -> list[str]:
+    """The draft's node: section: cores, and the GPUs nvidia-smi lists (model, driver, NUMA map)."""
+    gpu = observed.get("gpu") or {}
+    lines = ["node:", f"  cores: {observed.get('cpus', 1)}  # CPUs seen here; CONFIRM for the compute nodes"]
+    if not gpu.get("present"):
+        return lines + [f"  gpus: 0  # {gpu.get('note') or 'no GPU'}"]
+    model = _gpu_model(gpu["gpus"][0]["name"], known_gpus)
+    lines += [f"  gpus: {len(gpu['gpus'])}", f"  gpu_model: {_q(model)}  # nvidia-smi: {gpu['gpus'][0]['name']}"]
+    if gpu.get("driver") and re.match(r"^\d+(\.\d+){0,3}$", gpu["driver"]):
+        lines.append(f"  driver: {_q(gpu['driver'])}")
+    return lines + [_gpu_numa_line(observed.get("gpu_topology"), len(gpu["gpus"]))]
+
+
+def _network_lines(observed: dict[str, Any], iface: str | None, why: str) -> list[str]:
+    """The draft's network: section: the fabric, and the data interface chosen (`iface`, because `why`)
+    with the other candidates to CONFIRM against."""
     others = [f"{i['name']} ({', '.join(i['ipv4'])})" for i in candidates(observed) if i["name"] != iface]
     ib = observed.get("infiniband") or []
     fabric = "infiniband" if ib else "ethernet" if iface else "loopback"
-    lines += [
+    lines = [
         "network:",
         f"  fabric: {fabric}  # "
         + (f"/sys/class/infiniband: {', '.join(ib)}; CONFIRM mca pml: ucx" if ib else "no InfiniBand device"),
     ]
     if iface:
-        lines.append(
+        return lines + [
             f"  interfaces: [{iface}]  # CONFIRM: {why}"
             + (f"; other candidates: {', '.join(others)}" if others else "")
-        )
-    else:
-        lines.append(
-            f"  interfaces: []  # CONFIRM: {why}; name the data interface among: {', '.join(others) or 'none found'}"
-        )
-    slurm = observed.get("slurm") or {}
+        ]
+    return lines + [
+        f"  interfaces: []  # CONFIRM: {why}; name the data interface among: {', '.join(others) or 'none found'}"
+    ]
+
+
+def _slurm_lines(slurm: dict[str, Any]) -> list[str]:
+    """The draft's slurm: section where sinfo showed a default partition, else a line to CONFIRM it."""
     if slurm.get("partition"):
-        lines += ["slurm:", f"  partition: {slurm['partition']}  # the default partition sinfo shows"]
-    elif slurm.get("sinfo"):
-        lines.append("# SLURM: sinfo is here but showed no partition; CONFIRM slurm.partition")
-    if iface:
-        lines += ["why:", f"  network.interfaces: {_q(why)}"]
-    return "\n".join(lines) + "\n"
+        return ["slurm:", f"  partition: {slurm['partition']}  # the default partition sinfo shows"]
+    if slurm.get("sinfo"):
+        return ["# SLURM: sinfo is here but showed no partition; CONFIRM slurm.partition"]
+    return []
 
 
 def _gpu_numa_line(topology: str | None, gpus: int) -> str:

@@ -197,19 +197,31 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
         "nccl_sockets": expect.nccl_sockets if nccl == "Socket" else "",
     }
     seen = _seen(facts)
-
-    def fail(problem: str, key: str, fix: str) -> GateVerdict:
-        return GateVerdict("FAIL", f"hpcbundle gate: FAIL: {problem}: {expect.where}: {key} ({fix}); {seen}", facts)
-
     if not measured.correct:
-        return fail(
-            "the allreduce gave a wrong sum", "network.fabric", "data is corrupted on the way: check the nodes' NICs"
+        problem = (
+            "the allreduce gave a wrong sum",
+            "network.fabric",
+            "data is corrupted on the way: check the nodes' NICs",
         )
-    if len(nodes) < 2:
+    elif len(nodes) < 2:
         return GateVerdict("PASS", f"hpcbundle gate: PASS (one node: the network was not exercised); {seen}", facts)
+    else:
+        problem = _network_problem(expect, nccl, mpi, iface, busbw, fraction)
+    if problem is not None:
+        what, key, fix = problem
+        return GateVerdict("FAIL", f"hpcbundle gate: FAIL: {what}: {expect.where}: {key} ({fix}); {seen}", facts)
+    note = "" if fraction is not None else " (busbw not judged: set network.link_gbps)"
+    return GateVerdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
+
+
+def _network_problem(
+    expect: Expect, nccl: str | None, mpi: OpenMpiTransport, iface: str | None, busbw: float, fraction: float | None
+) -> tuple[str, str, str] | None:
+    """What is wrong with how the allreduce crossed the network, as (problem, site key, fix), or None:
+    a transport that is not the site's fabric, bytes over another interface, busbw below the threshold."""
     rdma = expect.fabric in RDMA_FABRICS
     if expect.gpu and rdma and nccl == "Socket":
-        return fail(
+        return (
             f"NCCL used NET/Socket, but network.fabric is {expect.fabric}",
             "network.fabric",
             "the image needs the RDMA user space (libibverbs1, ibverbs-providers) and NCCL_IB_HCA "
@@ -217,7 +229,7 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
         )
     tcp_to = mpi.remote_btls.get("tcp")
     if not expect.gpu and rdma and tcp_to:
-        return fail(
+        return (
             f"Open MPI sent to {','.join(tcp_to)} over the tcp btl, but network.fabric is {expect.fabric}",
             "network.fabric",
             "use pml ucx with an image built with UCX (or the openib btl of an image with verbs); "
@@ -226,13 +238,13 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
     over_tcp = tcp_to or (expect.gpu and nccl == "Socket")
     if over_tcp and expect.interfaces and iface is not None and iface not in expect.interfaces:
         keys = ", ".join(expect.interface_keys)
-        return fail(
+        return (
             f"the allreduce went over {iface}, not {keys} ({','.join(expect.interfaces)})",
             expect.interface_keys[0],
             "name the interface the data should use, and check btl_tcp_if_include/NCCL_SOCKET_IFNAME",
         )
     if fraction is not None and fraction < expect.threshold:
-        return fail(
+        return (
             f"busbw {busbw:.3g} Gbit/s is {fraction:.2f} of network.link_gbps {expect.link_gbps:g}, "
             f"below gate.threshold {expect.threshold:g}",
             "network.interfaces",
@@ -244,8 +256,7 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
             )
             + "let hpcbundle tune pick the allreduce algorithm, or set network.link_gbps to what this link is rated",
         )
-    note = "" if fraction is not None else " (busbw not judged: set network.link_gbps)"
-    return GateVerdict("PASS", f"hpcbundle gate: PASS{note}; {seen}", facts)
+    return None
 
 
 def hang_line(where: str, timeout: int) -> str:

@@ -412,6 +412,15 @@ def report_lines(result: TuneResult) -> list[str]:
     return lines
 
 
+def changed_text(result: TuneResult) -> str:
+    """The keys the tune changed, as the tuned copy's header and the CLI's last line name them.
+
+    >>> changed_text(TuneResult(start={"env.A": "1"}, settings={"env.A": None, "mca.b": "2"}))
+    'env.A=(default), mca.b=2'
+    """
+    return ", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"
+
+
 def _link_proposal(data: Mapping[str, Any], busbw_gib: float | None) -> list[str]:
     """A comment proposing network.link_gbps (what the launch gate judges busbw against) from the best
     busbw measured, for a site that has none: a floor of the link's speed, which the site may know better."""
@@ -463,8 +472,7 @@ def tuned_site_text(
             else []
         ),
         f"busbw: site as it was {_gib(before)} GiB/s, tuned {_gib(after)} GiB/s{gain}.",
-        "Changed: "
-        + (", ".join(f"{k}={v if v is not None else '(default)'}" for k, v in result.changed().items()) or "nothing"),
+        f"Changed: {changed_text(result)}",
         *_link_proposal(data, max((b for b in (before, after) if b is not None), default=None)),
         "",
         *report_lines(result),

@@ -3,6 +3,7 @@ and sbatch script, and plan.json, which tells `report` every point without the s
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -18,6 +19,8 @@ BENCHMARK = "pytorch_synthetic_benchmark.py"
 IMAGE_EXAMPLES = "/examples"  # where images carry examples/ (containers/*: COPY examples /examples)
 MODELS = ("cnn", "mlp", "resnet", "resnet-wide")  # examples/pytorch_synthetic_benchmark.py MODELS
 MODES = ("strong", "weak")
+PLAN = "plan.json"
+"""The file in a study's directory that tells `report` every point."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,61 @@ def plan_document(site: Site, study: Study, points: Sequence[Point], image: str 
             for p in points
         ],
     }
+
+
+def check_study_directory(given: str, resolved: str) -> None:
+    """-o (`given`, `resolved` to an absolute path) must name a directory every job's `#SBATCH --output`
+    can carry: not empty, no whitespace, no % (SLURM's filename patterns).
+
+    >>> check_study_directory("study", "/home/me/study")
+    >>> check_study_directory("my study", "/home/me/my study")
+    Traceback (most recent call last):
+    hpcbundle.config.errors.UserError: my study: -o: contains whitespace or %, which #SBATCH --output cannot...
+    """  # doctest: +ELLIPSIS
+    if not given:
+        raise UserError.at("''", "-o", "names no directory", "give the study's directory, e.g. -o study")
+    if any(c.isspace() or c == "%" for c in resolved):
+        raise UserError.at(
+            given,
+            "-o",
+            "contains whitespace or %, which #SBATCH --output cannot carry",
+            "choose a plain directory path",
+        )
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A planned study as the files `scaling plan` writes into its directory: each point's sbatch script
+    (`scripts`: point name -> text) and plan.json (`document`), and the outputs its jobs will write."""
+
+    site: str
+    study: Study
+    points: tuple[Point, ...]
+    scripts: Mapping[str, str]
+    document: str
+
+    def summary(self, outdir: str) -> str:
+        """The line `scaling plan` ends with: what it wrote where, for which site and study."""
+        nodes = ", ".join(map(str, self.study.nodes))
+        return (
+            f"wrote {len(self.scripts)} script(s) and {PLAN} to {outdir} (site {self.site}, "
+            f"{', '.join(self.study.modes)} scaling over {nodes} node(s))"
+        )
+
+    def outputs(self) -> list[str]:
+        """The file each job writes (stdout and stderr), where `report` reads it."""
+        return [f"{p.name}.out" for p in self.points]
+
+
+def plan_study(
+    site: Site, study: Study, image: str | None, examples: str, outdir: str, env: jinja2.Environment, version: str
+) -> StudyPlan:
+    """The plan of `study` on `site`: its points, their sbatch scripts (each job writing into `outdir`; the
+    benchmark from `examples` without an image) and plan.json's text, stamped with hpcbundle's `version`."""
+    points = plan(study)
+    texts = scripts(site, study, points, image, examples, outdir, env)
+    document = json.dumps(plan_document(site, study, points, image, version), indent=2) + "\n"
+    return StudyPlan(site.name, study, tuple(points), texts, document)
 
 
 def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:
