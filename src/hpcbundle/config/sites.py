@@ -124,6 +124,12 @@ class Container(StrictModel):
     userns: bool | None = Field(None, description="runs unprivileged in a user namespace (default: the runtime's)")
     binds: list[Bind] = Field(default_factory=list)
     args: list[str] = Field(default_factory=list)
+    foreign_image: bool = Field(
+        False,
+        description="the site runs images not built by hpcbundle (e.g. NGC's), which lack "
+        "/usr/local/bin/hpcbundle-bind: where the gpu-numa wrapper (node.gpu_numa) runs inside the "
+        "container, it runs the script's text inline (sh -c) instead of by name",
+    )
 
 
 MAX_CPUS = 1 << 20
@@ -160,7 +166,7 @@ class Node(StrictModel):
         max_length=MAX_GPUS,
         description="GPU index -> its NUMA node (`nvidia-smi topo -m`, NUMA Affinity; drafted by "
         "`site detect`), e.g. [0, 0, 0, 0, 1, 1, 1, 1]; when set, every rank runs under the gpu-numa "
-        "placement wrapper: its local rank's GPU, and that GPU's NUMA node's cores and memory",
+        "placement wrapper, `hpcbundle-bind MAP`: its local rank's GPU, and that GPU's NUMA node's cores and memory",
     )
 
     @property

@@ -15,7 +15,7 @@ from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .elastic import check_elastic
 from .layout import RankLayout
-from .placement import gpu_numa_wrapper
+from .placement import gpu_numa_placement
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
@@ -224,9 +224,8 @@ def build_command(
     wrappers = Parts(site, "wrapper")
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     if site.node.gpu_numa:
-        wrappers.site(
-            "node.gpu_numa", gpu_numa_wrapper(site.node.gpu_numa), f"{reasons.GPU_NUMA}; {_WRAPPER_WHY[place]}"
-        )
+        tokens, source, why = gpu_numa_placement(site, in_container=place in ("inside", "plugin"))
+        wrappers.add(tokens, source, f"{why}; {_WRAPPER_WHY[place]}")
     for index, wrapper in enumerate(site.wrappers):
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]

@@ -50,11 +50,14 @@ class Apt:
 @dataclass(frozen=True)
 class Snippet:
     """One step before rendering: a title for the reader, the snippet in containers/common/ it runs,
-    and the values the block fills in beside `recipe` and `spec`."""
+    the values the block fills in beside `recipe` and `spec`, and the ShellCheck findings the
+    Dockerfile tells hadolint to accept in it (each one a step's own, e.g. SC2016 for shell text it
+    writes into a file)."""
 
     title: str
     name: str
     values: Mapping[str, object] = field(default_factory=dict)
+    lint_ignore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
