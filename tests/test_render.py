@@ -18,8 +18,8 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks import BLOCKS
-from hpcbundle.image.blocks.horovod import horovod_env
-from hpcbundle.image.imagespec import horovod_key, image_spec
+from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
+from hpcbundle.image.imagespec import image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
     Steps,
@@ -593,3 +593,17 @@ def test_install_script_refuses_a_host_gcc_the_build_cannot_use(tmp_path: Path, 
         text=True,
     )
     assert (result.returncode, refusal is None or refusal in result.stderr) == (0 if refusal is None else 1, True)
+
+
+def test_every_block_names_the_snippets_its_steps_run_and_every_snippet_has_a_block() -> None:
+    """A reader finds a component's shell from its block file: `Block.shell` lists every snippet its
+    steps run for any shipped recipe, image or install script, and no snippet is left without a block."""
+    kb = knowledge_base()
+    for name in RECIPES:
+        for host in (False, True):
+            spec = image_spec(recipe(name), kb, host=host)
+            for block in BLOCKS.ordered():
+                run = {snippet.name for stage in (block.build, block.slim, block.runtime) for snippet in stage(spec)}
+                assert run <= set(block.shell), (name, block.name, run)
+    snippets = {path.name.removesuffix(".sh.j2") for path in (ROOT / "containers" / "common").glob("*.sh.j2")}
+    assert snippets == {snippet for block in BLOCKS.all() for snippet in block.shell}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, NamedTuple
 
 from ...registry import Registry
-from ..imagespec import MPI_PREFIX, ImageSpec
+from ..layout import ImageSpec
 
 
 class Packages(NamedTuple):
@@ -77,6 +77,9 @@ class SourceBuild:
         return self.url.rsplit("/", 1)[1]
 
 
+MPI_PREFIX = "/opt/openmpi"
+"""Where a source-built MPI goes (Open MPI's or MPICH's: one MPI per image)."""
+
 FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"))
 """What a source build needs to fetch and unpack its tarball."""
 
@@ -92,6 +95,8 @@ class Block:
     name: ClassVar[str]
     position: ClassVar[int]
     on_host: ClassVar[bool] = True
+    shell: ClassVar[tuple[str, ...]] = ()
+    """The snippets its steps run, containers/common/<name>.sh.j2 (shared ones too: pip, autotools)."""
 
     def apt(self, spec: ImageSpec) -> Apt:
         """The apt packages this block needs (the apt block installs them all)."""
@@ -118,6 +123,7 @@ class SourceBlock(Block):
     """A block that builds its `source()` with the shared autotools snippet (fetch tools included)."""
 
     on_host = False
+    shell = ("autotools",)
 
     def apt(self, spec: ImageSpec) -> Apt:
         return Apt(FETCH_PACKAGES) if self.source(spec) else Apt()

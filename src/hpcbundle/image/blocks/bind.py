@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...knowledge.bind import BIND_PATH, BIND_SCRIPT
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
@@ -15,8 +15,6 @@ class Bind(Block):
 
     Parameters: none; every image carries it (a site, not the recipe, says whether ranks run under it).
 
-    Shell: containers/common/bind.sh.j2.
-
     Example::
 
         printf '%s\\n' '#!/bin/sh' '# hpcbundle-bind MAP PROGRAM [ARG...]: ...' ... > /usr/local/bin/hpcbundle-bind
@@ -24,6 +22,7 @@ class Bind(Block):
     """
 
     name, position = "bind", 85
+    shell = ("bind",)
 
     def runtime(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         values = {"path": BIND_PATH, "lines": tuple(BIND_SCRIPT.splitlines())}
