@@ -145,6 +145,18 @@ def test_the_script_is_executable_and_shellcheck_clean():
     assert result.returncode == 0, result.stdout
 
 
+def test_make_install_bind_puts_the_script_on_a_host(tmp_path):
+    result = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "install-bind", f"PREFIX={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    installed = tmp_path / "bin" / BIND_NAME
+    assert installed.read_text() == BIND_SCRIPT and os.access(installed, os.X_OK)
+
+
 FORMS = {"script": [str(BIND)], "inline": ["sh", "-c", BIND_INLINE, BIND_NAME]}
 
 

@@ -64,8 +64,8 @@ _BIND_DOES = (
     "numactl is missing); the map is its only argument"
 )
 GPU_NUMA = (
-    "per-rank placement by hpcbundle-bind MAP (plain POSIX sh; images built here carry it at /usr/local/bin, "
-    f"`make install-bind` puts it on a host): {_BIND_DOES}"
+    "per-rank placement by hpcbundle-bind MAP (plain POSIX sh, hpcbundle/data/hpcbundle-bind in the package; "
+    f"images built here carry it at /usr/local/bin, `make install-bind` puts it on a host): {_BIND_DOES}"
 )
 GPU_NUMA_INLINE = (
     "per-rank placement by hpcbundle-bind's own text run inline by sh -c, as the site's images were not "
