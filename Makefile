@@ -24,7 +24,7 @@ SIF_SUDO ?=
 export SIF_BOOTSTRAP ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif sif-base build-docker wheelhouse lint check check-tests test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif sif-base build-docker wheelhouse install-bind lint check check-tests test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -87,11 +87,19 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (REC
 	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
 	fi
 
+# hpcbundle-bind, the gpu-numa placement script launch lines name (plain POSIX sh; images built here carry it).
+PREFIX ?= /usr/local
+BIND_SCRIPT := src/hpcbundle/data/hpcbundle-bind
+
+install-bind: ## Install hpcbundle-bind on this host into $(PREFIX)/bin (run on every node of a site with node.gpu_numa)
+	install -D -m 0755 $(BIND_SCRIPT) $(DESTDIR)$(PREFIX)/bin/hpcbundle-bind
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/hpcbundle-bind"
+
 lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles, shellcheck on the project's shell, .def structure
 	$(BIN)/ruff check src tests examples bench testbed
 	$(BIN)/ruff format --check src tests examples bench testbed
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh scripts/setup/*.sh scripts/device/*.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) scripts/setup/*.sh scripts/device/*.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so

@@ -23,8 +23,10 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.image import images
-from hpcbundle.image.imagespec import EXAMPLES, MANIFEST, image_spec
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.layout import EXAMPLES
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.labels import MANIFEST
 from hpcbundle_testbed.docker_engine.engine import DockerEngine
 from hpcbundle_testbed.docker_plugin import BUILD_TAG, RECIPE, RUNTIME_TAG, Built
 

@@ -3,6 +3,7 @@ interface choice carries the job, and a wrong one hangs until the time bound kil
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -94,8 +95,11 @@ def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster
     site = _netns_site(tmp_path, netns_cluster, "data0")
     data = yaml.safe_load(site.read_text())
     data["node"] = {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0]}
-    data["export"] = ["CUDA_VISIBLE_DEVICES"]
+    data["export"] = ["CUDA_VISIBLE_DEVICES", "PATH"]
     site.write_text(yaml.safe_dump(data))
+    installed = tmp_path / "bin"  # hpcbundle-bind installed on the hosts, as `make install-bind` does
+    installed.mkdir()
+    (installed / "hpcbundle-bind").symlink_to(ROOT / "src" / "hpcbundle" / "data" / "hpcbundle-bind")
     report = (
         'r=$OMPI_COMM_WORLD_RANK; { echo "rank $r host $(hostname) local $OMPI_COMM_WORLD_LOCAL_RANK'
         ' CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status;'
@@ -103,9 +107,10 @@ def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster
     )
     argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site), "--np", "3"]
     argv += ["--hosts", "node1:2,node2:1", "--no-doctor", "--timeout", "45", "--exec", "--", "sh", "-c", report]
-    result = netns_cluster.run("node1", [*argv, str(tmp_path)], timeout=60, env={"CUDA_VISIBLE_DEVICES": "1,0"})
+    env = {"CUDA_VISIBLE_DEVICES": "1,0", "PATH": f"{installed}:{os.environ['PATH']}"}
+    result = netns_cluster.run("node1", [*argv, str(tmp_path)], timeout=60, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert " gpu-numa 0,0 sh -c " in result.stderr, result.stderr
+    assert " hpcbundle-bind 0,0 sh -c " in result.stderr, result.stderr
     cpus = Path("/sys/devices/system/node/node0/cpulist").read_text().strip()
     expected = {0: ("node1", 0), 1: ("node1", 1), 2: ("node2", 0)}
     for rank, (host, local) in expected.items():

@@ -5,6 +5,7 @@ outputs, and the rules over node.cpus_per_rank and node.gpu_numa."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,8 +17,8 @@ from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import draft_site
 from hpcbundle.diagnose.probes import parse_gpus
 from hpcbundle.diagnose.topo import parse_topo
+from hpcbundle.knowledge.bind import BIND_INLINE, BIND_NAME, BIND_SCRIPT, bind_commands
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.launch.placement import gpu_numa_wrapper
 from hpcbundle.rules.engine import Facts, evaluate
 
 from .helpers import ROOT, hpcbundle
@@ -95,69 +96,146 @@ def test_a_bad_placement_key_is_one_line_exit_2_nothing_written(tmp_path, node, 
     assert not (tmp_path / "job.sh").exists()
 
 
-# --- the gpu-numa wrapper ----------------------------------------------------------------------
+# --- the gpu-numa wrapper: hpcbundle-bind ------------------------------------------------------
+
+BIND = ROOT / "src" / "hpcbundle" / "data" / BIND_NAME
 
 
-def test_a_site_with_a_gpu_numa_map_wraps_every_rank_outside_the_container():
+def test_a_site_with_a_gpu_numa_map_wraps_every_rank_outside_the_container_by_the_scripts_name():
     result = hpcbundle(
         "launch", "--site", "roce-h100-ompi5", "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--explain", "--", "t"
     )
     assert result.returncode == 0, result.stderr
-    assert "gpu-numa 0,0,0,0,1,1,1,1 apptainer exec --nv h.sif t" in result.stdout
-    assert "site roce-h100-ompi5 node.gpu_numa" in result.stdout
+    assert " hpcbundle-bind 0,0,0,0,1,1,1,1 apptainer exec --nv h.sif t\n" in result.stdout
+    assert "sh -c" not in result.stdout
+    assert "site roce-h100-ompi5 node.gpu_numa" in result.stdout and "per-rank placement by hpcbundle-bind MAP" in (
+        result.stdout
+    )
+
+
+def test_a_foreign_image_gets_the_script_inline_only_where_the_wrapper_runs_in_the_container(tmp_path):
+    """pyxis runs the wrappers inside the container (its srun plugin): an image built elsewhere has no
+    hpcbundle-bind, so the line carries its text; mpirun + apptainer runs them on the host, by name."""
+    change = {"container": {"foreign_image": True}, "node": {"gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1]}}
+    inside = write_site(tmp_path, "slurm-pyxis-h100", change, name="pyxis-ngc")
+    result = hpcbundle(
+        "launch", "--site", str(inside), "--image", "nvcr.io#nvidia/pytorch:24.01-py3", "--np", "8", "--", "t"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f" sh -c {shlex.quote(BIND_INLINE)} hpcbundle-bind 0,0,0,0,1,1,1,1 t" in result.stdout
+    outside = write_site(tmp_path, "roce-h100-ompi5", {"container": {"foreign_image": True}}, name="roce-ngc")
+    result = hpcbundle("launch", "--site", str(outside), "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--", "t")
+    assert result.returncode == 0, result.stderr
+    assert " hpcbundle-bind 0,0,0,0,1,1,1,1 apptainer exec" in result.stdout and "sh -c" not in result.stdout
+
+
+def test_the_inline_form_is_the_scripts_commands_and_every_one_is_complete():
+    commands = bind_commands()
+    assert BIND_INLINE == "; ".join(commands) and commands[0].startswith("if [")
+    incomplete = [line for line in commands if subprocess.run(["sh", "-n", "-c", line], capture_output=True).returncode]
+    assert incomplete == []
+    assert set(BIND_SCRIPT.splitlines()) - set(commands) == {
+        line for line in BIND_SCRIPT.splitlines() if not line.strip() or line.startswith("#")
+    }
+
+
+def test_the_script_is_executable_and_shellcheck_clean():
+    assert os.access(BIND, os.X_OK) and BIND.read_text() == BIND_SCRIPT
+    result = subprocess.run(["shellcheck", "--shell=sh", str(BIND)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout
+
+
+def test_make_install_bind_puts_the_script_on_a_host(tmp_path):
+    result = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "install-bind", f"PREFIX={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    installed = tmp_path / "bin" / BIND_NAME
+    assert installed.read_text() == BIND_SCRIPT and os.access(installed, os.X_OK)
+
+
+FORMS = {"script": [str(BIND)], "inline": ["sh", "-c", BIND_INLINE, BIND_NAME]}
 
 
 def _wrapped(
-    env: dict[str, str], gpu_numa: list[int], program: str, path: str | None = None
+    env: dict[str, str], gpu_numa: list[int], program: list[str], form: str = "script", path: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The wrapper run directly (no launcher) with the launcher's variables in `env`."""
+    """hpcbundle-bind run directly (no launcher), as the file or inline, with the launcher's variables in `env`."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "SLURM_", "PMI_", "MPI_", "CUDA_"))}
     clean |= {"PATH": path or clean["PATH"]} | env
-    return subprocess.run(
-        [*gpu_numa_wrapper(gpu_numa), "sh", "-c", program], capture_output=True, text=True, timeout=30, env=clean
-    )
+    mapping = ",".join(map(str, gpu_numa))
+    return subprocess.run([*FORMS[form], mapping, *program], capture_output=True, text=True, timeout=30, env=clean)
+
+
+def _stubs(directory: Path, *tools: str) -> str:
+    """A PATH of `directory`, holding stubs of `tools` that print their argv one word a line, then sh's own
+    tools (cat for taskset's CPU list)."""
+    directory.mkdir()
+    for tool in tools:
+        stub = directory / tool
+        stub.write_text(f"#!/bin/sh\nprintf '%s\\n' {tool} \"$@\"\n")
+        stub.chmod(0o755)
+    for tool in ("sh", "cat"):
+        (directory / tool).symlink_to(shutil.which(tool) or tool)
+    return str(directory)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(
+    "env, node",
+    [
+        ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"}, 3),  # mpirun in a batch job: Open MPI's wins
+        ({"MPI_LOCALRANKID": "2", "SLURM_LOCALID": "0"}, 5),  # hydra in a batch job
+        ({"PMI_LOCAL_RANK": "3"}, 7),
+        ({"SLURM_LOCALID": "2", "CUDA_VISIBLE_DEVICES": "0,3,1"}, 3),  # srun: the job's GPUs, this rank's third
+        ({"SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "2"}, 5),  # one GPU already given to the rank
+    ],
+    ids=["open-mpi", "hydra", "pmi", "srun-job-gpus", "srun-gpu-per-task"],
+)
+def test_bind_execs_numactl_on_the_node_of_the_ranks_gpu(tmp_path, env, node, form):
+    """GPUs 0-3 on NUMA nodes 1, 3, 5, 7: a stub numactl shows the argv hpcbundle-bind execs."""
+    path = _stubs(tmp_path / "bin", "numactl", "taskset")
+    result = _wrapped(env, [1, 3, 5, 7], ["python", "train.py", "--epochs", "2 3"], form, path)
+    assert result.returncode == 0, result.stderr
+    expected = ["numactl", f"--cpunodebind={node}", f"--membind={node}", "python", "train.py", "--epochs", "2 3"]
+    assert result.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_bind_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_path, form):
+    path = _stubs(tmp_path / "bin", "taskset")
+    result = _wrapped({"SLURM_LOCALID": "0"}, [0], ["true"], form, path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["taskset", "-c", NODE0_CPUS.read_text().strip(), "true"]
 
 
 SHOW = 'echo "${CUDA_VISIBLE_DEVICES:-unset} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
 NO_NODE = 7  # a NUMA node this machine lacks: numactl refuses to bind to it
 
 
-@pytest.mark.parametrize(
-    "env",
-    [
-        {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "0"},  # mpirun in a batch job
-        {"MPI_LOCALRANKID": "1", "SLURM_LOCALID": "0"},  # hydra in a batch job
-        {"PMI_LOCAL_RANK": "1"},
-        {"SLURM_LOCALID": "2", "CUDA_VISIBLE_DEVICES": "0,2,1"},  # srun: the job's GPUs, this rank's third
-        {"SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "1"},  # one GPU already given to the rank
-    ],
-    ids=["open-mpi", "hydra", "pmi", "srun-job-gpus", "srun-gpu-per-task"],
-)
-def test_wrapper_binds_each_launchers_rank_to_its_gpus_node_and_leaves_the_gpus_visible(env):
+def test_bind_really_binds_the_rank_to_its_gpus_node_and_leaves_the_gpus_visible():
     """GPU 1 sits on node 0 (this machine's only node), GPU 0 on a node that does not exist: the rank
-    runs only where the wrapper found GPU 1 for it, and sees the GPUs its launcher gave it."""
-    result = _wrapped(env, [NO_NODE, 0], SHOW)
+    runs only where the real numactl found GPU 1 for it, and sees the GPUs its launcher gave it."""
+    env = {"SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": "1"}
+    result = _wrapped(env, [NO_NODE, 0], ["sh", "-c", SHOW])
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [env.get("CUDA_VISIBLE_DEVICES", "unset"), NODE0_CPUS.read_text().strip()]
-    other_gpu = _wrapped({**env, "CUDA_VISIBLE_DEVICES": "0"}, [NO_NODE, 0], "echo ran")
+    assert result.stdout.split() == ["1", NODE0_CPUS.read_text().strip()]
+    other_gpu = _wrapped({**env, "CUDA_VISIBLE_DEVICES": "0"}, [NO_NODE, 0], ["echo", "ran"])
     assert other_gpu.returncode != 0 and "ran" not in other_gpu.stdout
 
 
-def test_wrapper_without_a_local_rank_or_a_gpu_for_it_stops_in_one_line():
-    alone = _wrapped({}, [0, 0], "true")
-    assert alone.returncode == 2 and "gpu-numa: no local rank" in alone.stderr
-    beyond = _wrapped({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, [0, 0], "true")
+@pytest.mark.parametrize("form", FORMS)
+def test_bind_without_a_map_a_local_rank_or_a_gpu_for_it_stops_in_one_line(form):
+    alone = _wrapped({}, [0, 0], ["true"], form)
+    assert alone.returncode == 2 and alone.stderr.startswith("hpcbundle-bind: no local rank")
+    beyond = _wrapped({"OMPI_COMM_WORLD_LOCAL_RANK": "2"}, [0, 0], ["true"], form)
     assert beyond.returncode == 2 and "local rank 2 has no GPU in the map (node.gpu_numa: 0,0" in beyond.stderr
-
-
-def test_wrapper_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_path):
-    for tool in ("sh", "taskset", "cat", "grep", "cut"):
-        found = shutil.which(tool)
-        assert found, tool
-        (tmp_path / tool).symlink_to(found)
-    result = _wrapped({"SLURM_LOCALID": "0"}, [0], SHOW, path=str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["unset", NODE0_CPUS.read_text().strip()]
+    usage = subprocess.run([*FORMS[form], "0,0"], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: hpcbundle-bind MAP PROGRAM")
+    assert len(alone.stderr.splitlines()) == len(beyond.stderr.splitlines()) == len(usage.stderr.splitlines()) == 1
 
 
 @pytest.mark.full_setup
@@ -179,7 +257,11 @@ def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_pa
     )
     # --no-doctor: the preflight rightly finds no GPU here (declared-gpus)
     launch = ["launch", "--site", str(site), "--np", "2", "--no-doctor", "--exec"]
-    result = hpcbundle(*launch, "--", "sh", "-c", report, str(tmp_path))
+    installed = tmp_path / "bin"  # hpcbundle-bind on the host, as `make install-bind` puts it
+    installed.mkdir()
+    (installed / BIND_NAME).symlink_to(BIND)
+    env = {"PATH": f"{installed}:{os.environ['PATH']}"}
+    result = hpcbundle(*launch, "--", "sh", "-c", report, str(tmp_path), env=env)
     assert result.returncode == 0, result.stderr
     cpus = NODE0_CPUS.read_text().strip()
     for rank in (0, 1):

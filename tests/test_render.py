@@ -18,8 +18,8 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks import BLOCKS
-from hpcbundle.image.blocks.horovod import horovod_env
-from hpcbundle.image.imagespec import horovod_key, image_spec
+from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
+from hpcbundle.image.imagespec import image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
     Steps,
@@ -29,6 +29,7 @@ from hpcbundle.image.render import (
     shell_line_problem,
     template_environment,
 )
+from hpcbundle.knowledge.bind import BIND_NAME, BIND_PATH, BIND_SCRIPT
 from hpcbundle.knowledge.build_env import derived
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
@@ -205,7 +206,21 @@ def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
         "HOROVOD_WITH_GLOO": "1",
     }
     assert "torch==2.13.0+cpu" in rendered("cpu-local", "docker")
-    assert "cuda" not in rendered("cpu-local", "docker").lower()
+    build = [line for step in steps("cpu-local").all() if step.snippet != "bind" for line in step.lines]
+    assert "cuda" not in "\n".join(build).lower()  # hpcbundle-bind only reads CUDA_VISIBLE_DEVICES
+
+
+@pytest.mark.parametrize("name", ["cpu-local", "cuda13.0-torch2.11"])
+def test_every_image_carries_hpcbundle_bind_exactly_as_the_package_ships_it(name: str, tmp_path: Path) -> None:
+    """The runtime stage's bind step, run here with its path moved into tmp_path, writes the script's
+    bytes and makes it executable; the Dockerfile and the .def both run it."""
+    (step,) = [step for step in steps(name).runtime if step.snippet == "bind"]
+    moved = tmp_path / BIND_NAME
+    lines = [line.rsplit(BIND_PATH, 1)[0] + str(moved) for line in step.lines]
+    subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], check=True, timeout=30)
+    assert moved.read_text() == BIND_SCRIPT and os.access(moved, os.X_OK)
+    assert f"hadolint ignore=SC2016\nRUN {step.lines[0]}" in rendered(name, "docker")
+    assert f"    {step.lines[0]}\n" in rendered(name, "singularity")
 
 
 @pytest.mark.parametrize("name", [n for n in RECIPES if recipe(n).gpu and recipe(n).gpu.source == "image"])
@@ -578,3 +593,17 @@ def test_install_script_refuses_a_host_gcc_the_build_cannot_use(tmp_path: Path, 
         text=True,
     )
     assert (result.returncode, refusal is None or refusal in result.stderr) == (0 if refusal is None else 1, True)
+
+
+def test_every_block_names_the_snippets_its_steps_run_and_every_snippet_has_a_block() -> None:
+    """A reader finds a component's shell from its block file: `Block.shell` lists every snippet its
+    steps run for any shipped recipe, image or install script, and no snippet is left without a block."""
+    kb = knowledge_base()
+    for name in RECIPES:
+        for host in (False, True):
+            spec = image_spec(recipe(name), kb, host=host)
+            for block in BLOCKS.ordered():
+                run = {snippet.name for stage in (block.build, block.slim, block.runtime) for snippet in stage(spec)}
+                assert run <= set(block.shell), (name, block.name, run)
+    snippets = {path.name.removesuffix(".sh.j2") for path in (ROOT / "containers" / "common").glob("*.sh.j2")}
+    assert snippets == {snippet for block in BLOCKS.all() for snippet in block.shell}

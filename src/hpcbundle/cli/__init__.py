@@ -19,6 +19,7 @@ COMMAND_MODULES = {
     "render": "recipes",
     "check": "recipes",
     "rules": "rules",
+    "reference": "reference",
     "sites": "launch",
     "launch": "launch",
     "sbatch": "launch",

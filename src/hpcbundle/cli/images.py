@@ -11,7 +11,8 @@ import click
 
 from ..config.errors import UserError
 from ..image import images
-from ..image.imagespec import CONTEXT_DIRS, image_spec
+from ..image.imagespec import image_spec
+from ..image.layout import CONTEXT_DIRS
 from ..image.render import render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..rules.engine import failed
@@ -94,7 +95,7 @@ def build_docker_command(
     wheels = wheelhouse or b.root / "wheelhouse"
     _check_wheelhouse(image_spec(model, kb).framework_requirements, wheels, args)
     directories = {"examples": b.examples_dir, "wheelhouse": wheels}
-    assert set(directories) == set(CONTEXT_DIRS), "build context out of step with imagespec.CONTEXT_DIRS"
+    assert set(directories) == set(CONTEXT_DIRS), "build context out of step with image.layout.CONTEXT_DIRS"
 
     tags = tags or (f"hpcbundle/{model.name}:{target or 'latest'}",)
     client = images.connect()

@@ -34,7 +34,7 @@ class Base(StrictModel):
     image, and the image's labels record it.
     """
 
-    os: OsName
+    os: OsName = Field(description="the base images' OS, e.g. debian12 or ubuntu22.04 (it picks the python)")
     build_image: Image = Field(description="FROM of the build stage, e.g. a CUDA devel image")
     runtime_image: Image = Field(description="FROM of the slim runtime stage")
 
@@ -54,7 +54,7 @@ class Gpu(StrictModel):
     """
 
     source: CudaSource = Field("image", description="where CUDA comes from: image (nvidia/cuda base) or wheels (PyPI)")
-    cuda: Version
+    cuda: Version = Field(description="the CUDA toolkit version, e.g. 12.2.2 (the base image's, or the wheels')")
     cudnn: Version = Field(description="the cuDNN torch's wheel pins (nvidia-cudnn-cuXX), major.minor")
     nccl: Version = Field(description="the NCCL torch's wheel pins (nvidia-nccl-cuXX), e.g. 2.28.9")
     archs: list[Version] = Field(min_length=1, description="compute capabilities to build for, e.g. ['7.5', '8.0']")
@@ -79,16 +79,20 @@ class Gpu(StrictModel):
 class Tarball(StrictModel):
     """A pinned source tarball: fetched by URL, refused unless its sha256 matches."""
 
-    url: Url
-    sha256: Sha256
+    url: Url = Field(description="where the pinned source tarball is (the wheelhouse's copy is used first)")
+    sha256: Sha256 = Field(description="the tarball's sha256; a build refuses any other")
 
 
 class Mpi(StrictModel):
     """The MPI inside the image. `source`: built from a tarball; `distro`: OS packages; `pip`: Intel MPI wheels."""
 
-    flavour: Literal["openmpi", "intelmpi", "mpich"]
-    version: Version
-    install: Literal["source", "distro", "pip"]
+    flavour: Literal["openmpi", "intelmpi", "mpich"] = Field(
+        description="the MPI in the image; the host MPI must share its ABI"
+    )
+    version: Version = Field(description="its version, e.g. 4.1.6")
+    install: Literal["source", "distro", "pip"] = Field(
+        description="source: built from mpi.source; distro: the OS packages; pip: Intel MPI's wheels"
+    )
     source: Tarball | None = None
     configure: list[ConfigureOption] = Field(
         default_factory=list, description="extra ./configure options for install: source"
@@ -104,18 +108,18 @@ for libfabric's psm2 provider, which Intel MPI uses)."""
 class Ucx(StrictModel):
     """UCX built from source for Open MPI's pml ucx (InfiniBand/RoCE, CUDA-aware transfers)."""
 
-    version: Version
+    version: Version = Field(description="the UCX version, e.g. 1.15.0")
     source: Tarball
-    configure: list[ConfigureOption] = Field(default_factory=list)
+    configure: list[ConfigureOption] = Field(default_factory=list, description="extra ./configure options")
 
 
 class TensorFlow(StrictModel):
-    version: Version
-    package: Literal["tensorflow", "tensorflow-cpu"] = "tensorflow"
+    version: Version = Field(description="the TensorFlow version, e.g. 2.15.1")
+    package: Literal["tensorflow", "tensorflow-cpu"] = Field("tensorflow", description="the pip package to install")
 
 
 class PyTorch(StrictModel):
-    version: Version
+    version: Version = Field(description="the PyTorch version, e.g. 2.1.2")
     variant: str = Field(pattern=r"^(cpu|cu\d{3})$", description="wheel variant: cpu, cu118, cu121, ...")
 
 
@@ -138,16 +142,18 @@ class Frameworks(StrictModel):
 class Horovod(StrictModel):
     """Horovod, built from its PyPI sdist (checksummed) with the recipe's HOROVOD_* flags."""
 
-    version: Version
-    sdist_sha256: Sha256
+    version: Version = Field(description="the Horovod version, e.g. 0.28.1 (built from its PyPI sdist)")
+    sdist_sha256: Sha256 = Field(description="the sdist's sha256; a build refuses any other")
     patches: list[Literal["cxx17", "gcc13", "py312"]] = Field(
         default_factory=list,
         description="cxx17: CMAKE_CXX_STANDARD 14 -> 17 in both CMakeLists.txt; "
         "gcc13: #include <string> and <stdexcept> where GCC >= 13 no longer pulls them in; "
         "py312: sysconfig and shutil.which for the distutils that Python >= 3.12 lacks",
     )
-    controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1)
-    tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(min_length=1)
+    controllers: list[Literal["mpi", "gloo"]] = Field(min_length=1, description="HOROVOD_WITH_MPI / HOROVOD_WITH_GLOO")
+    tensor_operations: list[Literal["nccl", "mpi", "gloo"]] = Field(
+        min_length=1, description="the collectives' back ends; nccl needs gpu"
+    )
     build_env: dict[BuildEnvName, EnvValue] = Field(default_factory=dict, description="extra HOROVOD_* build variables")
 
     @field_validator("build_env")
@@ -162,10 +168,10 @@ class Horovod(StrictModel):
 class Recipe(StrictModel):
     """One matched stack. See recipes/*.yaml for complete examples."""
 
-    name: Name
-    description: Line
+    name: Name = Field(description="the recipe's name, the same as its file name without .yaml")
+    description: Line = Field(description="one line on the stack, shown in the rendered files")
     base: Base
-    python: Version
+    python: Version = Field(description="the Python of base.os, e.g. 3.11 (the venv's site-packages path)")
     gpu: Gpu | None = None
     mpi: Mpi
     ucx: Ucx | None = None

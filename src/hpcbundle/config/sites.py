@@ -101,8 +101,10 @@ PROGRAM_ENV = ("PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON
 class HostMpi(StrictModel):
     """The MPI installed on the cluster, whose launcher starts the ranks."""
 
-    flavour: Literal["openmpi", "intelmpi", "mpich", "mvapich2"]
-    version: Version
+    flavour: Literal["openmpi", "intelmpi", "mpich", "mvapich2"] = Field(
+        description="the host MPI's family; the image's MPI must share its ABI (rule mpi-abi)"
+    )
+    version: Version = Field(description="the host MPI's version, e.g. 4.1.6 (`mpirun --version`)")
 
 
 class LauncherSettings(StrictModel):
@@ -111,10 +113,12 @@ class LauncherSettings(StrictModel):
     name: str = Field(min_length=1, description="mpirun, mpirun5, mpiexec.hydra, srun, horovodrun")
     command: Word | None = Field(None, description="the executable, when not the launcher's usual name")
     tag_output: bool = Field(False, description="prefix each output line with its rank")
-    allow_run_as_root: bool = False
+    allow_run_as_root: bool = Field(
+        False, description="mpirun --allow-run-as-root (containers and test hosts run as root)"
+    )
     oversubscribe: bool = Field(False, description="more ranks than cores on a node")
-    bind_to: Word | None = None
-    map_by: Word | None = None
+    bind_to: Word | None = Field(None, description="mpirun --bind-to, e.g. none (Horovod's advice)")
+    map_by: Word | None = Field(None, description="mpirun --map-by, e.g. slot")
     single_dash: bool = Field(False, description="Open MPI <= 4 spellings -mca/-bind-to/-map-by")
     pmi: Word | None = Field(None, description="srun --mpi plugin, e.g. pmix")
     gloo: bool = Field(False, description="horovodrun --gloo instead of MPI")
@@ -127,12 +131,20 @@ class LauncherSettings(StrictModel):
 class Container(StrictModel):
     """The container runtime that runs one image per rank (or none: the host's own software)."""
 
-    runtime: str = "none"
-    command: Word | None = None
+    runtime: str = Field(
+        "none", description="singularity, apptainer, charliecloud, docker, podman, pyxis, or none (the host's software)"
+    )
+    command: Word | None = Field(None, description="the runtime's executable, when not its usual name")
     gpu: bool = Field(False, description="expose the host's NVIDIA driver and GPUs (--nv, --gpus all)")
     userns: bool | None = Field(None, description="runs unprivileged in a user namespace (default: the runtime's)")
-    binds: list[Bind] = Field(default_factory=list)
-    args: list[str] = Field(default_factory=list)
+    binds: list[Bind] = Field(default_factory=list, description="host paths mounted in the container, PATH or SRC:DST")
+    args: list[str] = Field(default_factory=list, description="extra runtime options, verbatim")
+    foreign_image: bool = Field(
+        False,
+        description="the site runs images not built by hpcbundle (e.g. NGC's), which lack "
+        "/usr/local/bin/hpcbundle-bind: where the gpu-numa wrapper (node.gpu_numa) runs inside the "
+        "container, it runs the script's text inline (sh -c) instead of by name",
+    )
 
 
 MAX_CPUS = 1 << 20
@@ -147,9 +159,11 @@ MAX_NUMA_NODE = 1023
 class Node(StrictModel):
     """One compute node: what it has, and how many ranks go on it."""
 
-    cores: PositiveInt = Field(le=MAX_CPUS)
-    gpus: int = Field(0, ge=0, le=MAX_GPUS)
-    gpu_model: str | None = None
+    cores: PositiveInt = Field(
+        le=MAX_CPUS, description="CPU cores per node (ranks per node default to them on CPU sites)"
+    )
+    gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs per node (one rank per GPU by default)")
+    gpu_model: str | None = Field(None, description="e.g. V100, A100, H100: matched against the recipe's gpu.archs")
     driver: Version | None = Field(None, description="NVIDIA driver version on the nodes")
     ranks_per_node: PositiveInt | None = Field(None, description="default: one rank per GPU, else per core")
     numa_memory: list[Annotated[int, Field(ge=0)]] | None = Field(
@@ -169,7 +183,7 @@ class Node(StrictModel):
         max_length=MAX_GPUS,
         description="GPU index -> its NUMA node (`nvidia-smi topo -m`, NUMA Affinity; drafted by "
         "`site detect`), e.g. [0, 0, 0, 0, 1, 1, 1, 1]; when set, every rank runs under the gpu-numa "
-        "placement wrapper: its local rank's GPU, and that GPU's NUMA node's cores and memory",
+        "placement wrapper, `hpcbundle-bind MAP`: its local rank's GPU, and that GPU's NUMA node's cores and memory",
     )
 
     @property
@@ -189,7 +203,9 @@ class Node(StrictModel):
 class Network(StrictModel):
     """The fabric, and the interfaces MPI and NCCL talk over (hpcbundle.knowledge.network derives their settings)."""
 
-    fabric: Literal["infiniband", "roce", "ethernet", "omnipath", "loopback"]
+    fabric: Literal["infiniband", "roce", "ethernet", "omnipath", "loopback"] = Field(
+        description="the network between nodes; the rules match the image's transports and fabric libraries to it"
+    )
     interfaces: list[Word] = Field(
         default_factory=list,
         description="TCP interfaces MPI and NCCL may use: "
@@ -275,15 +291,15 @@ class Faults(StrictModel):
 class Slurm(StrictModel):
     """#SBATCH settings and what the batch script runs before launching."""
 
-    job_name: Word = "horovod"
-    partition: Word | None = None
-    account: Word | None = None
-    qos: Word | None = None
+    job_name: Word = Field("horovod", description="#SBATCH --job-name")
+    partition: Word | None = Field(None, description="#SBATCH --partition")
+    account: Word | None = Field(None, description="#SBATCH --account")
+    qos: Word | None = Field(None, description="#SBATCH --qos")
     time: SlurmTime | None = Field(None, description="e.g. 02:00:00 or 1-00:00:00")
-    gres: Word | None = None
-    constraint: Word | None = None
+    gres: Word | None = Field(None, description="#SBATCH --gres, e.g. gpu:8")
+    constraint: Word | None = Field(None, description="#SBATCH --constraint (node features)")
     options: list[Word] = Field(default_factory=list, description="more #SBATCH options, e.g. --exclusive")
-    modules: list[Word] = Field(default_factory=list)
+    modules: list[Word] = Field(default_factory=list, description="environment modules loaded before the launch")
     prologue: list[str] = Field(default_factory=list, description="shell lines run before the launch")
     spool_dir: AbsPath = Field(
         "/var/spool/slurmd",
@@ -295,14 +311,14 @@ class Slurm(StrictModel):
 class Site(StrictModel):
     """One cluster. See site_configs/*.yaml for complete examples."""
 
-    name: Name
-    description: Line
+    name: Name = Field(description="the site's name, the same as its file name without .yaml")
+    description: Line = Field(description="one line on what the cluster is")
     mpi: HostMpi
     launcher: LauncherSettings
     container: Container = Field(default_factory=Container)
     export: list[EnvName] = Field(default_factory=list, description="variables forwarded from the launching shell")
     env: dict[EnvName, Scalar] = Field(default_factory=dict, description="variables set in every rank")
-    mca: dict[McaName, Scalar] = Field(default_factory=dict)
+    mca: dict[McaName, Scalar] = Field(default_factory=dict, description="Open MPI MCA parameters for every rank")
     wrappers: list[Annotated[list[str], Field(min_length=1)]] = Field(
         default_factory=list, description="per-rank commands around the program"
     )

@@ -27,7 +27,8 @@ from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
 from .blocks.horovod import verify
 from .bootstrap import Bootstrap
-from .imagespec import ImageSpec, image_spec
+from .imagespec import image_spec
+from .layout import ImageSpec
 
 Format = Literal["docker", "singularity", "shell"]
 TEMPLATES: dict[str, str] = {
@@ -40,13 +41,15 @@ SUFFIXES: dict[str, str] = {"docker": ".Dockerfile", "singularity": ".def", "she
 
 @dataclass(frozen=True)
 class Step:
-    """One rendered snippet: a title for the reader, the template it came from, its command lines, and
-    whether the install script runs it too (it asks the host for OS packages and source builds)."""
+    """One rendered snippet: a title for the reader, the template it came from, its command lines,
+    whether the install script runs it too (it asks the host for OS packages and source builds), and
+    the findings hadolint accepts in it (`Snippet.lint_ignore`)."""
 
     title: str
     snippet: str
     lines: tuple[str, ...]
     on_host: bool = True
+    lint_ignore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
 
     def rendered(snippet: Snippet, on_host: bool = True) -> Step:
         lines = render_snippet(env, snippet.name, recipe=spec.recipe, spec=spec, **snippet.values)
-        return Step(snippet.title, snippet.name, lines, on_host)
+        return Step(snippet.title, snippet.name, lines, on_host, snippet.lint_ignore)
 
     blocks = BLOCKS.ordered()
     build = tuple(rendered(snippet, block.on_host) for block in blocks for snippet in block.build(spec))

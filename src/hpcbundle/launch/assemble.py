@@ -18,7 +18,7 @@ from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
-from .placement import gpu_numa_wrapper
+from .placement import gpu_numa_placement
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
@@ -181,9 +181,8 @@ def _wrappers(site: Site, place: str) -> Parts:
     """The per-rank wrappers (the GPU-NUMA placement, then the site's), explained for where they run."""
     wrappers = Parts(site, "wrapper")
     if site.node.gpu_numa:
-        wrappers.site(
-            "node.gpu_numa", gpu_numa_wrapper(site.node.gpu_numa), f"{reasons.GPU_NUMA}; {_WRAPPER_WHY[place]}"
-        )
+        tokens, source, why = gpu_numa_placement(site, in_container=place in ("inside", "plugin"))
+        wrappers.add(tokens, source, f"{why}; {_WRAPPER_WHY[place]}")
     for index, wrapper in enumerate(site.wrappers):
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]

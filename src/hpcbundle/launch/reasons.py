@@ -58,11 +58,18 @@ THREADS = (
     "thread), so it does not map ranks to CPUs itself (--map-by slot:PE=N would bind them); the gpu-numa "
     "wrapper (node.gpu_numa) binds per NUMA node instead"
 )
+_BIND_DOES = (
+    "the rank's local rank (from Open MPI, hydra or SLURM) picks its GPU (CUDA_VISIBLE_DEVICES) and that "
+    "GPU's NUMA node's cores and memory (numactl --cpunodebind --membind; taskset over the node's CPUs where "
+    "numactl is missing); the map is its only argument"
+)
 GPU_NUMA = (
-    "per-rank placement: the rank's local rank (from Open MPI, hydra or SLURM) picks its GPU "
-    "(CUDA_VISIBLE_DEVICES) and that GPU's NUMA node's cores and memory (numactl --cpunodebind --membind; "
-    "taskset over the node's CPUs where numactl is missing); inline POSIX sh, so it runs on the host "
-    "and in any image, and the map is its only argument"
+    "per-rank placement by hpcbundle-bind MAP (plain POSIX sh, hpcbundle/data/hpcbundle-bind in the package; "
+    f"images built here carry it at /usr/local/bin, `make install-bind` puts it on a host): {_BIND_DOES}"
+)
+GPU_NUMA_INLINE = (
+    "per-rank placement by hpcbundle-bind's own text run inline by sh -c, as the site's images were not "
+    f"built here and lack the script: {_BIND_DOES}"
 )
 
 # How --explain marks an interface setting (hpcbundle.knowledge.network.interface_settings): derived

@@ -23,6 +23,7 @@ import pytest
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.fields import major_minor
 from hpcbundle.config.recipes import Recipe
+from hpcbundle.image.blocks.venv import HOROVOD_HELPERS
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
@@ -96,7 +97,7 @@ def stack_requirements(recipe: Recipe) -> tuple[str, ...]:
         raise ValueError(f"recipe {recipe.name} does not take CUDA from PyPI's wheels (gpu.source: wheels)")
     cuobjdump = kb.cuda_wheels[major_minor(recipe.gpu.cuda)].cuobjdump
     return (
-        *spec.horovod_helpers,
+        *HOROVOD_HELPERS,
         *spec.build_requirements,
         *spec.framework_requirements,
         *spec.cuda_tree.requirements,

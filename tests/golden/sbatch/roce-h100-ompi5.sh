@@ -20,6 +20,6 @@ set -u
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 mpirun -n 16 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA=mlx5 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx -x OMP_NUM_THREADS=12 --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 \
-    sh -c 'map=$1; shift; nth() { rest=$1, i=0; while [ -n "$rest" ]; do if [ "$i" -eq "$2" ]; then echo "${rest%%,*}"; return; fi; rest=${rest#*,}; i=$((i + 1)); done; }; rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-${SLURM_LOCALID:-}}}}; case $rank in "" | *[!0-9]* | ??????*) echo "gpu-numa: no local rank from Open MPI, hydra or SLURM (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID)" >&2; exit 2 ;; esac; case ${CUDA_VISIBLE_DEVICES:-} in *,*) gpu=$(nth "$CUDA_VISIBLE_DEVICES" "$rank") ;; "") gpu=$rank ;; *) gpu=$CUDA_VISIBLE_DEVICES ;; esac; case $gpu in "" | *[!0-9]* | ??????*) numa="" ;; *) numa=$(nth "$map" "$gpu") ;; esac; if [ -z "$numa" ]; then echo "gpu-numa: local rank $rank has no GPU in the map (node.gpu_numa: $map; CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset})" >&2; exit 2; fi; if command -v numactl >/dev/null 2>&1; then exec numactl --cpunodebind="$numa" --membind="$numa" "$@"; fi; exec taskset -c "$(cat "/sys/devices/system/node/node$numa/cpulist")" "$@"' gpu-numa 0,0,0,0,1,1,1,1 \
+    hpcbundle-bind 0,0,0,0,1,1,1,1 \
     apptainer exec --nv horovod.sif \
     python train.py

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages, Snippet, apt_packages
 
 BASE_PACKAGES = Packages(
@@ -29,6 +29,7 @@ class AptPackages(Block):
     """
 
     name, position, on_host = "apt", 10, False
+    shell = ("apt",)
 
     def apt(self, spec: ImageSpec) -> Apt:
         return Apt(BASE_PACKAGES)

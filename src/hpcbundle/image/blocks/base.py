@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, NamedTuple
 
 from ...registry import Registry
-from ..imagespec import MPI_PREFIX, ImageSpec
+from ..layout import ImageSpec
 
 
 class Packages(NamedTuple):
@@ -50,11 +50,14 @@ class Apt:
 @dataclass(frozen=True)
 class Snippet:
     """One step before rendering: a title for the reader, the snippet in containers/common/ it runs,
-    and the values the block fills in beside `recipe` and `spec`."""
+    the values the block fills in beside `recipe` and `spec`, and the ShellCheck findings the
+    Dockerfile tells hadolint to accept in it (each one a step's own, e.g. SC2016 for shell text it
+    writes into a file)."""
 
     title: str
     name: str
     values: Mapping[str, object] = field(default_factory=dict)
+    lint_ignore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,9 @@ class SourceBuild:
         return self.url.rsplit("/", 1)[1]
 
 
+MPI_PREFIX = "/opt/openmpi"
+"""Where a source-built MPI goes (Open MPI's or MPICH's: one MPI per image)."""
+
 FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"))
 """What a source build needs to fetch and unpack its tarball."""
 
@@ -89,6 +95,8 @@ class Block:
     name: ClassVar[str]
     position: ClassVar[int]
     on_host: ClassVar[bool] = True
+    shell: ClassVar[tuple[str, ...]] = ()
+    """The snippets its steps run, containers/common/<name>.sh.j2 (shared ones too: pip, autotools)."""
 
     def apt(self, spec: ImageSpec) -> Apt:
         """The apt packages this block needs (the apt block installs them all)."""
@@ -115,6 +123,7 @@ class SourceBlock(Block):
     """A block that builds its `source()` with the shared autotools snippet (fetch tools included)."""
 
     on_host = False
+    shell = ("autotools",)
 
     def apt(self, spec: ImageSpec) -> Apt:
         return Apt(FETCH_PACKAGES) if self.source(spec) else Apt()

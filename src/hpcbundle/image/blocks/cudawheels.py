@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ...config.fields import major_minor
+from ...config.recipes import Recipe
+from ...knowledge.compat import CudaWheels as KnownCudaWheels
+from ...knowledge.compat import KnowledgeBase
+from ..layout import CudaTree, ImageSpec
 from .base import BLOCKS, Block, Snippet
+
+
+def cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
+    """The toolkit wheels for gpu.source: wheels (None for the image route or an unknown CUDA)."""
+    gpu = recipe.gpu
+    if gpu is None or gpu.source != "wheels":
+        return None
+    wheels: KnownCudaWheels | None = kb.cuda_wheels.get(major_minor(gpu.cuda))
+    assert wheels is not None, "the cuda-source rule refuses a CUDA without toolkit wheels before any render"
+    return CudaTree(
+        dir=wheels.dir,
+        build_wheels=tuple(f"{name}=={version}" for name, version in wheels.build.items()),
+        runtime_wheels=tuple(f"{name}=={version}" for name, version in wheels.runtime.items()),
+        cudart=f"libcudart.so.{gpu.cuda.split('.')[0]}",
+    )
 
 
 @BLOCKS.register
@@ -21,6 +40,7 @@ class CudaWheels(Block):
     """
 
     name, position = "cudawheels", 60
+    shell = ("cudawheels",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         homes = [what for what, there in (("a CUDA home", spec.cuda_tree), ("an NCCL home", spec.nccl_dir)) if there]

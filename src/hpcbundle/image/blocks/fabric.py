@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages
 
 FABRIC_PACKAGES = {

@@ -2,8 +2,21 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ...config.recipes import Recipe
+from ...knowledge.compat import KnowledgeBase, pytorch_requirement
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
+
+
+def framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...]:
+    """The frameworks' exact pins, e.g. ('tensorflow-cpu==2.15.1', 'torch==2.13.0+cpu') for cpu-local."""
+    fw = recipe.frameworks
+    reqs = []
+    if fw.tensorflow:
+        reqs.append(f"{fw.tensorflow.package}=={fw.tensorflow.version}")
+    if fw.pytorch:
+        reqs.append(pytorch_requirement(fw.pytorch.version, fw.pytorch.variant, kb))
+    return tuple(reqs)
 
 
 @BLOCKS.register
@@ -23,6 +36,7 @@ class Frameworks(Block):
     """
 
     name, position = "frameworks", 50
+    shell = ("pip",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         toolkit = spec.cuda_tree.requirements if spec.cuda_tree else ()

@@ -2,8 +2,50 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec, search_env, wheel_libs
+import hashlib
+import json
+
+from ...config.recipes import Recipe
+from ..layout import WHEELHOUSE, ImageSpec, search_env, wheel_libs
 from .base import BLOCKS, Block, Snippet
+
+HOROVOD_CACHE = f"{WHEELHOUSE}/horovod"
+"""Prebuilt Horovod wheels, one directory per versions key (`horovod_key`): installed instead of building."""
+CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL"}
+"""How `horovodrun --check-build` names each framework, controller and tensor operation."""
+
+
+def horovod_key(recipe: Recipe) -> str:
+    """The versions a Horovod wheel depends on, as a short name for its cache directory.
+
+    Everything that changes the compiled wheel goes in: Horovod and its patches, frameworks, MPI,
+    CUDA, NCCL, archs, controllers, operations, build variables, OS and Python (the install script
+    adds the Python it really runs)::
+
+        horovod-0.28.1-<12 hex digits>
+    """
+    gpu = recipe.gpu
+    parts = {
+        "horovod": recipe.horovod.model_dump(mode="json"),
+        "frameworks": recipe.frameworks.model_dump(mode="json"),
+        "mpi": [recipe.mpi.flavour, recipe.mpi.version, recipe.mpi.install],
+        "gpu": gpu.model_dump(mode="json") if gpu else None,
+        "os": recipe.base.os,
+        "python": recipe.python,
+    }
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+    return f"horovod-{recipe.horovod.version}-{digest}"
+
+
+def check_build(recipe: Recipe) -> tuple[str, ...]:
+    """`horovodrun --check-build` lines that must be [X], as 'Section: Name' (e.g. 'Controllers: MPI')."""
+    hvd = recipe.horovod
+    wanted = [
+        ("Frameworks", recipe.frameworks.names),
+        ("Controllers", hvd.controllers),
+        ("Tensor Operations", hvd.tensor_operations),
+    ]
+    return tuple(f"{section}: {CHECK_BUILD_NAMES[name]}" for section, names in wanted for name in names)
 
 
 def horovod_env(spec: ImageSpec) -> dict[str, str]:
@@ -16,10 +58,12 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
     recipe, layout, cuda_home = spec.recipe, spec.layout, spec.cuda_home
     fw, hvd, gpu = recipe.frameworks, recipe.horovod, recipe.gpu
     wheels = gpu is not None and gpu.source == "wheels"
+    # libcuda.so.1 -> the toolkit's stub, only while Horovod builds (build hosts have no GPU driver).
     stub = (f"{layout.build_dir}/cuda-stubs",) if gpu and not wheels else ()
     env = search_env(
         recipe,
         layout,
+        spec.prefixes,
         stub + wheel_libs(recipe, layout, cuda_home, spec.nccl_dir),
         (f"{cuda_home}/bin",) if wheels else (),
     )
@@ -74,6 +118,7 @@ class Horovod(Block):
     """
 
     name, position = "horovod", 70
+    shell = ("horovod", "verify")
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         title = (

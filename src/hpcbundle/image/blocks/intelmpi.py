@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
@@ -19,6 +19,7 @@ class IntelMpi(Block):
     """
 
     name, position = "intelmpi", 45
+    shell = ("pip",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         mpi = spec.recipe.mpi

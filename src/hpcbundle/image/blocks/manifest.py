@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
@@ -21,6 +21,7 @@ class Manifest(Block):
     """
 
     name, position = "manifest", 90
+    shell = ("manifest",)
 
     def runtime(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         return (Snippet(f"the recipe as JSON at {spec.manifest_path}", "manifest"),)

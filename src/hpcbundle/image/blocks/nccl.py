@@ -4,8 +4,21 @@ image's own packages removed where it does."""
 from __future__ import annotations
 
 from ...config.fields import major_minor
-from ..imagespec import ImageSpec
+from ...config.recipes import Recipe
+from ...knowledge.compat import KnowledgeBase
+from ..layout import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages
+
+
+def nccl_from_torch(recipe: Recipe, kb: KnowledgeBase) -> bool:
+    """True when torch's wheel brings NCCL as the nvidia-nccl wheel (the image's one NCCL)."""
+    pt = recipe.frameworks.pytorch
+    if recipe.gpu is None or pt is None:
+        return False
+    if recipe.gpu.source == "wheels":
+        return True
+    wheel = kb.torch_wheel(pt.version, pt.variant)
+    return wheel is not None and wheel.nccl is not None
 
 
 def apt_version(nccl: str, cuda: str) -> str:

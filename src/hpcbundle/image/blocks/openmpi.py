@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ...config.fields import parse_version
-from ..imagespec import UCX_PREFIX, ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, MpiBlock, Packages
+from .ucx import UCX_PREFIX
 
 
 def prefix_by_default(version: str) -> str:

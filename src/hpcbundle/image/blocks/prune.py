@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..imagespec import ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
@@ -22,6 +22,7 @@ class Prune(Block):
     """
 
     name, position = "prune", 80
+    shell = ("prune",)
 
     def slim(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         return (Snippet("drop what only building needs from the venv", "prune"),)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..imagespec import UCX_PREFIX, ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Apt, Packages, SourceBlock, SourceBuild
 
+UCX_PREFIX = "/opt/ucx"
 UCX_PACKAGES = Packages(("libnuma-dev",), ("libnuma1",))
 
 

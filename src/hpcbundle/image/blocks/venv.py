@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from ..imagespec import HOROVOD_HELPERS, ImageSpec
+from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
+
+# Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the
+# build runs without build isolation (as scripts/setup/horovod-wheel.sh builds it on the host).
+# Pinned so offline builds can find them. cffi >= 2: tensorflow's dependencies pull a cryptography
+# that needs it, and an older pin here made every re-run of the install script swap cffi twice.
+HOROVOD_HELPERS = (
+    "wheel==0.43.0",
+    "packaging==24.0",
+    "psutil==5.9.8",
+    "PyYAML==6.0.1",
+    "cloudpickle==3.0.0",
+    "cffi==2.1.1",
+)
+CMAKE_FOR_WHEELS = "cmake==4.4.4"
+"""The wheels route builds with pip's cmake (the one measured with CUDA 13 wheels; Debian 12's is 3.25)."""
 
 
 @BLOCKS.register
@@ -20,6 +35,7 @@ class Venv(Block):
     """
 
     name, position = "venv", 20
+    shell = ("venv",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         title = f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers"
