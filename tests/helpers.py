@@ -16,6 +16,12 @@ RECIPES = ROOT / "recipes"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
+def examples(full: int) -> int:
+    """How many examples a property test draws: `full` in `make test`; a fifth (at least 50) in `make check`,
+    which sets HPCBUNDLE_FAST_LANE=1 to stay a fast lane; the same strategies, so each run still covers them."""
+    return max(full // 5, 50) if os.environ.get("HPCBUNDLE_FAST_LANE") == "1" else full
+
+
 def recipe_data(name: str) -> dict[str, Any]:
     """A shipped recipe as plain data, safe to mutate."""
     return copy.deepcopy(yaml.safe_load((RECIPES / f"{name}.yaml").read_text()))

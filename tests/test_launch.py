@@ -522,6 +522,7 @@ def test_exec_kills_a_hanging_job_at_the_time_bound_and_names_the_likely_cause(t
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
+@pytest.mark.full_setup  # launch --exec's doctor first looks for the host's mpirun (Open MPI)
 def test_exec_of_a_missing_launcher_is_a_one_line_error(tmp_path):
     write_site(tmp_path, "local", {"launcher": {"command": "no-such-mpirun-here"}}, name="nompi")
     result = hpcbundle("launch", "--site", str(tmp_path / "nompi.yaml"), "--np", "2", "--exec", "--", "python3", "-V")

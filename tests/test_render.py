@@ -512,6 +512,7 @@ def test_install_script_reuses_the_host_wheels_works_offline_and_caches_horovod_
     assert "horovodrun --check-build" in script and script.count("printf '\\n==> [") == 5
 
 
+@pytest.mark.full_setup  # the install script first checks for c++ and mpicc (Open MPI)
 def test_install_script_refuses_a_host_cuda_home_without_the_recipes_nvcc_before_making_anything(
     tmp_path: Path,
 ) -> None:
