@@ -24,10 +24,8 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
 
-from .helpers import ROOT
-from .test_detect import observed
-from .test_doctor import SITE
-from .test_render_lint import shellcheck
+from .helpers import ROOT, observed, shellcheck
+from .helpers import SMALL_SITE as SITE
 
 SITES = find_bundle(None, ROOT).sites_dir
 VENV = {"kind": "python", "executable": "/srv/venv/bin/python3", "prefix": "/srv/venv"}
