@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.image.imagespec import image_spec
@@ -29,6 +30,7 @@ from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed import NetnsCluster, SlurmCluster
 from hpcbundle_testbed.cli import hpcbundle, hpcbundle_argv  # noqa: F401  (the one CLI runner, shared by the tests from here)
 from hpcbundle_testbed.procs import wait_until
+from hpcbundle_testbed.sites import write_site as write_site_data
 from hpcbundle_testbed.slurm_cluster import JobResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,15 +136,13 @@ def write_site(
     directory: Path, base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any
 ) -> Path:
     """site_data(base, change, **top) written as <directory>/<name>.yaml; its path."""
-    data = site_data(base, change, **top)
-    path = directory / f"{data['name']}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_site_data(directory, site_data(base, change, **top))
 
 
 def make_site(base: str | Mapping[str, Any] = DEMO_SITE, change: Mapping[str, Any] | None = None, **top: Any) -> Site:
     """site_data(base, change, **top) as a validated Site; by default DEMO_SITE with `top` replacing sections."""
-    return Site.model_validate(site_data(base, change, **top))
+    data = site_data(base, change, **top)
+    return validate(Site, data, f"{data['name']}.yaml")
 
 
 def bad_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
