@@ -90,7 +90,7 @@ def assert_refused_in_one_line(script: Path, options: list[str], message: str) -
     assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
 
 
-# --- sites: one factory (site_data), written to a file or validated -----------------------------
+# --- sites: one factory (site_variant), written to a file or validated -----------------------------
 
 DEMO_SITE: dict[str, Any] = {
     "name": "demo",
@@ -113,12 +113,12 @@ SMALL_SITE: dict[str, Any] = {
 """A 2-core Open MPI 4 site on data0, no GPU."""
 
 
-def site_data(base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+def site_variant(base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any) -> dict[str, Any]:
     """A site as plain data, safe to mutate: shipped site `base` (a name) or a copy of `base` (data), with
     `change`'s sections merged into its own (a value that is no mapping replaces the section) and `top`'s
     keys replaced whole.
 
-        site_data("local", {"launcher": {"command": "no-such-mpirun"}}, name="nompi")
+        site_variant("local", {"launcher": {"command": "no-such-mpirun"}}, name="nompi")
     """
     data = (
         dict(copy.deepcopy(base)) if isinstance(base, Mapping) else yaml.safe_load((SITES / f"{base}.yaml").read_text())
@@ -135,13 +135,13 @@ def site_data(base: str | Mapping[str, Any], change: Mapping[str, Any] | None = 
 def write_site(
     directory: Path, base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any
 ) -> Path:
-    """site_data(base, change, **top) written as <directory>/<name>.yaml; its path."""
-    return write_site_data(directory, site_data(base, change, **top))
+    """site_variant(base, change, **top) written as <directory>/<name>.yaml; its path."""
+    return write_site_data(directory, site_variant(base, change, **top))
 
 
 def make_site(base: str | Mapping[str, Any] = DEMO_SITE, change: Mapping[str, Any] | None = None, **top: Any) -> Site:
-    """site_data(base, change, **top) as a validated Site; by default DEMO_SITE with `top` replacing sections."""
-    data = site_data(base, change, **top)
+    """site_variant(base, change, **top) as a validated Site; by default DEMO_SITE with `top` replacing sections."""
+    data = site_variant(base, change, **top)
     return validate(Site, data, f"{data['name']}.yaml")
 
 
