@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpcbundle_testbed.cli import hpcbundle_argv
 from hpcbundle_testbed.sites import ssh_site
 from hpcbundle_testbed.ssh_cluster import SshCluster
 from hpcbundle_testbed.tools import ensure_cluster_tools
@@ -38,7 +39,7 @@ PROGRAM = ["python3", "examples/pytorch_train.py"]
 def run_once(cluster: SshCluster, site: Path, variant: str) -> tuple[float, str]:
     """(wall seconds, error or '') of one doctor run from node1."""
     venv = Path(sys.prefix)
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "doctor", "--site", str(site)]
+    argv = hpcbundle_argv("doctor", "--site", str(site))
     argv += ["--hosts", ",".join(cluster.nodes), "--no-checksum"]
     argv += ["--", *PROGRAM] if variant == "program" else []
     env = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv)}

@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpcbundle_testbed.cli import hpcbundle_argv
 from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
 from hpcbundle_testbed.sites import gate_site
 from hpcbundle_testbed.tools import ensure_cluster_tools
@@ -44,7 +45,7 @@ EXPECTED = {"job": 0, "gate+job": 0, "slow": 2, "decoy": 124}
 def launch(cluster: NetnsCluster, site: Path, gate: bool) -> tuple[int, float, str]:
     """One `hpcbundle launch` on node1: exit status, wall seconds, stderr."""
     hosts = ",".join(f"{node}:1" for node in cluster.nodes)
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site)]
+    argv = hpcbundle_argv("launch", "--site", str(site))
     argv += ["--np", str(len(cluster.nodes)), "--hosts", hosts, "--no-doctor", "--exec"]
     argv += ["--gate"] if gate else []
     start = time.monotonic()

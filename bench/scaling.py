@@ -38,15 +38,12 @@ import time
 from pathlib import Path
 
 from hpcbundle_testbed import NetnsCluster, SlurmCluster, ensure_cluster_tools, reap_stale
+from hpcbundle_testbed.cli import hpcbundle_argv
 from hpcbundle_testbed.sites import site_data, write_site
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.85
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-
-
-def hpcbundle(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
 
 
 def bench_site(directory: Path, launcher: str, env: dict[str, str]) -> Path:
@@ -83,7 +80,7 @@ def run_control(slurm: SlurmCluster, site: Path, study: Path, args: argparse.Nam
     half = args.global_batch // 2
     script = study / "control.sh"
     made = slurm.run(
-        hpcbundle(
+        hpcbundle_argv(
             "sbatch",
             "--site",
             str(site),
@@ -234,7 +231,7 @@ def main() -> int:
             SlurmCluster(net.nodes, inside=net) as slurm,
         ):
             site = bench_site(work, args.launcher, dict(kv.split("=", 1) for kv in args.env))
-            plan = hpcbundle(
+            plan = hpcbundle_argv(
                 "scaling",
                 "plan",
                 "--site",
@@ -279,7 +276,7 @@ def main() -> int:
             if args.control and args.max_nodes >= 2 and args.global_batch % 2 == 0:
                 control = run_control(slurm, site, study, args, args.timeout)
         report = subprocess.run(
-            hpcbundle("scaling", "report", str(study)), capture_output=True, text=True, timeout=300, check=False
+            hpcbundle_argv("scaling", "report", str(study)), capture_output=True, text=True, timeout=300, check=False
         )
         print(report.stdout, end="")
         sys.stderr.write(report.stderr)

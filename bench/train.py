@@ -27,7 +27,6 @@ Exit status 1 if a run failed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import signal
@@ -36,9 +35,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any
 
+from hpcbundle_testbed.bench import OneLineParser, bench_site, hosts_of, positive, run_tune, spread
+from hpcbundle_testbed.cli import hpcbundle_argv
 from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
 from hpcbundle_testbed.tools import ensure_cluster_tools
 
@@ -46,17 +47,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "examples" / "pytorch_synthetic_benchmark.py"
 MODELS = ("cnn", "resnet", "mlp")
 DDP_PORT = 29400
-
-
-def _allreduce_bench() -> ModuleType:
-    """bench/allreduce.py, for its site, tune and launch helpers (one place that knows them)."""
-    spec = importlib.util.spec_from_file_location("bench_allreduce", Path(__file__).with_name("allreduce.py"))
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _allreduce_bench()
 
 
 def run_variant(
@@ -67,8 +57,8 @@ def run_variant(
     program += ["--num-warmup-batches", str(args.warmup), "--batch-size", str(args.batch_size)]
     if ddp_port is not None:
         program += ["--ddp", f"tcp://{cluster.address('node1')}:{ddp_port}"]
-    argv = BENCH.hpcbundle(
-        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", BENCH.hosts_of(cluster),
+    argv = hpcbundle_argv(
+        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
         "--exec", "--no-doctor", "--", *program,
     )  # fmt: skip
     try:
@@ -94,16 +84,16 @@ def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any
     with NetnsCluster(n, own_cores=True) as cluster:
         directory = work / f"n{n}"
         directory.mkdir()
-        site = BENCH.bench_site(directory, cluster, f"train-n{n}", {}, {}, args.timeout)
+        site = bench_site(directory, cluster, f"train-n{n}", {}, {}, args.timeout)
         sites: dict[str, tuple[Path, bool]] = {"horovod": (site, False)}
         if args.tuned:
             print(f"\n== {n} nodes: hpcbundle tune ...", file=sys.stderr, flush=True)
-            tuned = BENCH.run_tune(cluster, site, directory / "tuned.yaml", timeout=args.tune_timeout)
+            tuned = run_tune(cluster, site, directory / "tuned.yaml", timeout=args.tune_timeout)
             sites["horovod-tuned"] = (tuned, False)
         elif args.tuned_from:
             settings = args.tuned_settings[str(n)]
             print(f"\n== {n} nodes: tuned settings from {args.tuned_from}: {settings}", file=sys.stderr, flush=True)
-            tuned = BENCH.bench_site(directory, cluster, f"train-n{n}-tuned", {}, settings, args.timeout)
+            tuned = bench_site(directory, cluster, f"train-n{n}-tuned", {}, settings, args.timeout)
             sites["horovod-tuned"] = (tuned, False)
         sites["ddp"] = (site, True)
         rates: dict[str, dict[str, list[float]]] = {m: {v: [] for v in sites} for m in args.models}
@@ -136,7 +126,7 @@ def ratios(rates: dict[str, list[float]], top: str, bottom: str) -> dict[str, fl
     """`top` / `bottom` round by round (the rounds interleave them), as median and min-max."""
     if not rates.get(top) or len(rates[top]) != len(rates.get(bottom, [])):
         return None
-    return BENCH.spread([a / b for a, b in zip(rates[top], rates[bottom], strict=True)])
+    return spread([a / b for a, b in zip(rates[top], rates[bottom], strict=True)])
 
 
 def report(cluster: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -145,7 +135,7 @@ def report(cluster: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     for model, by_variant in cluster["rates"].items():
         lines += [f"\n{n} nodes, model {model}: img/s per rank over {len(by_variant['ddp'])} rounds"]
         lines += [f"  {'variant':<14} {'median':>9} {'min':>9} {'max':>9}"]
-        figures = {v: BENCH.spread(r) for v, r in by_variant.items() if r}
+        figures = {v: spread(r) for v, r in by_variant.items() if r}
         for variant, f in figures.items():
             lines.append(f"  {variant:<14} {f['median']:9.1f} {f['min']:9.1f} {f['max']:9.1f}")
         found = {f"{v}/ddp": ratios(by_variant, v, "ddp") for v in by_variant if v != "ddp"}
@@ -165,15 +155,13 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
-    p = BENCH.OneLineParser(prog="bench/train.py", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="bench/train.py", description=__doc__.splitlines()[0])
     p.add_argument("--nodes", default="2,3", help="cluster sizes, comma-separated, each 2..8 (default 2,3)")
     p.add_argument("--models", default="cnn,resnet", help=f"models of the example: {','.join(MODELS)}")
-    p.add_argument("--rounds", type=BENCH.positive, default=5, help="rounds; each runs every variant once (default 5)")
-    p.add_argument(
-        "--iters", type=BENCH.positive, default=20, help="timed iterations (5 batches each) per run (default 20)"
-    )
-    p.add_argument("--warmup", type=BENCH.positive, default=5, help="untimed batches per run (default 5)")
-    p.add_argument("--batch-size", type=BENCH.positive, default=32, help="images per rank per step (default 32)")
+    p.add_argument("--rounds", type=positive, default=5, help="rounds; each runs every variant once (default 5)")
+    p.add_argument("--iters", type=positive, default=20, help="timed iterations (5 batches each) per run (default 20)")
+    p.add_argument("--warmup", type=positive, default=5, help="untimed batches per run (default 5)")
+    p.add_argument("--batch-size", type=positive, default=32, help="images per rank per step (default 32)")
     p.add_argument("--tuned", action="store_true", help="run hpcbundle tune first and Horovod with its site too")
     p.add_argument(
         "--tuned-from",
@@ -181,8 +169,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         metavar="FILE",
         help="Horovod also with the settings in FILE (bench/allreduce.py --tuned --tuned-out FILE), no tune",
     )
-    p.add_argument("--timeout", type=BENCH.positive, default=600, help="seconds each run may take (default 600)")
-    p.add_argument("--tune-timeout", type=BENCH.positive, default=1800, help="seconds tune may take (default 1800)")
+    p.add_argument("--timeout", type=positive, default=600, help="seconds each run may take (default 600)")
+    p.add_argument("--tune-timeout", type=positive, default=1800, help="seconds tune may take (default 1800)")
     args = p.parse_args(argv)
     try:
         args.nodes = [int(n) for n in args.nodes.split(",")]

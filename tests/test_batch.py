@@ -15,8 +15,7 @@ import yaml
 
 from hpcbundle_testbed import parse_allreduce
 
-from .helpers import GOLDEN, assert_golden, hpcbundle
-from .test_launch import KNL_PROGRAM, SHIPPED, SITES, _need_mpirun
+from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, assert_golden, hpcbundle, need_mpirun
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
@@ -204,7 +203,7 @@ def _faults_script(tmp_path: Path, faults: dict[str, int], program: list[str]) -
 def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound_naming_a_stopped_rank(tmp_path, rank_1):
     """Both ranks print a line, then go silent: asleep, or rank 1 SIGSTOPs itself. The relay ends the
     job after the bound; a stopped rank is named by its PID (outside SLURM only this node is asked)."""
-    _need_mpirun()
+    need_mpirun()
     stop = "os.kill(os.getpid(), signal.SIGSTOP)" if rank_1 == "stops" else "pass"
     code = (
         "import os, signal, time; print('epoch 1', flush=True)\n"
@@ -222,7 +221,7 @@ def test_a_silent_job_is_ended_by_the_scripts_relay_after_the_stall_bound_naming
 
 @pytest.mark.full_setup
 def test_a_job_silent_for_more_than_half_the_stall_bound_finishes_with_a_warning(tmp_path):
-    _need_mpirun()
+    need_mpirun()
     program = ["python3", "-u", "-c", "import time; print('epoch 1'); time.sleep(2); print('epoch 2')"]
     script = _faults_script(tmp_path, {"stall_seconds": 3}, program)
     run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
@@ -237,7 +236,7 @@ def test_a_job_silent_for_more_than_half_the_stall_bound_finishes_with_a_warning
 
 @pytest.mark.full_setup
 def test_usr1_to_the_script_reaches_every_rank_and_each_stops_at_its_checkpoint(tmp_path):
-    _need_mpirun()
+    need_mpirun()
     (tmp_path / "train.py").write_text(STOPPABLE)
     script = _faults_script(tmp_path, {"signal_before_end": 30, "stall_seconds": 30}, ["python3", "train.py"])
     job = subprocess.Popen(

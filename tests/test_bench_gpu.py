@@ -12,6 +12,7 @@ import pytest
 
 from .helpers import ROOT, assert_refused_in_one_line
 
+pytestmark = pytest.mark.full_setup  # bench/gpu.py imports Horovod and torch before it reads its options
 BENCH = ROOT / "bench" / "gpu.py"
 
 

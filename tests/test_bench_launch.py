@@ -3,20 +3,16 @@ and the bench says so in its table and its JSON line. Times are measured there, 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
+from bench import launch as bench  # bench/ is importable from the repository root, as tests/ is
 
 from .helpers import ROOT
 
 BENCH = ROOT / "bench" / "launch.py"
-_spec = importlib.util.spec_from_file_location("bench_launch", BENCH)
-assert _spec is not None and _spec.loader is not None
-bench = sys.modules["bench_launch"] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
-_spec.loader.exec_module(bench)
 
 
 @pytest.mark.cluster

@@ -26,7 +26,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from hpcbundle_testbed.charliecloud import IN_IMAGE_TESTS, RUN_ENV
 from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sites import charliecloud_site
 
-from .helpers import ROOT, launched_command
+from .helpers import hpcbundle_argv, launched_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
@@ -48,12 +47,8 @@ ALLREDUCE_TF = ("python", "/examples/allreduce_check.py", "--framework", "tensor
 BOUND_RE = re.compile(r"^hpcbundle: error: killed after (\d+) s \(launcher\.timeout of site ", re.M)
 
 
-def hpcbundle(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
-
-
 def launch(site: Path, image: Path, np_: int, hosts: str, *program: str) -> list[str]:
-    return hpcbundle(
+    return hpcbundle_argv(
         "launch",
         "--site",
         str(site),
@@ -162,7 +157,7 @@ def test_site_check_warns_about_the_variant_without_the_vader_setting(netns_clus
     outs = {}
     for site in (good, bad):
         res = subprocess.run(
-            hpcbundle("check", "cpu-local", "--site", str(site)),
+            hpcbundle_argv("check", "cpu-local", "--site", str(site)),
             capture_output=True,
             text=True,
             timeout=120,

@@ -5,18 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, recipe_data, write_recipe
-
-
-def hpcbundle(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run the real command line, as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "hpcbundle", *args], cwd=cwd, capture_output=True, text=True, timeout=60
-    )
+from .helpers import ROOT, hpcbundle, recipe_data, write_recipe
 
 
 def test_recipes_lists_at_least_five_stacks_as_json():
@@ -108,13 +100,13 @@ def test_unknown_recipe_name_exits_2_with_suggestion():
 
 
 def test_bundle_found_from_a_subdirectory():
-    result = hpcbundle("recipes", "--format", "json", cwd=ROOT / "recipes")
+    result = hpcbundle("recipes", "--format", "json", cwd=ROOT / "recipes", bundle=None)
     assert result.returncode == 0 and "cpu-local" in result.stdout
 
 
 def test_outside_any_bundle_the_checkout_the_package_runs_from_is_the_bundle(tmp_path, monkeypatch):
     monkeypatch.delenv("HPCBUNDLE_ROOT", raising=False)
-    result = hpcbundle("recipes", "--format", "json", cwd=tmp_path)
+    result = hpcbundle("recipes", "--format", "json", cwd=tmp_path, bundle=None)
     assert result.returncode == 0, result.stderr
     assert "cpu-local" in result.stdout
 

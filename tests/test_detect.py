@@ -9,37 +9,7 @@ from hpcbundle.diagnose.probes import parse_gpus
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
-
-def iface(name: str, addr: str | None, up: bool = True) -> dict:
-    return {"name": name, "up": up, "ipv4": [addr] if addr else [], "kind": "ether"}
-
-
-OBSERVED = {
-    "host": "node1",
-    "cpus": 2,
-    "uid": 0,
-    "infiniband": [],
-    "runtimes": {},
-    "slurm": {"sinfo": False},
-    "gpu": {"present": False, "driver": None, "gpus": [], "note": "nvidia-smi not found"},
-    "mpi": {"flavour": "openmpi", "version": "4.1.4", "evidence": "`mpirun --version`: mpirun (Open MPI) 4.1.4"},
-    "interfaces": [
-        iface("lo", "127.0.0.1/8"),
-        iface("docker0", "172.17.0.1/16"),
-        iface("veth12", "10.9.0.1/24"),
-        iface("data0", "10.77.0.1/24"),
-        iface("mgmt0", "10.78.0.1/24"),
-    ],
-    "hostname_address": None,
-    "hostname_interface": None,
-    "default_route": None,
-    "host_routes": {},
-    "ompi_env": {},
-}
-
-
-def observed(**changes) -> dict:
-    return {**OBSERVED, **changes}
+from .helpers import observed
 
 
 def test_interface_is_the_one_the_routes_to_the_other_hosts_share():

@@ -5,7 +5,6 @@ No machine is needed.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import signal
@@ -23,21 +22,12 @@ from hpcbundle.rules.engine import Result, evaluate, exit_status
 from hpcbundle.rules.fabric import named_interfaces
 from hpcbundle_testbed.procs import wait_until
 
-SITE = {
-    "name": "t",
-    "description": "test",
-    "mpi": {"flavour": "openmpi", "version": "4.1.4"},
-    "launcher": {"name": "mpirun"},
-    "node": {"cores": 2},
-    "network": {"fabric": "ethernet", "interfaces": ["data0"]},
-}
+from .helpers import SMALL_SITE as SITE
+from .helpers import make_site
 
 
 def site(**changes) -> Site:
-    data = copy.deepcopy(SITE)
-    for key, value in changes.items():
-        data[key] = value if not isinstance(value, dict) else {**data.get(key, {}), **value}
-    return Site.model_validate(data)
+    return make_site(SITE, changes)
 
 
 def node(host: str, *, ifaces=(("data0", True, "10.77.0.{}"),), mpi="4.1.4", image=None, gpu=None, ib=()) -> dict:

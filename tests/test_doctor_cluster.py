@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -20,16 +19,12 @@ import yaml
 from hpcbundle_testbed import NetnsCluster
 from hpcbundle_testbed.sites import site_data, write_site
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv
 
 pytestmark = pytest.mark.cluster
 
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 HOSTS = "node1,node2,node3"
-
-
-def hpcbundle(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +84,7 @@ def site(
 
 def doctor(cluster: NetnsCluster, site_path: Path, *args: str):
     start = time.monotonic()
-    res = cluster.run("node1", hpcbundle("doctor", "--site", str(site_path), "--hosts", HOSTS, *args), timeout=90)
+    res = cluster.run("node1", hpcbundle_argv("doctor", "--site", str(site_path), "--hosts", HOSTS, *args), timeout=90)
     return res, time.monotonic() - start
 
 
@@ -165,7 +160,7 @@ def test_launch_over_the_decoy_interface_stops_in_seconds_with_the_doctors_reaso
     start = time.monotonic()
     res = cluster.run(
         "node1",
-        hpcbundle(
+        hpcbundle_argv(
             "launch",
             "--site",
             str(site(tmp_path, cluster, "mgmt0")),
@@ -192,7 +187,7 @@ def test_site_detect_on_a_node_writes_a_site_that_runs_horovod_on_three_nodes(cl
     # The agent is how this cluster reaches its nodes, like an ssh set-up would be: detect records
     # the OMPI_MCA_ variables of the environment it runs in.
     env = {"OMPI_MCA_plm_rsh_agent": str(cluster.rsh_agent), "OMPI_MCA_plm_rsh_no_tree_spawn": "1"}
-    res = cluster.run("node1", hpcbundle("site", "detect", "-o", str(out)), env=env, timeout=60)
+    res = cluster.run("node1", hpcbundle_argv("site", "detect", "-o", str(out)), env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     text = out.read_text()
     print(text)
@@ -204,7 +199,7 @@ def test_site_detect_on_a_node_writes_a_site_that_runs_horovod_on_three_nodes(cl
     assert data["mpi"] == {"flavour": "openmpi", "version": "4.1.4"}
     run = cluster.run(
         "node1",
-        hpcbundle(
+        hpcbundle_argv(
             "launch",
             "--site",
             str(out),

@@ -21,7 +21,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import hpcbundle
+from .helpers import hpcbundle, write_site
 
 SITE: dict[str, Any] = {
     "name": "elastic",
@@ -34,17 +34,10 @@ SITE: dict[str, Any] = {
 }
 
 
-def write_site(directory: Path, **faults: Any) -> Path:
-    """The elastic test site with faults.elastic keys changed (None deletes one)."""
-    data = yaml.safe_load(yaml.safe_dump(SITE))
-    for key, value in faults.items():
-        if value is None:
-            data["faults"]["elastic"].pop(key)
-        else:
-            data["faults"]["elastic"][key] = value
-    path = directory / "elastic.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+def elastic_site(directory: Path, **faults: Any) -> Path:
+    """The elastic test site with faults.elastic keys changed (None deletes one), as elastic.yaml."""
+    elastic = {key: value for key, value in {**SITE["faults"]["elastic"], **faults}.items() if value is not None}
+    return write_site(directory, SITE, faults={"elastic": elastic})
 
 
 @pytest.fixture
@@ -61,7 +54,7 @@ def discover(script: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_elastic_launch_takes_its_hosts_from_a_discovery_script_written_beside_the_hostfile(tmp_path):
-    site, hosts = write_site(tmp_path), tmp_path / "hosts"
+    site, hosts = elastic_site(tmp_path), tmp_path / "hosts"
     hosts.write_text("n1 slots=2\nn2 slots=2\n")
     result = hpcbundle("launch", "--site", str(site), "--np", "4", "--hostfile", str(hosts), "--", "python3", "t.py")
     assert result.returncode == 0, result.stderr
@@ -79,7 +72,7 @@ def test_elastic_launch_takes_its_hosts_from_a_discovery_script_written_beside_t
 
 
 def test_discovery_lists_the_hostfile_hosts_whose_ssh_port_answers_and_rereads_the_file(tmp_path, listener):
-    site, hosts = write_site(tmp_path, ssh_port=listener), tmp_path / "hosts"
+    site, hosts = elastic_site(tmp_path, ssh_port=listener), tmp_path / "hosts"
     hosts.write_text("127.0.0.1 slots=2  # answers\n127.0.0.2:3\n\n# a spare\nlocalhost\n")
     made = hpcbundle("launch", "--site", str(site), "--np", "2", "--hostfile", str(hosts), "--", "python3", "t.py")
     assert made.returncode == 0, made.stderr
@@ -107,7 +100,7 @@ def discovery(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     hosts = work / "hosts"
     hosts.write_text("localhost slots=2\n")
     made = hpcbundle(
-        "launch", "--site", str(write_site(work)), "--np", "2", "--hostfile", str(hosts), "--", "python3", "t.py"
+        "launch", "--site", str(elastic_site(work)), "--np", "2", "--hostfile", str(hosts), "--", "python3", "t.py"
     )
     assert made.returncode == 0, made.stderr
     return work / "hosts.discover", hosts
@@ -152,7 +145,7 @@ def test_hostfile_lines_are_data_never_code_and_only_host_slots_lines_come_out(d
 def test_a_bad_elastic_launch_is_one_line_exit_2_and_writes_no_script(tmp_path, change, args, message):
     hosts = tmp_path / "hosts"
     hosts.write_text("n1 slots=2\nn2 slots=2\n")
-    site = write_site(tmp_path, **change)
+    site = elastic_site(tmp_path, **change)
     argv = [str(hosts) if arg == "HOSTS" else arg for arg in args]
     result = hpcbundle("launch", "--site", str(site), *argv, "--", "python3", "t.py")
     assert result.returncode == 2, result.stderr
@@ -161,7 +154,7 @@ def test_a_bad_elastic_launch_is_one_line_exit_2_and_writes_no_script(tmp_path, 
 
 
 def test_an_elastic_site_under_mpi_is_refused_naming_the_launcher(tmp_path):
-    data = yaml.safe_load(write_site(tmp_path).read_text())
+    data = yaml.safe_load(elastic_site(tmp_path).read_text())
     data["launcher"] = {"name": "mpirun"}
     site = tmp_path / "elastic.yaml"
     site.write_text(yaml.safe_dump(data))
@@ -171,7 +164,7 @@ def test_an_elastic_site_under_mpi_is_refused_naming_the_launcher(tmp_path):
 
 
 def test_an_elastic_batch_job_keeps_its_nodes_when_one_fails_and_writes_its_discovery_script(tmp_path):
-    result = hpcbundle("sbatch", "--site", str(write_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
+    result = hpcbundle("sbatch", "--site", str(elastic_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "#SBATCH --no-kill" in lines

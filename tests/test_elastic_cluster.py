@@ -21,13 +21,12 @@ from hpcbundle_testbed import SlurmCluster, SshCluster
 from hpcbundle_testbed.procs import wait_until
 from hpcbundle_testbed.sites import site_data, write_site
 
-from .helpers import ROOT
-from .test_real_runs import (  # noqa: F401  (horovod is a fixture)
+from .helpers import (
     ACCURACY_BAR,
+    ROOT,
     VENV_PYTHON,
     assert_all_checkpoints_complete,
-    horovod,
-    hpcbundle,
+    hpcbundle_argv,
     leftovers,
     no_leftovers,
     submit_in_background,
@@ -114,7 +113,9 @@ def test_elastic_job_loses_a_node_goes_on_with_the_others_and_takes_it_back(tmp_
         ckpt.mkdir()
         program = [str(VENV_PYTHON), str(ROOT / "examples" / script), "--epochs", str(epochs), "--batch-size", "16"]
         program += ["--checkpoint-dir", str(ckpt)]
-        argv = hpcbundle("launch", "--site", str(site), "--np", "3", "--hostfile", str(hosts), "--exec", "--", *program)
+        argv = hpcbundle_argv(
+            "launch", "--site", str(site), "--np", "3", "--hostfile", str(hosts), "--exec", "--", *program
+        )
         log = tmp_path / "elastic.log"
         job = cluster.start("node1", argv, log=log, env=env)
         progress = Progress(log, job)
@@ -171,7 +172,9 @@ def test_slurm_discovery_lists_the_jobs_nodes_and_leaves_out_one_set_down(
     data["mca"], data["why"] = {}, {}
     data["faults"] = {"elastic": {"min_np": 1, "max_np": 2, "discovery": "slurm"}}
     site = write_site(tmp_path, data)
-    made = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "--", "python3", "t.py")
+    made = hpcbundle_argv(
+        "sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "--", "python3", "t.py"
+    )
     result = subprocess.run(made, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     start = result.stdout.index("<<'HPCBUNDLE_DISCOVERY'\n") + len("<<'HPCBUNDLE_DISCOVERY'\n")

@@ -225,6 +225,7 @@ def test_gate_timeout_over_an_hour_or_an_infinite_threshold_is_a_one_line_error(
     assert line.startswith(f"hpcbundle: error: {path}: gate.{next(iter(gate))}: "), line
 
 
+@pytest.mark.full_setup  # the gate runs through the local site's mpirun (Open MPI)
 def test_gate_in_a_python_without_mpi4py_or_horovod_says_what_it_needs(tmp_path: Path) -> None:
     for package in ("mpi4py", "horovod"):  # shadowed by packages that fail to import, as in a bare image
         (tmp_path / package).mkdir()

@@ -14,7 +14,7 @@ from hpcbundle_testbed import NetnsCluster, SlurmCluster
 from hpcbundle_testbed.procs import wait_until
 from hpcbundle_testbed.sites import gate_site
 
-from .helpers import ROOT
+from .helpers import hpcbundle_argv
 
 pytestmark = pytest.mark.cluster
 
@@ -42,7 +42,7 @@ def shaped(cluster_tools: None):
 
 
 def _launch_with_gate(cluster: NetnsCluster, site: Path, marks: Path):
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site)]
+    argv = hpcbundle_argv("launch", "--site", str(site))
     argv += ["--np", "3", "--hosts", "node1:1,node2:1,node3:1", "--gate", "--no-doctor", "--exec", "--", *job(marks)]
     return cluster.run("node1", argv, timeout=120)
 
@@ -98,7 +98,7 @@ def test_sbatch_gate_runs_on_the_compute_nodes_before_the_job(netns_slurm: Slurm
     scripts = {}
     for interface in (cluster.DATA_IFACE, cluster.MGMT_IFACE):
         site = gate_site(tmp_path, cluster, interface, link_gbps=1.0, gate_timeout=10)
-        argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "sbatch", "--site", str(site)]
+        argv = hpcbundle_argv("sbatch", "--site", str(site))
         argv += ["--nodes", "2", "--tasks-per-node", "1", "--gate", "--", *job(tmp_path / interface)]
         made = netns_slurm.run(argv, timeout=60)
         assert made.returncode == 0, made.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,11 @@ from hpcbundle_testbed.cuda_wheels import check_build_marks
 from hpcbundle_testbed.gpu_device import nvidia_gpus
 from hpcbundle_testbed.gpu_plugin import in_venv
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv
 
 pytestmark = pytest.mark.gpu
 
-HPCBUNDLE = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT)]
+HPCBUNDLE = hpcbundle_argv()
 ARCH_EXCLUDING_RECIPE = "cuda11.8-tf2.14-torch2.1"  # archs 7.0 and 8.0: no code for 9.0 (H100)
 
 

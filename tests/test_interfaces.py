@@ -3,8 +3,6 @@ NCCL_SOCKET_IFNAME unless the site sets the key itself, and `launch --explain` s
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from hpcbundle.config.errors import UserError
@@ -12,23 +10,9 @@ from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.network import Setting, interface_settings
 from hpcbundle.launch import RankLayout, build_command, load_site
 
-from .helpers import ROOT
+from .helpers import SITES, make_site
 
-SITES = ROOT / "site_configs"
 DERIVED = "network.interfaces"
-
-
-def make_site(**keys: Any) -> Site:
-    """A two-node Open MPI 4 GPU site on eth0; `keys` replace whole sections."""
-    data: dict[str, Any] = {
-        "name": "demo",
-        "description": "test site",
-        "mpi": {"flavour": "openmpi", "version": "4.1.6"},
-        "launcher": {"name": "mpirun"},
-        "node": {"cores": 8, "gpus": 2, "gpu_model": "A100"},
-        "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
-    }
-    return Site.model_validate(data | keys)
 
 
 def explain(site: Site, np_: int = 4) -> dict[str, str]:

@@ -8,7 +8,6 @@ import shlex
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,9 +17,8 @@ from hpcbundle.cli import main
 from hpcbundle.diagnose.probes import numa_memory
 from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site, parse_hosts
 
-from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
+from .helpers import GOLDEN, KNL_PROGRAM, ROOT, SHIPPED, SITES, assert_golden, hpcbundle, need_mpirun, write_site
 
-SITES = ROOT / "site_configs"
 # The seed's documented lines, program included (keras_mnist_advanced.py is the seed's, not shipped).
 SEED_4 = (
     "mpirun -np 4 -H f1:2,f2:2 -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 "
@@ -31,10 +29,6 @@ SEED_8 = (
     "mpirun -np 8 -H f1:2,f2:2,f3:2,f4:2  -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 "
     "-x NCCL_SOCKET_IFNAME=^virbr0,lo -mca btl openib,self -mca pml ob1 "
     "singularity exec --nv horovod.sif python /examples/keras_mnist_advanced.py"
-)
-KNL_PROGRAM = (
-    "python scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py --model resnet50 --batch_size 128 --variable_update horovod "
-    "--data_format NCHW --num_intra_threads 64 --num_inter_threads 3 --distortions=False --num_batches 200"
 )
 SEED_KNL = f"mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64,68-132,136-200,204-268 numactl -p 1 {KNL_PROGRAM}"
 IN_SLURM = {"SLURM_JOB_ID": "4242"}
@@ -87,26 +81,11 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
         IN_SLURM,
     ),
 }
-SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 
 
 def launch(*args: str, env: dict[str, str | None] | None = None):
     """Run `hpcbundle launch ARGS` in-process, outside any SLURM allocation unless `env` says so."""
     return CliRunner().invoke(main, ["--bundle", str(ROOT), "launch", *args], env={**NOT_IN_SLURM, **(env or {})})
-
-
-def write_site(directory: Path, base: str, change: dict[str, Any] | None = None, **top: Any) -> Path:
-    """A copy of shipped site `base` with `change` merged into its sections, written as <name>.yaml."""
-    data = yaml.safe_load((SITES / f"{base}.yaml").read_text())
-    for section, values in (change or {}).items():
-        if isinstance(values, dict) and isinstance(data.get(section), dict):
-            data[section].update(values)
-        else:
-            data[section] = values
-    data.update(top)
-    path = directory / f"{data['name']}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 # --- the seeds ---------------------------------------------------------------------------------
@@ -456,17 +435,9 @@ def test_np_larger_than_hostfile_slots_is_refused(tmp_path):
 # --- real runs on this machine ----------------------------------------------------------------
 
 
-def _need_mpirun() -> None:
-    if shutil.which("mpirun") is None:
-        pytest.fail(
-            "mpirun is not installed: `make setup` installs Open MPI (apt-get install openmpi-bin libopenmpi-dev)",
-            pytrace=False,
-        )
-
-
 @pytest.mark.full_setup
 def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
-    _need_mpirun()
+    need_mpirun()
     # Each rank writes a file: Open MPI 4.1's output forwarding can drop the stdout of a rank that exits
     # right after printing (seen twice here, both on a loaded machine), which says nothing about the launch.
     program = (
@@ -483,7 +454,7 @@ def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
 
 @pytest.mark.full_setup
 def test_exec_passes_on_the_programs_exit_status():
-    _need_mpirun()
+    need_mpirun()
     result = hpcbundle("launch", "--np", "2", "--exec", "--", "python3", "-c", "import sys; sys.exit(3)")
     assert result.returncode == 3, result.stderr
 
@@ -492,7 +463,7 @@ def test_exec_passes_on_the_programs_exit_status():
 def test_exec_warns_when_the_job_was_silent_for_more_than_half_its_stall_bound(tmp_path):
     """A job that finished but went 3 s without a line under a 4 s stall bound: one more slow epoch
     would have been ended as a stall, so the launch says so (and keeps the job's exit status)."""
-    _need_mpirun()
+    need_mpirun()
     site = write_site(tmp_path, "local", {"faults": {"stall_seconds": 4}}, name="quiet")
     program = "import time; print('epoch 1', flush=True); time.sleep(3); print('epoch 2', flush=True)"
     result = hpcbundle("launch", "--site", str(site), "--np", "1", "--exec", "--", "python3", "-c", program)
@@ -508,7 +479,7 @@ def test_exec_warns_when_the_job_was_silent_for_more_than_half_its_stall_bound(t
 
 @pytest.mark.full_setup
 def test_exec_kills_a_hanging_job_at_the_time_bound_and_names_the_likely_cause(tmp_path):
-    _need_mpirun()
+    need_mpirun()
     pids = tmp_path / "pids"
     program = f"import os, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n'); time.sleep(600)"
     started = time.monotonic()
@@ -522,6 +493,7 @@ def test_exec_kills_a_hanging_job_at_the_time_bound_and_names_the_likely_cause(t
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
+@pytest.mark.full_setup  # launch --exec's doctor first looks for the host's mpirun (Open MPI)
 def test_exec_of_a_missing_launcher_is_a_one_line_error(tmp_path):
     write_site(tmp_path, "local", {"launcher": {"command": "no-such-mpirun-here"}}, name="nompi")
     result = hpcbundle("launch", "--site", str(tmp_path / "nompi.yaml"), "--np", "2", "--exec", "--", "python3", "-V")
@@ -557,7 +529,7 @@ def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewe
 def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_where_numactl_would_fail(tmp_path):
     """The numa-memory rule on this node's real /sys/devices/system/node: the first node number it lacks is refused
     before anything starts; launched anyway (--no-doctor), numactl itself fails; node 0 runs."""
-    _need_mpirun()
+    need_mpirun()
     if shutil.which("numactl") is None:
         pytest.fail("numactl is not installed: `make setup` installs it (apt-get install numactl)", pytrace=False)
     absent = str(max(int(n) for n in numa_memory()) + 1)

@@ -13,7 +13,7 @@ import yaml
 from hpcbundle_testbed import NetnsCluster, parse_allreduce
 from hpcbundle_testbed.procs import wait_until
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv
 
 pytestmark = pytest.mark.cluster
 
@@ -105,7 +105,7 @@ def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster
         ' CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"; grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status;'
         ' numactl --show; } > "$0/rank-$r"'
     )
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site), "--np", "3"]
+    argv = hpcbundle_argv("launch", "--site", str(site), "--np", "3")
     argv += ["--hosts", "node1:2,node2:1", "--no-doctor", "--timeout", "45", "--exec", "--", "sh", "-c", report]
     env = {"CUDA_VISIBLE_DEVICES": "1,0", "PATH": f"{installed}:{os.environ['PATH']}"}
     result = netns_cluster.run("node1", [*argv, str(tmp_path)], timeout=60, env=env)

@@ -17,7 +17,7 @@ from hpcbundle.launch import RankLayout, build_command, load_site, parse_hosts
 from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
 from hpcbundle.launch.layout import MAX_HOSTS
 
-from .helpers import ROOT
+from .helpers import ROOT, examples
 
 SITES = ROOT / "site_configs"
 LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
@@ -80,7 +80,9 @@ program = st.tuples(argument.filter(lambda a: a != "" and not a.startswith("-"))
 MODELS = {name: load_site(name, SITES) for name in LAYOUTS}
 TEMPLATES = script_environment(ROOT / "scripts")
 FAST = settings(
-    max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(2000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
 

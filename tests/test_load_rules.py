@@ -16,9 +16,7 @@ from hpcbundle.rules import engine
 from hpcbundle.rules.engine import RULES, Facts, registered
 from hpcbundle.rules.loading import load_failures, load_recipe, load_site
 
-from .helpers import RECIPES, ROOT, assert_golden, hpcbundle, recipe_data, write_recipe
-from .test_interfaces import make_site
-from .test_sites import SITES, _bad_site
+from .helpers import RECIPES, ROOT, SITES, assert_golden, bad_site, hpcbundle, make_site, recipe_data, write_recipe
 
 # One bad site per on_load site rule: (rule, shipped base site, dotted edits).
 BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
@@ -78,7 +76,7 @@ def _refused_by(caught: pytest.ExceptionInfo[UserError], where: Path, facts: Fac
 
 @pytest.mark.parametrize("rule, base, edit", BAD_SITES, ids=[case[0] for case in BAD_SITES])
 def test_a_bad_site_is_refused_by_its_rule(tmp_path, rule, base, edit):
-    path = _bad_site(tmp_path, base, edit)
+    path = bad_site(tmp_path, base, edit)
     with pytest.raises(UserError) as caught:
         load_site(str(path), SITES)
     _refused_by(caught, path, Facts(site=sites.read_site(str(path), SITES)), rule)
@@ -107,7 +105,7 @@ def test_without_the_load_rules_every_bad_combination_loads(tmp_path, monkeypatc
     for index, (_, base, edit) in enumerate(BAD_SITES):
         directory = tmp_path / f"site{index}"
         directory.mkdir()
-        assert isinstance(load_site(str(_bad_site(directory, base, edit)), SITES), Site)
+        assert isinstance(load_site(str(bad_site(directory, base, edit)), SITES), Site)
     for index, (_, base, path, value) in enumerate(BAD_RECIPES):
         directory = tmp_path / f"recipe{index}"
         directory.mkdir()

@@ -21,10 +21,7 @@ from hpcbundle.knowledge.bind import BIND_INLINE, BIND_NAME, BIND_SCRIPT, bind_c
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.engine import Facts, evaluate
 
-from .helpers import ROOT, hpcbundle
-from .test_detect import observed
-from .test_interfaces import make_site
-from .test_launch import _need_mpirun, write_site
+from .helpers import ROOT, hpcbundle, make_site, need_mpirun, observed, write_site
 
 TOPO = ROOT / "tests" / "data" / "topo"
 NODE0_CPUS = Path("/sys/devices/system/node/node0/cpulist")
@@ -242,7 +239,7 @@ def test_bind_without_a_map_a_local_rank_or_a_gpu_for_it_stops_in_one_line(form)
 def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_path):
     """This machine has one NUMA node and no GPU: the run shows the binding numactl applied to each
     rank (node 0's CPUs and memory) and that both GPUs stay visible; what a GPU changes is not shown."""
-    _need_mpirun()
+    need_mpirun()
     assert shutil.which("numactl"), "numactl is missing: `make setup` installs it"
     site = write_site(
         tmp_path,

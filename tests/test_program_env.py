@@ -24,10 +24,8 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
 
-from .helpers import ROOT
-from .test_detect import observed
-from .test_doctor import SITE
-from .test_render_lint import shellcheck
+from .helpers import ROOT, hpcbundle_argv, observed, shellcheck
+from .helpers import SMALL_SITE as SITE
 
 SITES = find_bundle(None, ROOT).sites_dir
 VENV = {"kind": "python", "executable": "/srv/venv/bin/python3", "prefix": "/srv/venv"}
@@ -139,7 +137,7 @@ def test_cli_exec_refuses_an_unset_export_with_exit_2_and_starts_nothing(tmp_pat
     site = tmp_path / "venv-site.yaml"
     site.write_text(yaml.safe_dump(data))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "src")}
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site), "--np", "1"]
+    argv = hpcbundle_argv("launch", "--site", str(site), "--np", "1")
     result = subprocess.run(
         [*argv, "--exec", "--", "touch", str(tmp_path / "ran")], capture_output=True, text=True, env=env, timeout=60
     )

@@ -11,7 +11,6 @@ also when a test fails. Nothing is skipped: a missing component fails, naming `m
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import random
 import re
@@ -19,7 +18,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,15 +32,23 @@ from hpcbundle_testbed import IfaceBytes, NetnsCluster, SlurmCluster, SshCluster
 from hpcbundle_testbed.netns_cluster import ip
 from hpcbundle_testbed.procs import wait_until
 from hpcbundle_testbed.sites import netns_site, site_data, ssh_site, write_site
-from hpcbundle_testbed.slurm_cluster import JobResult
 
-from .helpers import ROOT
+from .helpers import (
+    ACCURACY_BAR,
+    CHECKPOINT_RE,
+    ROOT,
+    VENV_PYTHON,
+    assert_all_checkpoints_complete,
+    hpcbundle_argv,
+    leftovers,
+    no_leftovers,
+    submit_in_background,
+    wait_exit,
+)
 
 pytestmark = pytest.mark.cluster
 
-VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 TRAIN = ROOT / "examples" / "pytorch_train.py"
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
 EPOCH_RE = re.compile(r"^epoch (\d+)/(\d+): loss=([\d.]+) accuracy=([\d.]+) ", re.M)
 FINAL_RE = re.compile(r"^final: accuracy=([\d.]+) loss=([\d.]+) images/sec=([\d.]+) ranks=(\d+)$", re.M)
 STEPS_RE = re.compile(r"\bsteps/epoch=(\d+)\b")
@@ -52,41 +58,18 @@ RESUME_RE = re.compile(r"^resuming from checkpoint (\S+) after epoch (\d+)$", re
 # Measured here: 3 ranks reach test accuracy 0.97 after 4 epochs (0.85 after 3 with batch 32), 2 ranks
 # about the same; chance is 0.10. The bar leaves room for noise and fails a run that did not learn.
 TRAINING = ("--epochs", "4", "--batch-size", "16")
-ACCURACY_BAR = 0.90
 DECOY_NOISE = 1024  # bytes the decoy may receive from outside the job (nodes must send nothing on it)
 KILL_TO_EXIT_LIMIT = 30.0  # a killed rank must end the whole job within this many seconds
 
 
 # ----------------------------------------------------------------------------- requirements
-@pytest.fixture(scope="module")
-def horovod(cluster_tools: None) -> None:
-    """The venv's Horovod with PyTorch; fails (never skips) saying how to get it."""
-    if not VENV_PYTHON.exists():
-        pytest.fail(
-            f"{VENV_PYTHON} does not exist: these tests need the project venv with Horovod (run `make setup`)",
-            pytrace=False,
-        )
-    probe = subprocess.run(
-        [str(VENV_PYTHON), "-c", "import horovod.torch"], capture_output=True, text=True, timeout=120, check=False
-    )
-    if probe.returncode:
-        pytest.fail(
-            f"`import horovod.torch` fails in {VENV_PYTHON} (run `make setup`, which "
-            f"builds Horovod with PyTorch):\n{probe.stderr[-2000:]}",
-            pytrace=False,
-        )
-
-
 # ----------------------------------------------------------------------------------- helpers
-def hpcbundle(*args: str) -> list[str]:
-    """The hpcbundle CLI of this checkout, run by the interpreter running the tests."""
-    return [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
 
 
 def launch_argv(site: Path, cluster: NetnsCluster, np_: int, program: list[str], *flags: str) -> list[str]:
     """`hpcbundle launch --exec` of `program` on the first `np_` nodes, one rank each."""
     hosts = ",".join(f"{node}:1" for node in cluster.nodes[:np_])
-    return hpcbundle(
+    return hpcbundle_argv(
         "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, *flags, "--exec", "--", *program
     )
 
@@ -141,25 +124,6 @@ def rank_pids(cluster: NetnsCluster, node: str) -> list[int]:
     return found
 
 
-def leftovers(cluster: NetnsCluster) -> dict[str, list[str]]:
-    """Processes still running on each node, as 'PID command' (empty lists when the job left nothing
-    behind); a node's own sshd, which an SshCluster runs for the whole test, is no leftover."""
-    daemons = set(getattr(cluster, "sshd_pids", {}).values())
-    return {node: [_described(pid) for pid in cluster.pids(node) if pid not in daemons] for node in cluster.nodes}
-
-
-def _described(pid: int) -> str:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return f"{pid} (gone)"
-    return f"{pid} {b' '.join(argv).decode(errors='replace')[:120]}"
-
-
-def no_leftovers(cluster: NetnsCluster, timeout: float) -> bool:
-    return wait_until(lambda: not any(leftovers(cluster).values()), timeout, interval=0.1)
-
-
 def wait_for(predicate, timeout: float, what: str, log: Path, proc: Popen[bytes]) -> None:
     """Poll until `predicate()`; fail with the job's log if it ends first or time runs out."""
     deadline = time.monotonic() + timeout
@@ -169,13 +133,6 @@ def wait_for(predicate, timeout: float, what: str, log: Path, proc: Popen[bytes]
         if time.monotonic() > deadline:
             pytest.fail(f"no {what} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
-
-
-def wait_exit(proc: Popen[bytes], timeout: float, log: Path) -> int:
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the job did not end within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 def start_until_checkpoint_2(cluster: NetnsCluster, argv: list[str], ckpt: Path, log: Path) -> Popen[bytes]:
@@ -221,40 +178,6 @@ class DirWatch:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
-
-
-LOAD_CHECKPOINTS = """
-import json, re, sys, torch
-from pathlib import Path
-result = {}
-for d in sys.argv[1:]:
-    for p in sorted(Path(d).iterdir()):
-        if re.match(r"^checkpoint-(\\d+)\\.pt$", p.name):
-            try:
-                state = torch.load(p, map_location="cpu")
-                result[str(p)] = {"epoch": int(state["epoch"]), "tensors": len(state["model"])}
-            except Exception as e:  # a partial file: what the test must never find
-                result[str(p)] = {"error": f"{type(e).__name__}: {e}"}
-print(json.dumps(result))
-"""
-
-
-def assert_all_checkpoints_complete(*directories: Path) -> int:
-    """Every checkpoint-NNNN.pt in `directories` loads (torch, in the venv) and says epoch NNNN;
-    return the newest epoch (0: none)."""
-    res = subprocess.run(
-        [str(VENV_PYTHON), "-c", LOAD_CHECKPOINTS, *map(str, directories)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    loaded: dict[str, dict] = json.loads(res.stdout)
-    broken = {path: info for path, info in loaded.items() if "error" in info}
-    assert not broken, f"files named like checkpoints that do not load (half-written?): {broken}"
-    for path, info in loaded.items():
-        assert info["epoch"] == int(CHECKPOINT_RE.match(Path(path).name)[1]) and info["tensors"] > 0, (path, info)
-    return max((info["epoch"] for info in loaded.values()), default=0)
 
 
 def newest_name(directory: Path) -> int:
@@ -472,19 +395,10 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
 
 def two_node_sbatch(site: Path, program: list[str], script: Path) -> str:
     """`hpcbundle sbatch` of `program` for two nodes, one rank each, written to `script`; its text."""
-    argv = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
     made = subprocess.run([*argv, "--", *program], capture_output=True, text=True, timeout=60, check=False)
     assert made.returncode == 0, made.stderr
     return script.read_text()
-
-
-def submit_in_background(slurm: SlurmCluster, text: str, timeout: float) -> tuple[threading.Thread, list[JobResult]]:
-    """`sbatch --wait` of `text` in a thread, so the test can act on the job while it runs; the list
-    gets its result when the thread ends."""
-    jobs: list[JobResult] = []
-    submitted = threading.Thread(target=lambda: jobs.append(slurm.sbatch_wait(text, timeout=timeout)))
-    submitted.start()
-    return submitted, jobs
 
 
 def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
@@ -753,7 +667,7 @@ def test_generated_sbatch_script_trains_under_slurm(
     )
     params, script = tmp_path / "params.npy", tmp_path / "job.sh"
     made = subprocess.run(
-        hpcbundle(
+        hpcbundle_argv(
             "sbatch",
             "--site",
             str(site),

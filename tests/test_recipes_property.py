@@ -11,7 +11,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import key_text, validate
 from hpcbundle.config.recipes import Recipe
 
-from .helpers import recipe_data
+from .helpers import examples, recipe_data
 
 BASE = recipe_data("cuda12.2-tf2.15-torch2.1-ucx")
 WHERE = "recipes/fuzz.yaml"
@@ -56,7 +56,7 @@ def _refused(data: dict) -> list[str]:
     return []
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), name=st.text(min_size=1, max_size=10).filter(lambda s: s.strip()))
 def test_unknown_key_anywhere_is_refused_by_name(path, name):
     name = f"unknown{name}"  # never an optional key the base recipe leaves out (build_env, ucx, ...)
@@ -72,7 +72,7 @@ def test_unknown_key_anywhere_is_refused_by_name(path, name):
     assert any(line.startswith(f"{WHERE}: {dotted}: unknown key") for line in lines), lines
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), value=values)
 def test_any_value_anywhere_is_valid_or_refused_cleanly(path, value):
     lines = _refused(_with(BASE, path, value))

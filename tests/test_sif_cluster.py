@@ -45,7 +45,7 @@ from hpcbundle_testbed.sif import SifBuild
 from hpcbundle_testbed.sites import RANK_ENV, sif_site, site_data, write_site
 from hpcbundle_testbed.slurm_cluster import SlurmCluster
 
-from .helpers import ROOT, hpcbundle, launched_command
+from .helpers import ROOT, hpcbundle, hpcbundle_argv, launched_command
 
 pytestmark = [pytest.mark.cluster, pytest.mark.apptainer]
 
@@ -81,7 +81,7 @@ def launch_on_node1(
 ) -> subprocess.CompletedProcess[str]:
     """`hpcbundle launch --exec` on node1, in the activated shell (plus `env`), one rank per slot of `hosts`."""
     np_ = sum(int(h.rpartition(":")[2]) for h in hosts.split(","))
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), "launch", "--site", str(site)]
+    argv = hpcbundle_argv("launch", "--site", str(site))
     argv += ["--image", str(image), "--np", str(np_), "--hosts", hosts, *flags, "--exec", "--", *program]
     try:
         return cluster.run("node1", argv, timeout=timeout, env=shell(**(env or {})), cwd=ROOT)

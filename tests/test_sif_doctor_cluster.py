@@ -27,7 +27,7 @@ from hpcbundle_testbed import SshCluster
 from hpcbundle_testbed.sif_images import small_sif
 from hpcbundle_testbed.sites import sif_site
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv
 
 pytestmark = [pytest.mark.cluster, pytest.mark.apptainer]
 
@@ -71,7 +71,7 @@ def shell(apptainer: str) -> dict[str, str]:
 
 
 def cli_on_node1(cluster: SshCluster, apptainer: str, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT), *args]
+    argv = hpcbundle_argv(*args)
     return over_ssh(cluster, "node1", argv, shell(apptainer))
 
 

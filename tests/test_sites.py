@@ -3,9 +3,6 @@ fix, with exit status 2, no traceback and nothing written."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 import yaml
 
@@ -14,25 +11,7 @@ from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
-from .test_launch import SHIPPED, SITES, hpcbundle
-
-
-def _bad_site(directory: Path, base: str, edit: dict[str, Any]) -> Path:
-    """Shipped site `base` with dotted keys set (value None deletes), written as bad.yaml."""
-    data = yaml.safe_load((SITES / f"{base}.yaml").read_text())
-    data["name"] = "bad"
-    for dotted, value in edit.items():
-        *parents, last = dotted.split(".")
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is None:
-            node.pop(last, None)
-        else:
-            node[last] = value
-    path = directory / "bad.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+from .helpers import SHIPPED, SITES, bad_site, hpcbundle
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -139,7 +118,7 @@ BAD_SITES = [
 
 @pytest.mark.parametrize("base, edit, line", BAD_SITES)
 def test_bad_site_is_refused_in_one_line_and_nothing_is_written(tmp_path, base, edit, line):
-    site = _bad_site(tmp_path, base, edit)
+    site = bad_site(tmp_path, base, edit)
     out = tmp_path / "out" / "job.sh"
     for args in (
         ["launch", "--np", "1", "--", "python3", "t.py"],
@@ -166,12 +145,12 @@ def test_why_must_name_an_existing_key(tmp_path):
 
 
 def test_several_problems_are_reported_together(tmp_path):
-    site = _bad_site(tmp_path, "ib-v100", {"launcher.nmae": "x", "node.cores": 0})
+    site = bad_site(tmp_path, "ib-v100", {"launcher.nmae": "x", "node.cores": 0})
     result = hpcbundle("launch", "--site", str(site), "--np", "1", "--", "python3", "t.py")
     assert result.returncode == 2
     assert result.stderr.count("\n") == 2 and "launcher.nmae" in result.stderr and "node.cores" in result.stderr
 
 
 def test_a_yaml_number_for_an_mca_value_becomes_a_string(tmp_path):
-    site = load_site(str(_bad_site(tmp_path, "local", {"mca": {"plm_rsh_no_tree_spawn": 1}})), SITES)
+    site = load_site(str(bad_site(tmp_path, "local", {"mca": {"plm_rsh_no_tree_spawn": 1}})), SITES)
     assert site.mca == {"plm_rsh_no_tree_spawn": "1"}

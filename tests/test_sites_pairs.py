@@ -16,8 +16,7 @@ from hpcbundle.rules.engine import RULES, Facts, evaluate, exit_status
 from hpcbundle.rules.facts import check_declared
 from hpcbundle.rules.loading import all_recipes
 
-from .helpers import GOLDEN, RECIPES, assert_golden, recipe_data
-from .test_launch import SITES, hpcbundle
+from .helpers import GOLDEN, RECIPES, SITES, assert_golden, hpcbundle, recipe_data
 
 KB = knowledge_base()
 

@@ -33,7 +33,7 @@ from hpcbundle.perf.tune import (
 )
 from hpcbundle.perf.tunerun import Benchmark, TuneJob, busbw_of, failure_line, run_sweep
 
-from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle
+from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle, hpcbundle_argv
 
 LINKS = next(k for k in KNOBS if k.name == "tcp-links")
 YIELD = next(k for k in KNOBS if k.name == "yield")
@@ -277,7 +277,7 @@ def test_tune_on_two_namespace_nodes_writes_a_site_that_runs(netns_cluster, tmp_
     site = netns_site(tmp_path, netns_cluster)
     out = tmp_path / "netns-tuned.yaml"
     hosts = "node1:1,node2:1"
-    cli = [sys.executable, "-m", "hpcbundle", "--bundle", str(ROOT)]
+    cli = hpcbundle_argv()
     res = netns_cluster.run(
         "node1",
         [

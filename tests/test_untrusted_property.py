@@ -30,7 +30,7 @@ from hpcbundle.launch.batch import BatchJob, job_layout, sbatch_script, script_e
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
-from .helpers import ROOT
+from .helpers import ROOT, examples
 from .untrusted import (
     SITE,
     base_recipe,
@@ -118,7 +118,7 @@ def _steers(path: Path_, value: str) -> bool:
     return key in STEERING or re.fullmatch(r"[0-9.]+", value) is not None
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(RECIPE_PATHS), value=hostile_text)
 def test_a_hostile_recipe_value_is_refused_or_rendered_inert(path: Path_, value: str) -> None:
     rendered = _renders(with_value(BASE_RECIPE, path, value))
@@ -168,7 +168,7 @@ def _launch_round_trips(site, program: list[str], image: str | None) -> None:
         assert (box.root / "argv").read_bytes().split(b"\0")[:-1] == bytes_of(command.argv)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(SITE_PATHS), value=hostile_text)
 def test_a_hostile_site_value_is_refused_or_launched_exactly(path: Path_, value: str) -> None:
     with tempfile.TemporaryDirectory(prefix="hpcbundle-site-") as directory:
@@ -185,7 +185,7 @@ _argv_word = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=st.lists(_argv_word, min_size=1, max_size=5), image=_argv_word)
 def test_hostile_program_words_and_image_reach_the_launcher_exactly(program: list[str], image: str) -> None:
     site = load_site(SITE, ROOT / "site_configs")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from hpcbundle.rules.loading import load_recipe
 
 from .apptainer import ensure_apptainer
 from .cache import cache_dir
+from .cli import hpcbundle_argv
 from .gpu_plugin import CudaStack, HostInstall
 from .procs import pid_alive
 from .sif import SifBuild, build_sif, setup_horovod_wheel
@@ -87,8 +87,8 @@ def apptainer() -> str:
 
 def rendered_def(bundle: Bundle, recipe: str, base: Path) -> str:
     """The recipe's .def as `hpcbundle render RECIPE --format singularity --bootstrap localimage:BASE` prints it."""
-    argv = [sys.executable, "-m", "hpcbundle", "--bundle", str(bundle.root), "render", recipe]
-    argv += ["--format", "singularity", "--bootstrap", f"localimage:{base}"]
+    argv = hpcbundle_argv("render", recipe, "--format", "singularity", bundle=bundle.root)
+    argv += ["--bootstrap", f"localimage:{base}"]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if res.returncode:
         pytest.fail(f"{' '.join(argv[3:])}: {res.stderr.strip()}", pytrace=False)
