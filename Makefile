@@ -142,7 +142,7 @@ demo: setup ## The main job: a real 2-rank Horovod training run on the default `
 	  python examples/pytorch_train.py $(DEMO_ARGS)
 
 BENCH_OUT ?= $(BUILD)/bench
-# The sizes of the README's tables: latency 4K-256K, 4M, and the 64 MiB targets (--sizes takes any list).
+# The sizes of docs/performance.md's tables: latency 4K-256K, 4M, and the 64 MiB targets (--sizes takes any list).
 BENCH_SIZES ?= 4K,16K,64K,256K,4M,64M
 
 bench: setup ## Benchmarks on the namespace cluster: allreduce vs link and peers (+ tune), training Horovod vs DDP, launch overhead, launch gate, scaling, doctor's program check

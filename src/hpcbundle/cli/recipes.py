@@ -48,7 +48,7 @@ def _stack_summary(recipe) -> dict[str, object]:
     type=click.Choice(["table", "json", "markdown"]),
     default="table",
     show_default=True,
-    help="table for people, json for scripts, markdown for the README's recipes table.",
+    help="table for people, json for scripts, markdown for the recipes table in docs/images.md.",
 )
 @pass_bundle
 def recipes_command(bundle, fmt: str) -> None:
