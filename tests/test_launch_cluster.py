@@ -4,7 +4,6 @@ interface choice carries the job, and a wrong one hangs until the time bound kil
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,7 @@ def _netns_site(directory: Path, cluster: NetnsCluster, interface: str) -> Path:
 
 def _launch_on_node1(cluster: NetnsCluster, site: Path, program: Path, *flags: str):
     hosts = ",".join(f"{node}:1" for node in cluster.nodes)
-    argv = [
-        sys.executable,
-        "-m",
-        "hpcbundle",
-        "--bundle",
-        str(ROOT),
+    argv = hpcbundle_argv(
         "launch",
         "--site",
         str(site),
@@ -54,7 +48,7 @@ def _launch_on_node1(cluster: NetnsCluster, site: Path, program: Path, *flags: s
         "--",
         str(program),
         str(8 << 20),
-    ]
+    )
     return cluster.run("node1", argv, timeout=150)
 
 

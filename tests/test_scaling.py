@@ -399,12 +399,7 @@ def test_strong_scaling_study_runs_under_slurm_on_one_and_two_namespace_nodes(ne
         tmp_path, site_data("scaling-netns", launcher="srun", interfaces=[net.DATA_IFACE], ranks_per_node=1)
     )
     out = tmp_path / "study"
-    argv = [
-        sys.executable,
-        "-m",
-        "hpcbundle",
-        "--bundle",
-        str(ROOT),
+    argv = hpcbundle_argv(
         "scaling",
         "plan",
         "--site",
@@ -428,7 +423,7 @@ def test_strong_scaling_study_runs_under_slurm_on_one_and_two_namespace_nodes(ne
         "-o",
         str(out),
         "--submit",
-    ]
+    )
     made = netns_slurm.run(argv, timeout=120)
     assert made.returncode == 0, made.stderr
     jobs = dict(line.split() for line in made.stdout.splitlines())
