@@ -19,7 +19,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import draft_site
-from hpcbundle.diagnose.program import SHELL_PROBE, parse_probe, probe_words, program_modules
+from hpcbundle.diagnose.program import SHELL_PROBE, parse_probe, probe_words
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
@@ -42,13 +42,6 @@ def judge(nodes: dict, *, export=(), here=None, image=None, runtime="none", refe
     probe = {"argv0": "python3", "reference": reference, "launching": here or rank("node1"), "nodes": nodes}
     facts = Facts(site=Site.model_validate(data), observed=True, program=probe, image_path=image)
     return next(r.line() for r in evaluate(facts, knowledge_base()) if r.rule == "program-env")
-
-
-def test_probe_reads_horovod_and_the_frameworks_the_program_imports():
-    source = (ROOT / "examples" / "pytorch_train.py").read_text()
-    assert program_modules(source) == ["horovod", "torch"]
-    assert program_modules("import tensorflow as tf\nfrom . import local\n") == ["horovod", "tensorflow"]
-    assert program_modules("this is not python (") == ["horovod"]
 
 
 def test_probe_run_here_reports_the_interpreter_and_versions_it_resolves():

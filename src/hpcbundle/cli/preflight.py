@@ -12,7 +12,8 @@ import click
 
 from ..config.errors import UserError
 from ..config.sites import Site
-from ..diagnose.program import ProgramProbe, probe_words, program_modules
+from ..diagnose.imports import program_imports
+from ..diagnose.program import FRAMEWORKS, ProgramProbe, probe_words
 from ..knowledge.compat import knowledge_base
 from ..launch import LAUNCHERS, RankLayout, build_command
 from ..rules.engine import LaunchRequest, Result, exit_status
@@ -27,21 +28,24 @@ def program_probe(
     """The job's own launch line, one rank on each remote host, running the program-environment
     probe instead of `program` (None when no rank leaves this node or the launcher places ranks itself).
 
-    The program's imports are read here, at the edge: `python3 train.py` probes horovod and the
-    frameworks train.py imports.
+    The program's imports are read here, at the edge: `python3 train.py` probes the versions of
+    horovod and the frameworks train.py imports, and whether every module it (and the local modules
+    it imports) imports resolves in the rank's interpreter.
     """
     remote = [h for h, _ in hosts if h not in ("localhost", socket.gethostname())]
     launcher = LAUNCHERS.get(site.launcher.name)
     if not program or not remote or launcher is None or not launcher.takes_hosts:
         return None
-    modules = ["horovod"]
+    modules, imports = ["horovod"], None
     script = Path(program[1]) if len(program) > 1 else None
     if script and script.suffix == ".py" and script.is_file():
-        modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
-    words = probe_words(program[0], modules)
+        imports = program_imports(script)
+        modules = ["horovod"] + [name for name in FRAMEWORKS if name in imports.required + imports.optional]
+    words = probe_words(program[0], modules, imports.required + imports.optional if imports else ())
     names = [h for h, _ in hosts]
     layout = RankLayout(np=len(names), hosts=tuple((h, 1) for h in names))
-    return ProgramProbe(build_command(site, layout, words, image).argv, words, names, in_image=bool(image))
+    argv = build_command(site, layout, words, image).argv
+    return ProgramProbe(argv, words, names, in_image=bool(image), imports=imports)
 
 
 def doctor_first(

@@ -13,7 +13,6 @@ program imports. The launching node runs the same probe locally as the reference
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import threading
@@ -21,6 +20,7 @@ from typing import Any, NamedTuple, Sequence
 
 from ..config.errors import UserError
 from ..execute import run_captured
+from .imports import ProgramImports
 
 MARK = "HPCBUNDLE-PROBE"
 # The frameworks a Horovod program may import; horovod itself is always probed.
@@ -40,25 +40,29 @@ esac
 printf '@MARK@\t%s\t%s\t%s\t%s\n' found "$host" "$rank" "$exe"
 """.replace("@MARK@", MARK)
 
-# argv: -c HOST RANK ARGV0 PROBE MODULE...; versions from package metadata and modules found, not
-# imported (importing torch costs seconds on every node).
+# argv: -c HOST RANK ARGV0 PROBE MODULE... [-- IMPORT...]; versions from package metadata and
+# modules found, not imported (importing torch costs seconds on every node). Each IMPORT, a
+# top-level name the program imports, is looked up with find_spec only; those not found are `missing`.
 PYTHON_PROBE = r"""import importlib.metadata as md, importlib.util as iu, json, sys, time
-host, rank, mods = sys.argv[1], sys.argv[2], sys.argv[5:]
+host, rank, args = sys.argv[1], sys.argv[2], sys.argv[5:]
+mods, imports = (args[: args.index("--")], args[args.index("--") + 1 :]) if "--" in args else (args, [])
+def spec(m):
+    try:
+        return iu.find_spec(m)
+    except (ImportError, ValueError):
+        return None
 found = {}
 for m in mods:
-    try:
-        spec = iu.find_spec(m)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None:
+    if spec(m) is None:
         found[m] = None
         continue
     try:
         found[m] = md.version(m)
     except md.PackageNotFoundError:
         found[m] = getattr(__import__(m), "__version__", "?")
+missing = [m for m in imports if spec(m) is None]
 info = {"host": host, "rank": rank, "executable": sys.executable, "prefix": sys.prefix, "modules": found}
-print("@MARK@\tpython\t" + json.dumps(info), flush=True)
+print("@MARK@\tpython\t" + json.dumps({**info, "missing": missing}), flush=True)
 time.sleep(0.1)
 """.replace("@MARK@", MARK)
 
@@ -67,40 +71,23 @@ class ProgramProbe(NamedTuple):
     """What doctor runs: `launch_argv` (the job's launch line with `words` as its program), and
     `hosts`, the node of each rank in order (rank i runs on hosts[i]). `in_image`: the ranks run in
     a container, whose environment is the image's: the first node's rank is the reference, not
-    this node's own shell."""
+    this node's own shell. `imports`: what the program imports, read here (None: not a .py file)."""
 
     launch_argv: list[str]
     words: list[str]
     hosts: list[str]
     in_image: bool = False
+    imports: ProgramImports | None = None
 
 
-def probe_words(argv0: str, modules: Sequence[str]) -> list[str]:
-    """The program that replaces the job's: resolve `argv0` and, for Python, report `modules`.
+def probe_words(argv0: str, modules: Sequence[str], imports: Sequence[str] = ()) -> list[str]:
+    """The program that replaces the job's: resolve `argv0` and, for Python, report the versions of
+    `modules` and which of `imports` (top-level names) are missing.
 
-    >>> probe_words("python3", ["horovod"])[:2] + probe_words("python3", ["horovod"])[3:5]
-    ['/bin/sh', '-c', 'sh', 'python3']
+    >>> probe_words("python3", ["horovod"], ["torchvision"])[3:5] + probe_words("python3", ["horovod"], ["tqdm"])[6:]
+    ['sh', 'python3', 'horovod', '--', 'tqdm']
     """
-    return ["/bin/sh", "-c", SHELL_PROBE, "sh", argv0, PYTHON_PROBE, *modules]
-
-
-def program_modules(source: str) -> list[str]:
-    """horovod and the frameworks that a program's source imports at top level (pure).
-
-    >>> program_modules("import horovod.torch as hvd\\nimport torch.nn as nn\\nfrom tensorflow import keras")
-    ['horovod', 'torch', 'tensorflow']
-    """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return ["horovod"]
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name.split(".")[0] for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module.split(".")[0])
-    return ["horovod"] + [name for name in FRAMEWORKS if name in names]
+    return ["/bin/sh", "-c", SHELL_PROBE, "sh", argv0, PYTHON_PROBE, *modules, *(["--", *imports] if imports else [])]
 
 
 def parse_probe(output: str) -> list[dict[str, Any]]:
@@ -144,6 +131,7 @@ def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = 
         here = ran.stdout + ran.stderr
         launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
     facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}
+    facts["imports"] = probe.imports._asdict() if probe.imports else None
     try:
         ran = run_captured(probe.launch_argv, timeout, grace=1.0, stop=stop)
     except UserError as exc:

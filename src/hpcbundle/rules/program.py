@@ -1,4 +1,5 @@
-"""Rules for the program's environment: every rank starts the same interpreter and modules as the launching node."""
+"""Rules for the program's environment: every rank starts the same interpreter and modules as the launching
+node, and every module the program imports resolves there."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ def _describe(facts: Mapping[str, Any]) -> str:
 
 
 def _same(node: Mapping[str, Any], here: Mapping[str, Any]) -> bool:
-    keys = ("kind", "executable", "prefix", "modules")
-    return all(node.get(k) == here.get(k) for k in keys)
+    return _same_interpreter(node, here) and node.get("modules") == here.get("modules")
+
+
+def _same_interpreter(node: Mapping[str, Any], here: Mapping[str, Any]) -> bool:
+    return all(node.get(k) == here.get(k) for k in ("kind", "executable", "prefix"))
 
 
 @rule("program-env", needs=("site", "program", "observed"))
@@ -62,3 +66,58 @@ def program_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
         seen = f"{reference}: {_describe(here)}"
         return Verdict("FAIL", "; ".join(evidence) + f" (as the launcher starts it; {seen})", fix)
     return Verdict("PASS", f"{argv0} -> {_describe(here)} on {', '.join(nodes)}, as on {reference}")
+
+
+def _missing_groups(nodes: Mapping[str, Mapping[str, Any]], names: list[str]) -> dict[tuple[str, ...], list[str]]:
+    """Hosts lacking each of `names`, modules that the same hosts lack named together: {hosts: modules}."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name in names:
+        hosts = tuple(h for h, n in nodes.items() if name in (n.get("missing") or ()))
+        if hosts:
+            groups.setdefault(hosts, []).append(name)
+    return groups
+
+
+def _not_importable(groups: Mapping[tuple[str, ...], list[str]], where: str) -> list[str]:
+    """'`torchvision` is not importable on node2, node3 (in image x.sif)', one per group."""
+    verb = {True: "are", False: "is"}
+    return [
+        f"{', '.join(f'`{m}`' for m in mods)} {verb[len(mods) > 1]} not importable on {', '.join(hosts)} ({where})"
+        for hosts, mods in groups.items()
+    ]
+
+
+@rule("program-imports", needs=("site", "program", "observed"))
+def program_imports(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Every module the program (and the local modules it imports) imports resolves in each rank's
+    interpreter, found without importing it. A missing module FAILs; a missing optional one (imported
+    inside try/except ImportError) WARNs: the program runs without it. Nodes whose interpreter differs
+    from the reference are program-env's finding, not judged here."""
+    probe = facts.program or {}
+    imports, here = probe.get("imports"), probe.get("launching") or {}
+    if not imports:
+        return Verdict("SKIP", "the program is not a .py file: its imports are not read")
+    if probe.get("error") or here.get("kind") != "python":
+        return Verdict("SKIP", "the probe found no Python interpreter to check the imports in (see program-env)")
+    same = {h: n for h, n in probe["nodes"].items() if "error" not in n and _same_interpreter(n, here)}
+    image = facts.image_path if facts.site.container.runtime != "none" else None
+    where = f"in image {image}" if image else f"in the node's python {here.get('executable')}"
+    required = _not_importable(_missing_groups(same, list(imports["required"])), where)
+    optional = _not_importable(_missing_groups(same, list(imports["optional"])), where)
+    problem = [imports["problem"]] if imports.get("problem") else []
+    if required:
+        fix = "add it to the recipe's `python_packages:` and rebuild the image"
+        if not image:
+            fix = "pip install it into that environment on every node (in an image: the recipe's `python_packages:`)"
+        return Verdict("FAIL", "; ".join(required + [f"optional: {o}" for o in optional] + problem), fix)
+    if optional:
+        program = imports["program"]
+        evidence = [f"{o}, imported inside try/except ImportError: {program} runs without it" for o in optional]
+        return Verdict("WARN", "; ".join(evidence + problem), "add it to the recipe's `python_packages:` if needed")
+    if problem:
+        return Verdict("WARN", problem[0])
+    names = sorted(imports["required"] + imports["optional"])
+    shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return Verdict(
+        "PASS", f"{imports['program']}'s imports ({shown or 'the standard library only'}) resolve on {', '.join(same)}"
+    )
