@@ -9,9 +9,11 @@ both variants run doctor on node1..node3 over ssh for a site that exports PATH a
 
     base     hpcbundle doctor --site S --hosts node1,node2,node3 --no-checksum
     program  the same, -- python3 examples/pytorch_train.py: also the job's own mpirun line, one
-             rank per node, running the probe (interpreter, horovod and torch versions)
+             rank per node, running the probe (interpreter, horovod and torch versions, and a
+             find_spec of every module the program imports: still one Python start per node)
 
-A run counts when doctor exits 0 or 1 (no FAIL) and, for `program`, prints PASS for program-env.
+A run counts when doctor exits 0 or 1 (no FAIL) and, for `program`, prints PASS for program-env
+and program-imports.
 Prints the medians, the added seconds and the ratio, and one JSON line (metric doctor_program_env).
 Exit status 1 when a run failed.
 """
@@ -48,8 +50,9 @@ def run_once(cluster: SshCluster, site: Path, variant: str) -> tuple[float, str]
     wall = time.monotonic() - start
     if result.returncode not in (0, 1):
         return wall, f"exit {result.returncode}: {(result.stdout + result.stderr).strip()[-600:]}"
-    if variant == "program" and not any(line.startswith("PASS  program-env") for line in result.stdout.splitlines()):
-        return wall, f"no PASS for program-env: {result.stdout.strip()[-600:]}"
+    passed = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("PASS")}
+    if variant == "program" and not {"program-env", "program-imports"} <= passed:
+        return wall, f"no PASS for program-env and program-imports: {result.stdout.strip()[-600:]}"
     return wall, ""
 
 

@@ -153,6 +153,36 @@ def test_site_detect_in_the_activated_shell_drafts_a_site_that_runs_on_three_nod
     assert "allreduce_check: OK size=3 " in result.stdout, result.stdout[-3000:]
 
 
+def test_a_module_the_nodes_lack_imported_by_a_local_module_is_refused_before_any_rank_starts(
+    cluster: SshCluster, venv: Path, tmp_path: Path
+):
+    started = tmp_path / "started"
+    program = tmp_path / "train.py"
+    program.write_text(
+        f"import pathlib\npathlib.Path({str(started)!r}).touch()\nimport torch\nimport horovod.torch as hvd\n"
+        "import helpers\ntry:\n    import apex_not_installed_xyz\nexcept ImportError:\n    pass\n"
+    )
+    (tmp_path / "helpers.py").write_text("import not_installed_mod_xyz\n")
+    site = ssh_site(tmp_path, cluster, "ssh-venv", export=["PATH", "VIRTUAL_ENV"])
+    doctor = cli_on_node1(cluster, venv, "doctor", "--site", str(site), "--hosts", "node1,node2,node3", "--",
+                          "python3", str(program))  # fmt: skip
+    rows = {line.split()[1]: line for line in doctor.stdout.splitlines() if line.startswith(("PASS", "WARN", "FAIL"))}
+    assert doctor.returncode == 2 and rows["program-env"].startswith("PASS"), doctor.stdout[-3000:]
+    assert rows["program-imports"] == (
+        "FAIL  program-imports      `not_installed_mod_xyz` is not importable on node1, node2, node3 "
+        f"(in the node's python {venv}/bin/python3); optional: `apex_not_installed_xyz` is not importable on "
+        f"node1, node2, node3 (in the node's python {venv}/bin/python3); pip install it into that environment "
+        "on every node (in an image: the recipe's `python_packages:`)"
+    )
+    result = launch_on_node1(cluster, venv, site, ["python3", str(program)])
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (
+        "FAIL  program-imports      `not_installed_mod_xyz` is not importable on node1, node2, node3" in result.stderr
+    )
+    assert "nothing was started" in result.stderr and "+ mpirun" not in result.stderr
+    assert not started.exists()
+
+
 def test_program_found_only_in_the_launching_shell_is_refused_naming_the_node(
     cluster: SshCluster, venv: Path, tmp_path: Path
 ):
