@@ -13,7 +13,6 @@ from pathlib import Path
 
 from hpcbundle.cli.preflight import program_probe
 from hpcbundle.config.sites import Site
-from hpcbundle.diagnose import imports
 from hpcbundle.diagnose.imports import MAX_BYTES, MAX_FILES, MAX_NAMES, program_imports
 from hpcbundle.diagnose.program import parse_probe, probe_words
 from hpcbundle.knowledge.compat import knowledge_base
@@ -45,17 +44,18 @@ def test_local_modules_and_packages_are_followed_and_not_checked(tmp_path: Path)
     program = write(
         tmp_path,
         {
-            "train.py": "import helpers\nfrom models import net\nimport models.layers\nimport torch\n",
+            "train.py": "import helpers, wandb\nfrom models import net\nimport models.layers\nimport torch\n",
             "helpers.py": "import yaml\nimport helpers\n",
-            "models/__init__.py": "from .net import Net\nfrom . import layers\n",
+            "models/__init__.py": "from . import layers\n",
             "models/net.py": "import timm\nfrom .. import helpers\n",
             "models/layers.py": "import einops\nfrom .blocks import Block\n",
             "models/blocks/__init__.py": "import numpy\n",
             "unused.py": "import never_read_xyz\n",
+            "wandb/run-1/log.txt": "not a module\n",
         },
     )
     found = program_imports(program)
-    assert found.required == ("einops", "numpy", "timm", "torch", "yaml")
+    assert found.required == ("einops", "numpy", "timm", "torch", "wandb", "yaml")
     assert found.files == (
         "helpers.py",
         "models/__init__.py",
@@ -139,7 +139,6 @@ def test_the_shipped_examples_import_nothing_local_or_optional():
     found = program_imports(ROOT / "examples" / "pytorch_train.py")
     assert "torch" in found.required and "horovod" in found.required and found.problem == ""
     assert not set(found.required) & set(sys.stdlib_module_names)
-    assert imports.__name__ == "hpcbundle.diagnose.imports"
 
 
 def rank(host: str, missing: list[str], executable: str = "/srv/venv/bin/python3") -> dict:

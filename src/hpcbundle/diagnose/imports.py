@@ -7,7 +7,7 @@ the parser's limit, and more than MAX_FILES local files end in a one-line `probl
 - absolute imports give their top-level name: `import torchvision.models as m` -> `torchvision`;
 - the standard library (`sys.stdlib_module_names`) is dropped;
 - local modules (relative imports, and names found as a file or package beside the program) are
-  followed, and their imports are collected too;
+  followed, and their imports are collected too (`from models import net` reads models/net.py);
 - an import inside `try:` with an `except` that catches ImportError (or a broader class) is optional:
   the program runs without it, so doctor WARNs rather than FAILs;
 - imports under `if TYPE_CHECKING:` never run, and are skipped.
@@ -100,13 +100,21 @@ def _targets(node: ast.Import | ast.ImportFrom, here: Path, root: Path) -> Itera
         for alias in node.names:
             yield None, _local_file(base, ".".join(filter(None, [node.module, alias.name])))
         return
-    dotted = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-    for name in dotted:
+    modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+    submodules = [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+    for name in modules:
         top = name.split(".")[0]
-        if (root / f"{top}.py").is_file() or (root / top).is_dir():
+        if _is_local(root / top):
             yield None, _local_file(root, name) or _local_file(root, top)
+            yield from ((None, _local_file(root, sub)) for sub in submodules)
         elif top not in sys.stdlib_module_names:
             yield top, None
+
+
+def _is_local(path: Path) -> bool:
+    """`path`.py, or a directory holding Python files: what `import` finds beside the program first.
+    A directory of other files (a `wandb/` run log) is no module: the installed one is imported."""
+    return path.with_name(path.name + ".py").is_file() or path.is_dir() and any(path.glob("*.py"))
 
 
 def program_imports(program: Path) -> ProgramImports:
