@@ -133,6 +133,8 @@ def test_the_launch_probe_sends_the_programs_imports_after_the_frameworks(tmp_pa
     probe = program_probe(Site.model_validate(SITE), (("node2", 1), ("node3", 1)), ("python3", str(program)), None)
     assert probe is not None and probe.words[6:] == ["horovod", "torch", "--", "horovod", "torch", "torchvision"]
     assert probe.imports == program_imports(program) and probe.launch_argv[-len(probe.words) :] == probe.words
+    unbuffered = program_probe(Site.model_validate(SITE), (("node2", 1),), ("python3", "-u", str(program)), None)
+    assert unbuffered is not None and unbuffered.imports == probe.imports
 
 
 def test_the_shipped_examples_import_nothing_local_or_optional():

@@ -37,7 +37,7 @@ def program_probe(
     if not program or not remote or launcher is None or not launcher.takes_hosts:
         return None
     modules, imports = ["horovod"], None
-    script = Path(program[1]) if len(program) > 1 else None
+    script = next((Path(word) for word in program[1:] if not word.startswith("-")), None)  # python3 -u train.py
     if script and script.suffix == ".py" and script.is_file():
         imports = program_imports(script)
         modules = ["horovod"] + [name for name in FRAMEWORKS if name in imports.required + imports.optional]
