@@ -113,10 +113,13 @@ def discover(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
     return script, hosts, {"PATH": f"{stubs}:/usr/bin:/bin"}
 
 
-def run_script(discover: tuple[Path, Path, dict[str, str]], lines: list[str]) -> tuple[list[str], list[int]]:
-    """The script's `host:slots` lines for a hostfile of `lines`, and the line numbers it said it skipped."""
+def run_script(
+    discover: tuple[Path, Path, dict[str, str]], lines: list[str], end: str = "\n"
+) -> tuple[list[str], list[int]]:
+    """The script's `host:slots` lines for a hostfile of `lines` (the last one ending in `end`), and the
+    line numbers it said it skipped."""
     script, hosts, env = discover
-    hosts.write_bytes("\n".join(lines).encode() + b"\n")
+    hosts.write_bytes(("\n".join(lines) + end).encode())
     found = subprocess.run([str(script)], capture_output=True, timeout=60, env=env, check=False)
     assert found.returncode == 0, found.stderr
     skipped = [line.split(b" ")[4] for line in found.stderr.splitlines()]
@@ -139,6 +142,11 @@ def test_launch_reads_each_corpus_line_as_the_grammar_says(line, reading):
 
 def test_the_discovery_script_reads_every_corpus_line_as_launch_does(discover):
     assert_agree(discover, [line for line, _ in CORPUS])
+
+
+def test_the_discovery_script_reads_a_last_line_without_a_line_feed(discover):
+    assert run_script(discover, ["n1 slots=2", "n2:3\r"], end="") == (["n1:2", "n2:3"], [])
+    assert run_script(discover, ["n1 slots=2", "n2:03"], end="") == (["n1:2"], [2])
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
