@@ -15,7 +15,8 @@ from ..rules.loading import load_site  # the one loader that refuses: shape, the
 from .assemble import build_command, launch_request
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
-from .layout import RankLayout, hostfile_slots, parse_hosts
+from .hostfile import hostfile_slots
+from .layout import RankLayout, parse_hosts
 
 __all__ = [
     "LAUNCHERS",

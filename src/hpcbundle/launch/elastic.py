@@ -12,6 +12,7 @@ import jinja2
 
 from .. import __version__
 from ..config.sites import Site
+from .hostfile import HOST_LINE_ERE, MAX_SLOTS, SKIP_ERE
 
 TEMPLATE = "discover-hosts.sh.j2"
 BATCH_SCRIPT = "./hpcbundle-discover-hosts.sh"
@@ -29,10 +30,12 @@ def discovery_path(hostfile: str) -> str:
 
 
 def discovery_script(site: Site, env: jinja2.Environment, hostfile: str | None, slots: int) -> str:
-    """The script's text: the hostfile's answering hosts (`hostfile`), else the SLURM job's nodes
-    with `slots` ranks each unless SLURM_NTASKS_PER_NODE says otherwise."""
+    """The script's text: the hostfile's answering hosts (`hostfile`, its lines matched with the patterns
+    `launch` parses with), else the SLURM job's nodes with `slots` ranks each unless SLURM_NTASKS_PER_NODE
+    says otherwise."""
     elastic = site.faults.elastic
     assert elastic is not None
+    grammar = {"skip": SKIP_ERE, "host_line": HOST_LINE_ERE, "max_slots": MAX_SLOTS}
     return env.get_template(TEMPLATE).render(
-        site=site, source=elastic.discovery, hostfile=hostfile, slots=slots, version=__version__
+        site=site, source=elastic.discovery, hostfile=hostfile, slots=slots, grammar=grammar, version=__version__
     )

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetException
 
 from ..config.errors import UserError, clip
+from .hostfile import HOST_ERE, MAX_SLOTS
 
-_HOST = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,252})(?::([0-9]+))?")
-MAX_SLOTS = 100_000
-"""The most slots one host may have (a typo such as 10000000000 is refused, not launched)."""
+_HOST = re.compile(HOST_ERE)
 MAX_HOSTS = 4096
 """The most hosts --hosts may expand to (a typo such as n[1-1000000] is refused before it is expanded)."""
 _ITEMS = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")
@@ -124,7 +123,7 @@ def _expand(pattern: str) -> list[str]:
             "", "--hosts", f"{clip(pattern)}: {clip(str(error), 60)}", "write hosts like n01 or n[01-04,07]"
         ) from None
     for name in names:
-        if not _HOST.fullmatch(name) or ":" in name:
+        if not _HOST.fullmatch(name):
             raise UserError.at("", "--hosts", f"{clip(name)} is not a host name", "use letters, digits, '.', '_', '-'")
     return names
 
@@ -137,27 +136,3 @@ def _slots(digits: str | None, where: str, key: str) -> int:
     if not 1 <= count <= MAX_SLOTS:
         raise UserError.at(where, key, f"{clip(digits, 12)} slots", f"give 1 to {MAX_SLOTS} slots per host")
     return count
-
-
-def hostfile_slots(text: str, where: str) -> int:
-    """Count the slots in a hostfile: Open MPI lines `host slots=N`, hydra lines `host:N`, or `host`.
-
-    >>> hostfile_slots("f1 slots=2\\n# spare\\nf2:4\\nf3\\n", "hosts.txt")
-    7
-    """
-    total = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        match = _HOST.fullmatch(words[0])
-        options = [re.fullmatch(r"(slots|max_slots|max-slots)=([0-9]+)", word) for word in words[1:]]
-        if not match or not all(options) or (match.group(2) and any(options)):
-            raise UserError.at(
-                f"{where}:{number}", "", f"{clip(line, 24)} is not a hostfile line", "write `host slots=N` or `host:N`"
-            )
-        slots = next((option.group(2) for option in options if option and option.group(1) == "slots"), None)
-        total += _slots(slots or match.group(2), f"{where}:{number}", "slots")
-    if not total:
-        raise UserError.at(where, "", "names no host", "write one `host slots=N` or `host:N` line per node")
-    return total
