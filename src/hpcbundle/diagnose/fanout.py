@@ -129,7 +129,7 @@ def gather(
     `environment`: what the launch gives its ranks from the launching shell (the site's exports, e.g.
     PATH), set for the probes too, so they find the runtime where the ranks find it. Hashing the
     image may take two thirds of `timeout`. Returns (host -> facts or {'error'}, interface -> [(from,
-    to, address, 'ok' or why)]).
+    to, address, 'ok' or why)]); the TCP probe runs between the nodes that answered.
     """
     environment = environment or {}
     detection = runtime_detection()
@@ -147,16 +147,17 @@ def gather(
             )
         )
     reach: dict[str, list[tuple[str, str, str, str]]] = {}
-    if len(hosts) > 1:
+    answered = {host: node for host, node in found.items() if "error" not in node}  # the mesh joins these
+    if len(answered) > 1:
         for name in interfaces_to_probe:
             addrs = {}
-            for host, node in found.items():
+            for host, node in answered.items():
                 link = next(
                     (i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None
                 )
                 if link:
                     addrs[host] = link["ipv4"][0].split("/")[0]
-            if len(addrs) == len(hosts):
+            if len(addrs) == len(answered):
                 reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout, environment)
     return found, reach
 
