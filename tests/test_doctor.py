@@ -15,6 +15,7 @@ import pytest
 
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
+from hpcbundle.diagnose.fanout import unreached
 from hpcbundle.diagnose.probes import numa_memory, parse_gpus, runtimes, stopped_ranks
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.launching import runtime_detection
@@ -243,14 +244,74 @@ def test_userns_cma_trap_and_oversubscription():
     )
 
 
-def test_a_node_that_does_not_answer_fails_the_probe():
-    results = diagnose(site(), {"n1": node("n1"), "n2": {"error": "no answer within 30 s"}})
-    assert by_rule(results)["node-probe"] == Result(
-        "node-probe",
+def test_a_node_that_does_not_answer_fails_node_reach_and_the_other_rules_skip_it():
+    down = {"error": "ssh: connection refused (sshd down?)", "unreached": True}
+    results = diagnose(site(), {"n1": node("n1"), "n2": down})
+    rules = by_rule(results)
+    assert rules["node-reach n2"] == Result(
+        "node-reach n2",
         "FAIL",
-        "n2: no answer within 30 s",
-        "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it",
+        "ssh: connection refused (sshd down?)",
+        "check that n2 is up and reachable: ssh -o BatchMode=yes n2 true",
     )
+    assert [r.status for r in results if r.rule == "host-mpi"] == ["PASS", "SKIP"]  # n1 is still judged
+    assert Result("host-mpi", "SKIP", "n2 did not answer") in results
+
+
+def test_no_node_answering_is_a_fail_per_node_and_no_crash():
+    down = {"error": "ssh: no route to host (node down or its link down?)", "unreached": True}
+    results = diagnose(site(), {"n1": down, "n2": down})
+    assert [r.rule for r in results if r.status == "FAIL"] == ["node-reach n1", "node-reach n2"]
+    assert by_rule(results)["host-mpi"] == Result("host-mpi", "SKIP", "n1, n2 did not answer")
+    assert exit_status(results) == 2
+
+
+def test_a_node_that_answered_but_whose_probe_failed_is_told_apart():
+    results = diagnose(site(), {"n1": node("n1"), "n2": {"error": "probe failed: No module named hpcbundle"}})
+    assert by_rule(results)["node-reach n2"].fix.startswith("n2 answered but the probe failed there")
+
+
+# What OpenSSH 9 prints when it cannot reach a node (exit 255), and the kind doctor names.
+SSH_FAILURES = [
+    ("ssh: connect to host node2 port 22: Connection refused", "ssh: connection refused (sshd down?)"),
+    ("ssh: connect to host 10.78.0.3 port 22: No route to host", "ssh: no route to host (node down or its link down?)"),
+    (
+        "Connection timed out during banner exchange\nConnection to 10.255.255.1 port 22 timed out",
+        "ssh: timed out connecting (node down, or a firewall drops the packets?)",
+    ),
+    (
+        "ssh: connect to host 10.9.9.9 port 22: Connection timed out",
+        "ssh: timed out connecting (node down, or a firewall drops the packets?)",
+    ),
+    (
+        "ssh: Could not resolve hostname nosuchhost: Name or service not known",
+        "ssh: name does not resolve (a typo, or missing from DNS and /etc/hosts?)",
+    ),
+    (
+        "root@node2: Permission denied (publickey,password).",
+        "ssh: auth: permission denied (no key the node accepts; BatchMode asks no password)",
+    ),
+    ("Host key verification failed.", "ssh: auth: host key verification failed (unknown or changed host key)"),
+    (
+        "ssh: connect to host 10.1.0.2 port 22: Network is unreachable",
+        "ssh: no route: network is unreachable (no link on this node to that network?)",
+    ),
+    (
+        "kex_exchange_identification: Connection closed by remote host\nConnection closed by 10.0.0.2 port 22",
+        "ssh: connection closed by the node (sshd refused the session: MaxStartups, AllowUsers?)",
+    ),
+    ("banner line contains invalid characters", "ssh: banner line contains invalid characters"),
+]
+
+
+@pytest.mark.parametrize(("stderr", "kind"), SSH_FAILURES)
+def test_how_ssh_failed_to_reach_a_node_is_named(stderr, kind):
+    assert unreached("ssh", 255, stderr + "\r\n", 20) == kind
+
+
+def test_our_own_timeout_and_a_failed_remote_command_are_told_apart():
+    assert unreached("ssh", None, "", 20) == "ssh: timed out (no answer within 20 s)"
+    assert unreached("ssh", 1, "python3: can't open file 'x': No such file", 20) is None
 
 
 def test_an_engine_image_name_is_not_taken_for_a_missing_file():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,53 @@ def test_program_found_only_in_the_launching_shell_is_refused_naming_the_node(
     assert "hvd-train on node2, node3: not found on PATH" in fail
     assert f"this node: {tools}/hvd-train" in fail
     assert not (tmp_path / "ran").exists()
+
+
+def set_links(cluster: SshCluster, node: str, state: str) -> None:
+    """Every link of `node` (data0, mgmt0) down or up: as when its cable or switch port fails."""
+    for iface in (cluster.DATA_IFACE, cluster.MGMT_IFACE):
+        ip("-n", cluster.netns(node), "link", "set", iface, state)
+
+
+def doctor_timed(cluster: SshCluster, venv: Path, site: Path, what: str):
+    """`hpcbundle doctor` on the three nodes with the program probe, its seconds printed (the bound is the test's)."""
+    started = time.monotonic()
+    result = cli_on_node1(cluster, venv, "doctor", "--site", str(site), "--hosts", "node1,node2,node3", "--", *TRAIN)
+    print(f"doctor with {what}: {time.monotonic() - started:.1f} s")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_nodes_that_do_not_answer_are_fails_naming_how_and_launch_starts_nothing(
+    cluster: SshCluster, venv: Path, tmp_path: Path
+):
+    site = ssh_site(tmp_path, cluster, "ssh-venv", export=["PATH", "VIRTUAL_ENV"])
+    checkpoints = tmp_path / "ckpt"
+    refused = r"^FAIL  node-reach node2 +ssh: connection refused \(sshd down\?\)"
+    cluster.lose_node("node2")  # its sshd (and all else there) killed by PID: connection refused
+    try:
+        out = doctor_timed(cluster, venv, site, "node2's sshd down")
+        assert re.search(refused, out, re.M), out
+        assert "PASS  interface data0 reach 2 of 2 TCP connections between 2 nodes over data0" in out, out
+        set_links(cluster, "node3", "down")  # its links down: no route (or a time-out) from node1
+        out = doctor_timed(cluster, venv, site, "node2's sshd down and node3's links down")
+        assert re.search(refused, out, re.M), out
+        assert re.search(r"^FAIL  node-reach node3 +ssh: (no route to host|timed out)", out, re.M), out
+        assert "SKIP  host-mpi             node2, node3 did not answer" in out
+        assert re.search(r"^PASS  host-mpi .* on node1$", out, re.M), out
+        cluster.lose_node("node1")  # now no node answers
+        started = time.monotonic()
+        result = launch_on_node1(cluster, venv, site, [*TRAIN, "--checkpoint-dir", str(checkpoints)])
+        print(f"launch pre-check with no node answering: {time.monotonic() - started:.1f} s")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
+        assert re.findall(r"^FAIL  node-reach (node\d)", result.stderr, re.M) == ["node1", "node2", "node3"]
+        assert "hpcbundle: error: doctor found a problem (FAIL above), nothing was started" in result.stderr
+        assert "+ mpirun" not in result.stderr and not checkpoints.exists()
+    finally:
+        set_links(cluster, "node3", "up")
+        for node in ("node1", "node2"):
+            if node not in cluster.sshd_pids:
+                cluster.revive_node(node)
 
 
 def test_teardown_stops_every_sshd_by_pid_and_deletes_the_namespaces_also_after_a_failure(cluster_tools: None):

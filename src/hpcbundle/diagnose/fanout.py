@@ -43,7 +43,48 @@ def _self(environment: Mapping[str, str], *args: str) -> list[str]:
     return [*(["env", *settings] if settings else []), sys.executable, "-m", "hpcbundle.diagnose.probes", *args]
 
 
+# How reaching a node failed, from the agent's stderr (ssh's texts, which most rsh agents pass on):
+# the first text found names the kind (name, no route, refused, timed out, auth, closed) and its likely cause.
+UNREACHED = (
+    ("Could not resolve hostname", "name does not resolve (a typo, or missing from DNS and /etc/hosts?)"),
+    ("Name or service not known", "name does not resolve (a typo, or missing from DNS and /etc/hosts?)"),
+    ("No route to host", "no route to host (node down or its link down?)"),
+    ("Network is unreachable", "no route: network is unreachable (no link on this node to that network?)"),
+    ("Connection refused", "connection refused (sshd down?)"),
+    ("Permission denied", "auth: permission denied (no key the node accepts; BatchMode asks no password)"),
+    ("Host key verification failed", "auth: host key verification failed (unknown or changed host key)"),
+    ("Connection closed by", "connection closed by the node (sshd refused the session: MaxStartups, AllowUsers?)"),
+    ("Connection reset by", "connection closed by the node (sshd refused the session: MaxStartups, AllowUsers?)"),
+    ("timed out", "timed out connecting (node down, or a firewall drops the packets?)"),
+)
+
+
+def unreached(agent: str, status: int | None, stderr: str, timeout: float) -> str | None:
+    """How the agent (ssh or the site's plm_rsh_agent) failed to reach the node, or None when it did
+    (then the node's own command failed). `status` None: no answer within `timeout` s (pure)::
+
+    >>> unreached("ssh", 255, "ssh: connect to host node2 port 22: Connection refused\\r\\n", 20)
+    'ssh: connection refused (sshd down?)'
+    >>> unreached("ssh", None, "", 20)
+    'ssh: timed out (no answer within 20 s)'
+    >>> unreached("ssh", 1, "python3: No module named hpcbundle", 20) is None
+    True
+    """
+    if status is None:
+        return f"{agent}: timed out (no answer within {timeout:g} s)"
+    for text, failure in UNREACHED:
+        if text.lower() in stderr.lower():
+            return f"{agent}: {failure}"
+    if status == 255:  # ssh's own failure: the remote command never ran
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        return f"{agent}: " + (lines[-1][:200] if lines else "exit 255 (could not connect)")
+    return None
+
+
 def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
+    """Run `argv` (a probe, through an agent or here) and return its last JSON line, or {'error': why};
+    a node the agent did not reach also gets 'unreached' (the rules judge the others only)."""
+    agent = None if argv[0] in ("env", sys.executable) else os.path.basename(argv[0])  # None: run here (_self)
     try:
         res = subprocess.run(
             argv,
@@ -55,14 +96,22 @@ def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
             start_new_session=True,
         )
     except subprocess.TimeoutExpired:
-        return {"error": f"no answer within {timeout:g} s"}
+        if agent is None:
+            return {"error": f"no answer within {timeout:g} s"}
+        return {"error": unreached(agent, None, "", timeout), "unreached": True}
     except OSError as exc:
         return {"error": f"{argv[0]}: {exc.strerror}"}
     lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    failure = unreached(agent, res.returncode, res.stderr, timeout) if agent and res.returncode else None
+    if failure:
+        return {"error": failure, "unreached": True}
     if res.returncode or not lines:
         tail = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
         return {"error": f"probe failed: {tail}"}
-    return json.loads(lines[-1])
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"error": f"probe failed: not JSON: {lines[-1][:200]}"}
 
 
 def gather(
@@ -80,7 +129,7 @@ def gather(
     `environment`: what the launch gives its ranks from the launching shell (the site's exports, e.g.
     PATH), set for the probes too, so they find the runtime where the ranks find it. Hashing the
     image may take two thirds of `timeout`. Returns (host -> facts or {'error'}, interface -> [(from,
-    to, address, 'ok' or why)]).
+    to, address, 'ok' or why)]); the TCP probe runs between the nodes that answered.
     """
     environment = environment or {}
     detection = runtime_detection()
@@ -98,16 +147,17 @@ def gather(
             )
         )
     reach: dict[str, list[tuple[str, str, str, str]]] = {}
-    if len(hosts) > 1:
+    answered = {host: node for host, node in found.items() if "error" not in node}  # the mesh joins these
+    if len(answered) > 1:
         for name in interfaces_to_probe:
             addrs = {}
-            for host, node in found.items():
+            for host, node in answered.items():
                 link = next(
                     (i for i in node.get("interfaces", []) if i["name"] == name and i["up"] and i["ipv4"]), None
                 )
                 if link:
                     addrs[host] = link["ipv4"][0].split("/")[0]
-            if len(addrs) == len(hosts):
+            if len(addrs) == len(answered):
                 reach[name] = _tcp_mesh(mca, addrs, connect_seconds, timeout, environment)
     return found, reach
 

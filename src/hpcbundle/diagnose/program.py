@@ -127,7 +127,7 @@ def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = 
     reference = f"{probe.hosts[0]} (the image as the launcher starts it)" if probe.in_image else "this node"
     launching: dict[str, Any] = {}
     if not probe.in_image:
-        ran = run_captured(probe.words, timeout)
+        ran = run_captured(probe.words, timeout, stop=stop)  # stopped too when the nodes already failed
         here = ran.stdout + ran.stderr
         launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
     facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}

@@ -248,8 +248,21 @@ def _order(r: Rule) -> int:
 
 
 def evaluate(facts: Facts, kb: KnowledgeBase) -> list[Result]:
-    """Run every rule that the facts can feed; a user sees every reason at once."""
-    return [result for r in applicable(facts) for result in r(facts, kb)]
+    """Run every rule that the facts can feed; a user sees every reason at once.
+
+    Over observed nodes, a rule that reads them judges the nodes that answered and SKIPs the others
+    (node-reach FAILs each one, saying how it failed); with none answered it only SKIPs.
+    """
+    silent = [host for host in facts.nodes or {} if host not in facts.ok_nodes()] if facts.observed else []
+    results = []
+    for r in applicable(facts):
+        if "nodes" in r.needs and silent:
+            if len(silent) < len(facts.nodes or {}):
+                results += r(facts, kb)
+            results.append(Result(r.name, "SKIP", f"{', '.join(silent)} did not answer"))
+        else:
+            results += r(facts, kb)
+    return results
 
 
 def exit_status(results: list[Result]) -> int:

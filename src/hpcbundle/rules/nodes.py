@@ -9,17 +9,23 @@ from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 
 
-@rule("node-probe", needs=("nodes", "observed"))
-def node_probe(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """Every node answered the probe (through the site's rsh agent or ssh)."""
-    bad = {host: node["error"] for host, node in (facts.nodes or {}).items() if "error" in node}
-    if bad:
-        return Verdict(
-            "FAIL",
-            "; ".join(f"{h}: {e}" for h, e in bad.items()),
-            "check that the host name resolves and the launcher's agent (plm_rsh_agent or ssh) reaches it",
-        )
-    return Verdict("PASS", f"answered: {', '.join(facts.nodes or {})}")
+@rule("node-reach", needs=("observed",))
+def node_reach(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Every node answered the probe (through the site's rsh agent or ssh); one FAIL per node that did not.
+
+    How it failed comes from the agent (diagnose/fanout.py unreached): no route, connection refused,
+    timed out, auth, name. The other rules judge the nodes that answered and SKIP the others.
+    """
+    verdicts = []
+    for host, node in (facts.nodes or {}).items():
+        if "error" not in node:
+            continue
+        if node.get("unreached"):
+            fix = f"check that {host} is up and reachable: ssh -o BatchMode=yes {host} true"
+        else:
+            fix = f"{host} answered but the probe failed there: check python3 and hpcbundle on its PATH"
+        verdicts.append(Verdict("FAIL", node["error"], fix, subject=host))
+    return verdicts or [Verdict("PASS", f"answered: {', '.join(facts.nodes or {})}")]
 
 
 @rule("oversubscription", needs=("site", "nodes"))
