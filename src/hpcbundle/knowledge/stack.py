@@ -35,7 +35,9 @@ def stack_pins(recipe: Recipe, kb: KnowledgeBase) -> dict[str, StackPin]:
     """The recipe's exact pins by canonical name: the frameworks (in recipe order), then Horovod."""
     fw, pins = recipe.frameworks, {}
     if fw.tensorflow:
-        pins[fw.tensorflow.package] = StackPin(f"{fw.tensorflow.package}=={fw.tensorflow.version}", FRAMEWORK_KEYS[fw.tensorflow.package])
+        pins[fw.tensorflow.package] = StackPin(
+            f"{fw.tensorflow.package}=={fw.tensorflow.version}", FRAMEWORK_KEYS[fw.tensorflow.package]
+        )
     if fw.pytorch:
         pins["torch"] = StackPin(pytorch_requirement(fw.pytorch.version, fw.pytorch.variant, kb), "frameworks.pytorch")
     pins["horovod"] = StackPin(f"horovod=={recipe.horovod.version}", "horovod.version")
