@@ -33,8 +33,7 @@ from hpcbundle.knowledge.bind import BIND_NAME, BIND_PATH, BIND_SCRIPT
 from hpcbundle.knowledge.build_env import derived
 from hpcbundle.knowledge.compat import knowledge_base
 
-from .helpers import GOLDEN, ROOT, assert_golden, recipe, recipe_data, rendered, steps
-from .helpers import RENDERED_RECIPES
+from .helpers import GOLDEN, RENDERED_RECIPES, ROOT, assert_golden, recipe, recipe_data, rendered, steps
 from .helpers import SHIPPED_RECIPES as RECIPES
 
 FORMATS = sorted(SUFFIXES)

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from .defcheck import check_def, parse_def
-from .helpers import ROOT, rendered, shellcheck, steps, tool
-from .helpers import RENDERED_RECIPES
+from .helpers import RENDERED_RECIPES, ROOT, rendered, shellcheck, steps, tool
 from .helpers import SHIPPED_RECIPES as RECIPES
 
 SH_SECTIONS = ("test", "runscript", "environment")  # run by /bin/sh; %post runs with `-c /bin/bash`

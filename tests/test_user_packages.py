@@ -3,6 +3,7 @@ without running anything, refused in one line naming the recipe and the key wher
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.rules.loading import load_recipe
 
-from .helpers import RECIPES, hpcbundle, recipe, recipe_data, write_recipe
+from .helpers import RECIPES, ROOT, hpcbundle, recipe, recipe_data, write_recipe
 
 
 def _recipe_with(directory: Path, requirements: str | None = None, **keys: object) -> Path:
@@ -125,3 +126,16 @@ def test_a_recipe_outside_the_bundle_renders_by_its_path(tmp_path):
     result = hpcbundle("render", str(path), "--format", "docker", "-o", str(tmp_path / "team.Dockerfile"))
     assert result.returncode == 0, result.stderr
     assert "'^(tqdm)=='" in (tmp_path / "team.Dockerfile").read_text()
+
+
+@pytest.mark.parametrize("target", ["build-sif", "build-docker"])
+def test_make_targets_take_a_recipe_path_and_name_outputs_by_its_stem(tmp_path, target):
+    recipe_file = tmp_path / "team-repo" / "team.yaml"
+    result = subprocess.run(
+        ["make", "-n", target, f"RECIPE={recipe_file}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    if target == "build-sif":
+        assert f"render {recipe_file} --format singularity" in result.stdout
+        assert "-o build/team.def" in result.stdout and "build/team.sif" in result.stdout
+    else:
+        assert f"build-docker {recipe_file}" in result.stdout
