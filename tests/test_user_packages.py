@@ -139,3 +139,10 @@ def test_make_targets_take_a_recipe_path_and_name_outputs_by_its_stem(tmp_path, 
         assert "-o build/team.def" in result.stdout and "build/team.sif" in result.stdout
     else:
         assert f"build-docker {recipe_file}" in result.stdout
+
+
+def test_numpy_and_the_stacks_own_stay_held_at_their_built_version_when_pinned_too(tmp_path):
+    path = _recipe_with(tmp_path, python_packages=["numpy==1.26.4", "torch==2.13.0", "tqdm==4.66.4"])
+    out = tmp_path / "install.sh"
+    assert hpcbundle("render", str(path), "--format", "shell", "-o", str(out)).returncode == 0
+    assert "list --format=freeze | grep -viE '^(tqdm)==' >> " in out.read_text()

@@ -37,13 +37,11 @@ class Packages(Block):
         pins = tuple(pin for _, pin in spec.recipe.user_packages)
         if not pins:
             return ()
-        names = sorted(
-            {name.replace("-", "[-_.]+") for pin in pins if not _held(name := package_name(pin))} or {"(none)"}
-        )
+        names = sorted({name.replace("-", "[-_.]+") for pin in pins if not _held(name := package_name(pin))})
         values = {
             "stack": (*spec.framework_requirements, f"horovod=={spec.recipe.horovod.version}"),
             "constraints": f"{spec.venv}/{CONSTRAINTS}",
-            "own": f"^({'|'.join(names)})==",
+            "own": f"^({'|'.join(names)})==" if names else "",
             "packages": pins,
         }
         return (Snippet(f"your own Python packages ({len(pins)}), the stack held fixed", "packages", values),)
