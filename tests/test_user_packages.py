@@ -103,8 +103,8 @@ def test_a_conflict_in_the_requirements_file_names_that_key(tmp_path):
 def test_the_test_recipe_reads_both_keys_in_order():
     assert recipe("cpu-packages").user_packages == (
         ("python_packages", "tqdm==4.66.4"),
-        ("python_packages", "typing_extensions[test]==4.12.2"),
-        ("requirements_file", "requests==2.32.3"),
+        ("python_packages", "typing_extensions==4.12.2"),
+        ("requirements_file", "requests[socks]==2.32.3"),
         ("requirements_file", "urllib3==2.2.2"),
     )
 
