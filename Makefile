@@ -15,6 +15,9 @@ HPCBUNDLE := $(BIN)/hpcbundle
 export HPCBUNDLE_CACHE ?= $(HOME)/.cache/hpcbundle
 
 RECIPE ?= cpu-local
+# RECIPE is a name under recipes/ or a path to a team's own recipe file anywhere (e.g. ../team/team.yaml);
+# build outputs are named by its file name without .yaml (a recipe's name is its file name).
+RECIPE_NAME = $(patsubst %.yml,%,$(patsubst %.yaml,%,$(notdir $(RECIPE))))
 RECIPES := $(sort $(basename $(notdir $(wildcard recipes/*.yaml))))
 BUILD := build
 # build-sif: how to get root for the build, and the local base every stage bootstraps from where no
@@ -57,32 +60,32 @@ wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for 
 	ls "wheelhouse/torch-$$TORCH_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==$$TORCH_VERSION+$$TORCH_VARIANT"
 
-build-sif: venv wheelhouse ## Build build/$(RECIPE).sif with apptainer or singularity (RECIPE=name; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
+build-sif: venv wheelhouse ## Build build/$(RECIPE_NAME).sif with apptainer or singularity (RECIPE=name or path; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
 	@flags="$(SIF_FLAGS)"
 	@bootstrap=(); [[ -z $$SIF_BOOTSTRAP ]] || bootstrap=(--bootstrap "$$SIF_BOOTSTRAP"); \
-	$(HPCBUNDLE) render $(RECIPE) --format singularity "$${bootstrap[@]}" -o $(BUILD)/$(RECIPE).def
+	$(HPCBUNDLE) render $(RECIPE) --format singularity "$${bootstrap[@]}" -o $(BUILD)/$(RECIPE_NAME).def
 	@$(BIN)/python -m hpcbundle_testbed.sif horovod $(RECIPE) wheelhouse
 	@builder=$$(PATH="$$PATH:$(abspath $(BIN))" && command -v apptainer || command -v singularity || true); \
 	if [ -z "$$builder" ]; then \
 	  echo "make build-sif: neither apptainer nor singularity is installed on this host (make setup installs Apptainer)." >&2; \
 	  echo "  Build the Docker image here (make build-docker RECIPE=$(RECIPE)), then on a host with Apptainer:" >&2; \
-	  echo "    apptainer build $(RECIPE).sif docker-daemon://hpcbundle/$(RECIPE):latest" >&2; \
-	  echo "  or copy a docker-archive (docker save hpcbundle/$(RECIPE):latest -o $(RECIPE).tar) and run:" >&2; \
-	  echo "    apptainer build $(RECIPE).sif docker-archive://$(RECIPE).tar" >&2; \
+	  echo "    apptainer build $(RECIPE_NAME).sif docker-daemon://hpcbundle/$(RECIPE_NAME):latest" >&2; \
+	  echo "  or copy a docker-archive (docker save hpcbundle/$(RECIPE_NAME):latest -o $(RECIPE_NAME).tar) and run:" >&2; \
+	  echo "    apptainer build $(RECIPE_NAME).sif docker-archive://$(RECIPE_NAME).tar" >&2; \
 	  exit 2; \
 	fi; \
 	flags="$(SIF_FLAGS)"; \
-	partial=$$(mktemp -u $(BUILD)/.$(RECIPE).sif.XXXXXX); \
+	partial=$$(mktemp -u $(BUILD)/.$(RECIPE_NAME).sif.XXXXXX); \
 	trap 'rm -f "$$partial"' EXIT; \
-	echo "+ $(SIF_SUDO) $$builder build $$flags $$partial $(BUILD)/$(RECIPE).def"; \
-	$(SIF_SUDO) "$$builder" build $$flags "$$partial" $(BUILD)/$(RECIPE).def; \
-	mv -f "$$partial" $(BUILD)/$(RECIPE).sif; \
-	echo "built $(BUILD)/$(RECIPE).sif"
+	echo "+ $(SIF_SUDO) $$builder build $$flags $$partial $(BUILD)/$(RECIPE_NAME).def"; \
+	$(SIF_SUDO) "$$builder" build $$flags "$$partial" $(BUILD)/$(RECIPE_NAME).def; \
+	mv -f "$$partial" $(BUILD)/$(RECIPE_NAME).sif; \
+	echo "built $(BUILD)/$(RECIPE_NAME).sif"
 
 sif-base: venv ## Print a local base for SIF_BOOTSTRAP=localimage:...: the debootstrapped Debian 12 as a sandbox (cached)
 	@$(BIN)/python -m hpcbundle_testbed.sif base
 
-build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE) (RECIPE=name; DOCKER_HOST=your engine)
+build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE_NAME) (RECIPE=name or path; DOCKER_HOST=your engine)
 	@if [ -n "$${DOCKER_HOST:-}" ]; then \
 	  $(HPCBUNDLE) build-docker $(RECIPE); \
 	else \

@@ -43,6 +43,10 @@ SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 """The shipped sites' names."""
 SHIPPED_RECIPES = sorted(path.stem for path in RECIPES.glob("*.yaml"))
 """The shipped recipes' names."""
+TEST_RECIPES = Path(__file__).resolve().parent / "data" / "recipes"
+"""Recipes that exist for the tests (e.g. cpu-packages: the user's own packages), rendered into goldens too."""
+RENDERED_RECIPES = sorted([*SHIPPED_RECIPES, *(path.stem for path in TEST_RECIPES.glob("*.yaml"))])
+"""Every recipe with golden files: the shipped ones and the test ones."""
 
 
 def examples(full: int) -> int:
@@ -204,8 +208,8 @@ def observed(**changes: Any) -> dict:
 
 @lru_cache(maxsize=None)
 def recipe(name: str) -> Recipe:
-    """The shipped recipe `name`, loaded (cached)."""
-    return load_recipe(name, RECIPES)
+    """The shipped (or test) recipe `name`, loaded (cached)."""
+    return load_recipe(name, TEST_RECIPES if (TEST_RECIPES / f"{name}.yaml").is_file() else RECIPES)
 
 
 @lru_cache(maxsize=None)

@@ -104,6 +104,11 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         _set("horovod.build_env", {"HOROVOD_WITH_MXNET": "1"}),
         "derived from the recipe",
     ),
+    "user-packages": (
+        "cpu-local",
+        _set("python_packages", ["horovod==0.27.0"]),
+        "conflicts with the stack's horovod==0.28.1",
+    ),
 }
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from .errors import UserError
 from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, Sha256, Url, Version
 from .gpuarchs import GpuArchs
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
+from .packages import PackageSpec, RequirementsPath, read_requirements
 
 OsName = Literal["ubuntu22.04", "ubuntu24.04", "debian12"]
 PLAIN_IMAGES: dict[str, str] = {
@@ -181,10 +182,29 @@ class Recipe(StrictModel):
     )
     frameworks: Frameworks
     horovod: Horovod
+    python_packages: list[PackageSpec] = Field(
+        default_factory=list,
+        description="your program's own Python packages, exact pins (name==VERSION), installed into the venv "
+        "after Horovod with the stack held fixed",
+    )
+    requirements_file: RequirementsPath | None = Field(
+        None,
+        description="a requirements file beside the recipe with more exact pins, one a line "
+        "(no -r, -c, -e or other options)",
+    )
+    _file_packages: tuple[str, ...] = PrivateAttr(default=())
 
     @property
     def is_gpu(self) -> bool:
         return self.gpu is not None
+
+    @property
+    def user_packages(self) -> tuple[tuple[str, str], ...]:
+        """(recipe key, pin) of each of the user's packages: `python_packages`, then `requirements_file`'s."""
+        return (
+            *(("python_packages", pin) for pin in self.python_packages),
+            *(("requirements_file", pin) for pin in self._file_packages),
+        )
 
 
 def read_recipe(ref: str, recipes_dir: Path) -> Recipe:
@@ -201,4 +221,6 @@ def read_recipe(ref: str, recipes_dir: Path) -> Recipe:
             f"is {recipe.name!r} but the file is {path.name}",
             f"set name: {path.stem} or rename the file",
         )
+    if recipe.requirements_file:
+        recipe._file_packages = read_requirements(path.parent / recipe.requirements_file, str(path))
     return recipe

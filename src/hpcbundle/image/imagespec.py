@@ -101,13 +101,16 @@ def _prefixes(recipe: Recipe) -> tuple[str, ...]:
 
 
 def _manifest(recipe: Recipe, labels: dict[str, str]) -> str:
-    """The JSON written to MANIFEST: the full recipe, the image layout and the labels, on one line."""
+    """The JSON written to MANIFEST: the full recipe (the user's package keys only where given, with the
+    requirements file's pins), the image layout and the labels, on one line."""
     layout = {
         "venv": VENV,
         "mpi_prefix": MPI_PREFIX if recipe.mpi.install == "source" else None,
         "ucx_prefix": UCX_PREFIX if recipe.ucx else None,
         "examples": EXAMPLES,
     }
-    return json.dumps(
-        {"hpcbundle_version": __version__, "recipe": recipe.model_dump(mode="json"), "layout": layout, "labels": labels}
-    )
+    unset = {key for key in ("python_packages", "requirements_file") if not getattr(recipe, key)}
+    dumped = recipe.model_dump(mode="json", exclude=unset)
+    if recipe.requirements_file:
+        dumped["requirements_file_packages"] = [pin for key, pin in recipe.user_packages if key == "requirements_file"]
+    return json.dumps({"hpcbundle_version": __version__, "recipe": dumped, "layout": layout, "labels": labels})

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from packaging.requirements import Requirement
+
+from ..config.packages import package_name, package_version
 from ..config.recipes import CUDA_IMAGE, PLAIN_IMAGES
 from ..knowledge.build_env import derived
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.stack import owned_by, stack_pins
 from .engine import Facts, Verdict, refusal, rule
 
 
@@ -104,3 +108,24 @@ def verbs_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             )
         ]
     return []
+
+
+@rule("user-packages", needs=("recipe",), on_load=True)
+def user_packages(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The user's own packages leave the stack alone: no pin of a framework, Horovod or the stack's wheels
+    other than the recipe's, and no package given twice."""
+    recipe = facts.recipe
+    pins, seen, found = stack_pins(recipe, kb), {}, []
+    for key, pin in recipe.user_packages:
+        name = package_name(pin)
+        if name in seen:
+            found.append(refusal(key, f"{pin} is given twice (also {seen[name]})", "keep one pin"))
+        seen[name] = pin
+        stack = pins.get(name)
+        if stack is not None and not Requirement(pin).specifier.contains(package_version(stack.pin), prereleases=True):
+            found.append(
+                refusal(key, f"{pin} conflicts with the stack's {stack.pin} ({stack.key})", f"remove {name} from {key}")
+            )
+        elif stack is None and (owner := owned_by(name)):
+            found.append(refusal(key, f"{pin} is the stack's to choose ({owner})", f"remove it; set {owner} instead"))
+    return found

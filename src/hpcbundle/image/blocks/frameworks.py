@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from ...config.recipes import Recipe
-from ...knowledge.compat import KnowledgeBase, pytorch_requirement
+from ...knowledge.compat import KnowledgeBase
+from ...knowledge.stack import stack_pins
 from ..layout import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
 def framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...]:
     """The frameworks' exact pins, e.g. ('tensorflow-cpu==2.15.1', 'torch==2.13.0+cpu') for cpu-local."""
-    fw = recipe.frameworks
-    reqs = []
-    if fw.tensorflow:
-        reqs.append(f"{fw.tensorflow.package}=={fw.tensorflow.version}")
-    if fw.pytorch:
-        reqs.append(pytorch_requirement(fw.pytorch.version, fw.pytorch.variant, kb))
-    return tuple(reqs)
+    return tuple(pin for name, (pin, _) in stack_pins(recipe, kb).items() if name != "horovod")
 
 
 @BLOCKS.register

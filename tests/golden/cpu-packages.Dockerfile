@@ -1,0 +1,116 @@
+# Rendered by hpcbundle 0.1.0 from recipe cpu-packages; do not edit, re-render:
+#   hpcbundle render cpu-packages --format docker
+# cpu-local plus the user's own packages (a test recipe with python_packages and requirements_file)
+#
+# Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels, the Horovod sdist
+# and source tarballs found there are used before the network; a Horovod wheel built for exactly
+# these versions in wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/ is installed instead of
+# building one). Build arguments:
+#   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
+#   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
+#   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
+ARG BUILD_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm
+
+# ---- build: compilers, frameworks, Horovod ----
+FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX=0
+ARG PIP_EXTRA_INDEX_URL=
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+COPY wheelhouse/ /wheelhouse/
+
+# OS packages for building
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# Python 3.11 venv at /opt/venv with Horovod's build helpers
+RUN python3 -m venv /opt/venv && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1
+
+# frameworks
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1 torch==2.13.0+cpu
+
+# Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
+RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" && \
+    hvd_wheel="$(find "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" -maxdepth 1 -name 'horovod-*.whl' -print -quit)" && \
+    if [ -n "$hvd_wheel" ]; then echo "Horovod: the cached wheel $hvd_wheel (no build)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip download --no-cache-dir --find-links /wheelhouse --no-deps --no-binary horovod --no-build-isolation --dest "/tmp/build" horovod==0.28.1; fi && \
+    if [ -z "$hvd_wheel" ]; then echo "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  /tmp/build/horovod-0.28.1.tar.gz" | sha256sum -c -; fi && \
+    if [ -z "$hvd_wheel" ]; then tar -xzf "/tmp/build/horovod-0.28.1.tar.gz" -C "/tmp/build"; fi && \
+    if [ -z "$hvd_wheel" ]; then for f in CMakeLists.txt horovod/torch/CMakeLists.txt; do grep -q 'CMAKE_CXX_STANDARD 14' "/tmp/build/horovod-0.28.1/$f" || { echo "cxx17 patch: no CMAKE_CXX_STANDARD 14 in $f" >&2; exit 1; }; sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "/tmp/build/horovod-0.28.1/$f"; done; fi && \
+    export PATH="/opt/venv/bin:${PATH}" && \
+    export HOROVOD_WITH_TENSORFLOW="1" && \
+    export HOROVOD_WITH_PYTORCH="1" && \
+    export HOROVOD_WITHOUT_MXNET="1" && \
+    export HOROVOD_WITH_MPI="1" && \
+    export HOROVOD_WITH_GLOO="1" && \
+    export CMAKE_POLICY_VERSION_MINIMUM="3.5" && \
+    if [ -z "$hvd_wheel" ]; then echo "Horovod: building 0.28.1 (several minutes; compiler lines follow)"; fi && \
+    if [ -z "$hvd_wheel" ]; then /opt/venv/bin/python -m pip wheel --no-cache-dir --find-links /wheelhouse --no-deps --no-build-isolation --verbose --wheel-dir "/tmp/build/dist" "/tmp/build/horovod-0.28.1"; fi && \
+    if [ -z "$hvd_wheel" ]; then hvd_wheel="$(find "/tmp/build/dist" -name 'horovod-*.whl' -print -quit)"; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse --no-deps --force-reinstall "$hvd_wheel" && \
+    if [ "$(dirname "$hvd_wheel")" != "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff" ]; then cp "$hvd_wheel" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/.partial"; mv "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/.partial" "/wheelhouse/horovod/horovod-0.28.1-d9397a8cd4ff/$(basename "$hvd_wheel")"; fi && \
+    find "/opt/venv/lib/python3.11/site-packages/horovod" -name '*.so' -exec strip --strip-debug {} + && \
+    report="$(mktemp)" && \
+    horovodrun --check-build | tee "$report" && \
+    built="$(awk '/^Available /{section = substr($0, 11)} /\[X\]/{print section, $2}' "$report")" && \
+    rm -f "$report" && \
+    for want in 'Frameworks: TensorFlow' 'Frameworks: PyTorch' 'Controllers: MPI' 'Controllers: Gloo' 'Tensor Operations: MPI' 'Tensor Operations: Gloo'; do printf '%s\n' "$built" | grep -qxF "$want" || { echo "horovodrun --check-build: $want is not built" >&2; exit 1; }; done && \
+    python -c 'import horovod.tensorflow, horovod.torch' && \
+    rm -rf "/tmp/build"
+
+# your own Python packages (4), the stack held fixed
+RUN printf '%s\n' tensorflow-cpu==2.15.1 torch==2.13.0+cpu horovod==0.28.1 > "/opt/venv/hpcbundle-constraints.txt" && \
+    /opt/venv/bin/python -m pip list --format=freeze | grep -viE '^(requests|tqdm|typing[-_.]+extensions|urllib3)==' >> "/opt/venv/hpcbundle-constraints.txt" && \
+    if ! /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse -c "/opt/venv/hpcbundle-constraints.txt" tqdm==4.66.4 typing_extensions==4.12.2 'requests[socks]==2.32.3' urllib3==2.2.2; then echo "python_packages/requirements_file: a pin conflicts with the stack in /opt/venv/hpcbundle-constraints.txt (pip names both above): change or remove that pin" >&2; exit 1; fi
+
+# ---- slim: the build's results without what only building needs (the runtime copies from here) ----
+FROM build AS slim
+
+# drop what only building needs from the venv
+RUN rm -rf /opt/venv/lib/python3.11/site-packages/tensorflow/include && \
+    rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test && \
+    rm -f /opt/venv/lib/python3.11/site-packages/torch/bin/test_* && \
+    du -sh /opt/venv
+
+# ---- runtime: only what runs ----
+FROM ${RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+# OS packages to run
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 libopenmpi3 openmpi-bin openssh-client python3 && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# hpcbundle-bind, the gpu-numa placement script, at /usr/local/bin/hpcbundle-bind
+# hadolint ignore=SC2016
+RUN printf '%s\n' '#!/bin/sh' '# hpcbundle-bind MAP PROGRAM [ARG...]: run one rank on the cores and memory of the NUMA node of its GPU.' '#' '# MAP is node.gpu_numa of the site: GPU index -> NUMA node, comma-separated (e.g. 0,0,1,1: GPUs 0-1' '# on node 0, GPUs 2-3 on node 1). The local rank comes from whatever launcher started the rank:' '# OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID or PMI_LOCAL_RANK (hydra), SLURM_LOCALID' '# (SLURM), in that order: mpirun and hydra inside a batch job still inherit SLURM_LOCALID.' '# The GPU of the rank is the one Horovod programs use (device local_rank): entry local_rank of' '# CUDA_VISIBLE_DEVICES when it lists several, the one it names when the launcher chose one, else' '# GPU local_rank. For that GPU on NUMA node N it execs PROGRAM under' '# `numactl --cpunodebind=N --membind=N` or, where numactl is missing (slim images), under' '# `taskset -c` over the CPUs of node N (memory then follows first touch). CUDA_VISIBLE_DEVICES is' '# left as it is, so `torch.cuda.set_device(hvd.local_rank())` still finds the GPU.' '#' '# Images built by hpcbundle carry it at /usr/local/bin/hpcbundle-bind; on a host, `make install-bind`' '# puts it there. In images built elsewhere (site key container.foreign_image) launch lines run this' '# text inline, `sh -c TEXT hpcbundle-bind MAP PROGRAM...`, its commands joined with "; ": so every' '# line below is one complete command.' '# Exit status 2: no MAP or PROGRAM, no local rank, or no GPU of the map for the rank.' 'if [ "$#" -lt 2 ]; then echo "usage: hpcbundle-bind MAP PROGRAM [ARG...] (MAP: GPU index -> NUMA node, e.g. 0,0,1,1)" >&2; exit 2; fi' 'map=$1' shift '# nth LIST N: the N-th (from 0) entry of a comma-separated LIST, nothing past its end.' 'nth() { rest=$1, i=0; while [ -n "$rest" ]; do if [ "$i" -eq "$2" ]; then echo "${rest%%,*}"; return; fi; rest=${rest#*,}; i=$((i + 1)); done; }' 'rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-${SLURM_LOCALID:-}}}}' 'case $rank in "" | *[!0-9]* | ??????*) echo "hpcbundle-bind: no local rank from Open MPI, hydra or SLURM (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID)" >&2; exit 2 ;; esac' 'case ${CUDA_VISIBLE_DEVICES:-} in *,*) gpu=$(nth "$CUDA_VISIBLE_DEVICES" "$rank") ;; "") gpu=$rank ;; *) gpu=$CUDA_VISIBLE_DEVICES ;; esac' 'case $gpu in "" | *[!0-9]* | ??????*) numa="" ;; *) numa=$(nth "$map" "$gpu") ;; esac' 'if [ -z "$numa" ]; then echo "hpcbundle-bind: local rank $rank has no GPU in the map (node.gpu_numa: $map; CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset})" >&2; exit 2; fi' 'if command -v numactl >/dev/null 2>&1; then exec numactl --cpunodebind="$numa" --membind="$numa" "$@"; fi' 'exec taskset -c "$(cat "/sys/devices/system/node/node$numa/cpulist")" "$@"' > /usr/local/bin/hpcbundle-bind && \
+    chmod 0755 /usr/local/bin/hpcbundle-bind
+
+# the recipe as JSON at /etc/hpcbundle/manifest.json
+RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-packages", "description": "cpu-local plus the user'"'"'s own packages (a test recipe with python_packages and requirements_file)", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": {"flavour": "openmpi", "version": "4.1.4", "install": "distro", "source": null, "configure": []}, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}, "pytorch": {"version": "2.13.0", "variant": "cpu"}}, "horovod": {"version": "0.28.1", "sdist_sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "patches": ["cxx17"], "controllers": ["mpi", "gloo"], "tensor_operations": ["mpi", "gloo"], "build_env": {}}, "python_packages": ["tqdm==4.66.4", "typing_extensions==4.12.2"], "requirements_file": "cpu-packages-requirements.txt", "requirements_file_packages": ["requests[socks]==2.32.3", "urllib3==2.2.2"]}, "layout": {"venv": "/opt/venv", "mpi_prefix": null, "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-packages", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "openmpi", "org.hpcbundle.mpi.version": "4.1.4", "org.hpcbundle.mpi.install": "distro", "org.hpcbundle.horovod": "0.28.1", "org.hpcbundle.horovod.controllers": "mpi,gloo", "org.hpcbundle.horovod.tensor-operations": "mpi,gloo", "org.hpcbundle.frameworks": "tensorflow,pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "openib,ucx", "org.hpcbundle.fabric-libs": "psm2,verbs", "org.hpcbundle.ucx.transports": "ib,rdmacm", "org.hpcbundle.tensorflow": "2.15.1", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
+COPY --from=slim /opt/venv /opt/venv
+COPY examples/ /examples/
+ENV PATH="/opt/venv/bin:${PATH}"
+LABEL org.hpcbundle.recipe="cpu-packages" \
+    org.hpcbundle.hpcbundle-version="0.1.0" \
+    org.hpcbundle.os="debian12" \
+    org.hpcbundle.python="3.11" \
+    org.hpcbundle.mpi.flavour="openmpi" \
+    org.hpcbundle.mpi.version="4.1.4" \
+    org.hpcbundle.mpi.install="distro" \
+    org.hpcbundle.horovod="0.28.1" \
+    org.hpcbundle.horovod.controllers="mpi,gloo" \
+    org.hpcbundle.horovod.tensor-operations="mpi,gloo" \
+    org.hpcbundle.frameworks="tensorflow,pytorch" \
+    org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.mpi.transports="openib,ucx" \
+    org.hpcbundle.fabric-libs="psm2,verbs" \
+    org.hpcbundle.ucx.transports="ib,rdmacm" \
+    org.hpcbundle.tensorflow="2.15.1" \
+    org.hpcbundle.pytorch="2.13.0+cpu"
+CMD ["horovodrun", "--check-build"]
