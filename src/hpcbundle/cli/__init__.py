@@ -10,7 +10,7 @@ import click
 
 from .. import __version__
 from ..config.bundle import Bundle, find_bundle
-from ..config.errors import UserError
+from ..config.errors import UserError, printable
 
 # Command -> the module that defines it, imported only when the command runs (or --help lists
 # them all): `hpcbundle launch --exec` should not pay for numpy, Jinja2 and the knowledge base.
@@ -48,7 +48,7 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             for line in exc.lines:
-                click.echo(f"hpcbundle: error: {line}", err=True)
+                click.echo(f"hpcbundle: error: {printable(line)}", err=True)
             ctx.exit(UserError.exit_status)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -183,7 +184,7 @@ def plan_command(
 
 def _study_directory(outdir: str) -> Path:
     """-o as an absolute path, refused where #SBATCH --output cannot carry it."""
-    directory = Path(outdir).resolve()
+    directory = Path(os.path.realpath(outdir))  # a symlink loop is left for the write to refuse
     check_study_directory(outdir, str(directory))
     return directory
 
@@ -202,7 +203,7 @@ def _submit(
 def _write_plan(planned: StudyPlan, directory: Path, outdir: str) -> None:
     """Write the scripts (executable) and plan.json into `directory` (-o `outdir`) and say so, all or nothing:
     refused before the first write when a job's output is there from an earlier run or a target cannot be written."""
-    stale = [directory / name for name in planned.outputs() if (directory / name).exists()]
+    stale = [directory / name for name in planned.outputs() if os.path.exists(directory / name)]  # no raise
     if stale:
         raise UserError.at(
             str(stale[0]),
@@ -233,7 +234,7 @@ def report_command(directory: Path) -> None:
     from ..perf.plot import render_png
 
     plan_path = directory / PLAN
-    if not plan_path.exists():
+    if not os.path.exists(plan_path):  # also a name too long or a symlink loop: no plan there
         raise UserError.at(
             str(plan_path), "", "not found", f"plan the study first: hpcbundle scaling plan ... -o {directory}"
         )

@@ -62,3 +62,13 @@ def clip(value: object, limit: int = CLIP) -> str:
     """
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def printable(line: str) -> str:
+    r"""`line` with every character a terminal would act on or hide (newline, carriage return, ANSI escape,
+    bidi override, a byte that was not UTF-8) written as its escape, so that an error stays one visible line.
+
+    >>> printable("a\rb\x1b[31m\u202ec")
+    'a\\rb\\x1b[31m\\u202ec'
+    """
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)

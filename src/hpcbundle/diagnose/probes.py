@@ -255,9 +255,11 @@ def image(path: str | None, checksum: bool, hash_seconds: float = 60.0) -> dict[
     if not path:
         return None
     target = Path(path)
-    if not target.exists():
+    if not os.path.exists(path):  # also a name too long or a symlink loop (Path.exists raises on those)
         looks_named = "/" not in path and not path.endswith((".sif", ".sqfs", ".simg"))
         return {"path": path, "exists": False, "kind": "name" if looks_named else "missing"}
+    if not target.is_dir() and not target.is_file():  # a FIFO would block the read, /dev/zero never end
+        return {"path": path, "exists": True, "kind": "special", "damaged": "a FIFO, device or socket, not an image"}
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
