@@ -61,14 +61,20 @@ def clip(value: object, limit: int = CLIP) -> str:
     "'root:x:0:0:root:/ro…"
     """
     text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
+    return text if len(text) <= limit else text[: limit // 2] + "…" + text[-limit // 2 :]
 
 
-def printable(line: str) -> str:
+LINE = 2000
+"""The most characters of one printed error line (a 1 MB argument echoed back would bury the message)."""
+
+
+def printable(line: str, limit: int = LINE) -> str:
     r"""`line` with every character a terminal would act on or hide (newline, carriage return, ANSI escape,
-    bidi override, a byte that was not UTF-8) written as its escape, so that an error stays one visible line.
+    bidi override, a byte that was not UTF-8) written as its escape, so that an error stays one visible line;
+    longer than `limit` characters, its middle is cut (the problem and the fix are at the end).
 
     >>> printable("a\rb\x1b[31m\u202ec")
     'a\\rb\\x1b[31m\\u202ec'
     """
-    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
+    text = "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
+    return text if len(text) <= limit else text[: limit // 2] + "…" + text[-limit // 2 :]
