@@ -121,6 +121,12 @@ def with_value(base: list[str], param: click.Parameter, value: str) -> list[str]
 def matrix() -> list[tuple[tuple[str, str], Case]]:
     """Every (command option, value class) case, with the class's file created where the value is a file."""
     found: list[tuple[tuple[str, str], Case]] = []
+    for what, value in VALUES.items():  # the group's own option (it overrides the runner's --bundle)
+        found.append((("--bundle", what), Case(f"--bundle = {what}", ["--bundle", value, "recipes"])))
+    for what, content in FILES.items():
+        found.append(
+            (("--bundle", what), Case(f"--bundle = {what}", ["--bundle", HOSTILE, "recipes"], {HOSTILE: content}))
+        )
     for name, command in commands().items():
         assert name in BASES, f"new command `{name}`: give the walker a safe command line for it in BASES"
         for param in command.params:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ class Bundle:
 
 
 def _is_bundle(path: Path) -> bool:
-    return all((path / marker).is_dir() for marker in _MARKERS)
+    return all(os.path.isdir(path / marker) for marker in _MARKERS)  # False, not an error, on a name too long
 
 
 def find_bundle(explicit: Path | None, cwd: Path) -> Bundle:
