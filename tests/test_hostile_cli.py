@@ -28,7 +28,6 @@ from .helpers import ROOT
 from .test_bad_inputs import BROKEN_YAML, DEV_ZERO, DIRECTORY, FIFO, HUGE, Case, Content, _clean, run_case
 from .untrusted import SITE
 
-SITE_FILE = f"{ROOT}/site_configs/{SITE}.yaml"
 NEVER = {"--exec", "--submit", "--gate"}
 """Flags the walker never gives: they run jobs, submit them or start a cluster gate."""
 BASES: dict[str, list[str]] = {
@@ -134,11 +133,10 @@ def matrix() -> list[tuple[tuple[str, str], Case]]:
                 continue
             where = f"{name} {param.opts[-1] if isinstance(param, click.Option) else param.name}"
             for what, value in VALUES.items():
-                found.append((what, Case(f"{where} = {what}", with_value(BASES[name], param, value))))
+                found.append(((where, what), Case(f"{where} = {what}", with_value(BASES[name], param, value))))
             for what, content in FILES.items():
-                found.append(
-                    (what, Case(f"{where} = {what}", with_value(BASES[name], param, HOSTILE), {HOSTILE: content}))
-                )
+                args = with_value(BASES[name], param, HOSTILE)
+                found.append(((where, what), Case(f"{where} = {what}", args, {HOSTILE: content})))
     return found
 
 
