@@ -553,7 +553,18 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
 @pytest.mark.parametrize(
     ("image", "message"),
     [
-        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is not a squashfs image path"),
+        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is an Apptainer image, which enroot cannot run"),
+        ("horovod.sif", "(convert it (enroot import -o horovod.sqsh dockerd://IMAGE) or use an apptainer/singularity"),
+        (
+            "horovod.sqsh",
+            "is a relative squashfs path, which enroot reads as a Docker Hub image name (give the absolute",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            "names the registry nvcr.io without '#', so enroot looks for it on Docker Hub "
+            "(write nvcr.io#nvidia/pytorch:24.05-py3)",
+        ),
+        ("localhost:5000/team/h:1", "(write localhost:5000#team/h:1)"),
         ("/scratch/$USER/h.sqsh", "is not a squashfs image path"),
         ("registry.example.org#team/horovod:cuda13;id", "is not an enroot image reference"),
         ("docker://registry.example.org/team/horovod", "is not an enroot image reference"),
