@@ -229,6 +229,33 @@ def test_infiniband_asked_for_but_absent_fails():
     assert by_rule(results)["infiniband"].evidence == "mlx5_0 on every node (mca.pml=ucx)"
 
 
+def test_nccl_ib_hca_names_must_exist_on_every_node_and_a_prefix_warns_with_what_it_matches():
+    ib = {"network": {"fabric": "infiniband", "interfaces": ["data0"]}}
+    exact = site(**ib, env={"NCCL_IB_HCA": "=mlx5_0,mlx5_1"})
+    nodes = {"n1": node("n1", ib=["mlx5_0", "mlx5_1"]), "n2": node("n2", ib=["mlx5_0"])}
+    found = by_rule(diagnose(exact, nodes))["nccl-hca-present"]
+    assert (found.status, found.evidence) == (
+        "FAIL",
+        "NCCL_IB_HCA==mlx5_0,mlx5_1 names adapters a node lacks (n2: mlx5_1): NCCL_NET=IB fails there",
+    )
+    nodes["n2"] = node("n2", ib=["mlx5_0", "mlx5_1"])
+    assert by_rule(diagnose(exact, nodes))["nccl-hca-present"].status == "PASS"
+    nodes["n2"] = node("n2", ib=["mlx5_0", "mlx5_1", "mlx5_bond_0"])
+    prefix = by_rule(diagnose(site(**ib, env={"NCCL_IB_HCA": "mlx5"}), nodes))["nccl-hca-present"]
+    assert (prefix.status, prefix.evidence) == (
+        "WARN",
+        "NCCL_IB_HCA=mlx5 is a prefix and matches n1: mlx5_0, mlx5_1; n2: mlx5_0, mlx5_1, mlx5_bond_0: "
+        "a storage port among them carries NCCL's traffic too",
+    )
+
+
+def test_roce_without_adapters_fails_where_ncclnet_ib_would_stop_nccl():
+    roce = site(network={"fabric": "roce", "interfaces": ["data0"]})
+    assert by_rule(diagnose(roce, {"n1": node("n1")}))["infiniband"].status == "FAIL"
+    found = by_rule(diagnose(roce, {"n1": node("n1", ib=["mlx5_0"])}))["infiniband"]
+    assert found.evidence == "mlx5_0 on every node (network.fabric=roce)"
+
+
 def test_userns_cma_trap_and_oversubscription():
     results = diagnose(site(container={"runtime": "charliecloud"}), {"n1": node("n1")}, hosts={"n1": 3})
     results = by_rule(results)

@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
+from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.probes import numa_memory
 from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site, parse_hosts
 
@@ -101,18 +102,22 @@ def test_seed_site_prints_the_seeds_singularity_command_exactly_with_its_warning
     assert result.exit_code == 0, result.output
     assert shlex.split(result.stdout) == shlex.split(seed)
     warned = [line.split()[1] for line in result.stderr.splitlines() if line.startswith("WARN")]
-    assert warned == ["btl-shared-memory", "nccl-socket-exclusion"]
+    assert warned == ["btl-shared-memory", "nccl-socket-exclusion", "oob-interfaces"]
 
 
-def test_recommended_ib_v100_adds_horovods_flags_allow_ib_vader_and_a_named_nccl_interface_without_warnings():
+def test_recommended_ib_v100_follows_horovods_advice_tcp_for_mpi_on_ib0_nccl_on_ib_without_warnings():
     result = launch("--site", "ib-v100", "--np", "4", "--hosts", "f1:2,f2:2", *SEED_ARGS)
     assert result.exit_code == 0, result.output
     seed_argv = shlex.split(SEED_4)
     at = seed_argv.index("singularity")
-    expected = [*seed_argv[:5], "-bind-to", "none", "-map-by", "slot", *seed_argv[5:at]]
-    expected[expected.index("NCCL_SOCKET_IFNAME=^virbr0,lo")] = "NCCL_SOCKET_IFNAME=ib0"
-    expected[expected.index("openib,self")] = "openib,vader,self"
-    assert shlex.split(result.stdout) == [*expected, "-mca", "btl_openib_allow_ib", "1", *seed_argv[at:]]
+    assert shlex.split(result.stdout) == [
+        *seed_argv[:5],
+        *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH"),
+        *("-mca", "btl", "self,vader,tcp", "-mca", "pml", "ob1"),
+        *("-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0"),
+        *("-x", "NCCL_SOCKET_IFNAME=ib0", "-x", "NCCL_NET=IB"),
+        *seed_argv[at:],
+    ]
     assert "WARN" not in result.stderr
 
 
@@ -183,9 +188,11 @@ def test_explain_names_the_site_key_and_why_of_each_token():
     lines = result.stdout.splitlines()
     assert lines[0].startswith("mpirun -np 4")
     assert any(
-        line.startswith(
-            "-x NCCL_SOCKET_IFNAME=ib0         <- site ib-v100 env.NCCL_SOCKET_IFNAME: "
-            "NCCL's bootstrap and socket fallback over IPoIB (ib0)"
+        line.startswith("-x NCCL_SOCKET_IFNAME=ib0 ")
+        and line.endswith(
+            "<- site ib-v100 env.NCCL_SOCKET_IFNAME, derived from network.interfaces: "
+            "the interfaces NCCL's bootstrap and socket transport may use; IPoIB (ib0) for MPI's TCP, mpirun's "
+            "daemons (oob) and NCCL's bootstrap, never a libvirt or Docker bridge (the same address on every node)"
         )
         for line in lines
     )
@@ -553,7 +560,18 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
 @pytest.mark.parametrize(
     ("image", "message"),
     [
-        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is not a squashfs image path"),
+        ("/scratch/horovod.sif", "--image: '/scratch/horovod.sif' is an Apptainer image, which enroot cannot run"),
+        ("horovod.sif", "(convert it (enroot import -o horovod.sqsh dockerd://IMAGE) or use an apptainer/singularity"),
+        (
+            "horovod.sqsh",
+            "is a relative squashfs path, which enroot reads as a Docker Hub image name (give the absolute",
+        ),
+        (
+            "nvcr.io/nvidia/pytorch:24.05-py3",
+            "names the registry nvcr.io without '#', so enroot looks for it on Docker Hub "
+            "(write nvcr.io#nvidia/pytorch:24.05-py3)",
+        ),
+        ("localhost:5000/team/h:1", "(write localhost:5000#team/h:1)"),
         ("/scratch/$USER/h.sqsh", "is not a squashfs image path"),
         ("registry.example.org#team/horovod:cuda13;id", "is not an enroot image reference"),
         ("docker://registry.example.org/team/horovod", "is not an enroot image reference"),
@@ -581,3 +599,42 @@ def test_the_docs_ddp_launch_line_prints_the_sites_command_for_ddp_ranks_as_writ
         "singularity", "exec", "--nv", "horovod.sif",
         "python", "/examples/pytorch_synthetic_benchmark.py", "--ddp", "tcp://n1:29400",
     ]  # fmt: skip
+
+
+# --- NCCL that fails loud, pyxis mounts -------------------------------------------------------
+
+
+def _argv(site_data: dict, np_: int = 8, image: str | None = None) -> list[str]:
+    site = Site.model_validate(site_data)
+    return build_command(site, RankLayout(np_, in_allocation=True), ["python", "t.py"], image).argv
+
+
+def _site_data(name: str, **sections) -> dict:
+    data = yaml.safe_load((SITES / f"{name}.yaml").read_text())
+    for section, values in sections.items():
+        data[section] = {**data.get(section, {}), **values}
+    return data
+
+
+def test_infiniband_gpu_sites_get_ncclnet_ib_unless_they_opt_out_or_disable_ncclib():
+    pyxis = "slurm-pyxis-h100"
+    assert "NCCL_NET=IB" in _argv(_site_data(pyxis), image="/s/h.sqsh")
+    assert not [
+        w for w in _argv(_site_data(pyxis, network={"nccl_require_ib": False}), image="/s/h.sqsh") if "NCCL_NET" in w
+    ]
+    disabled = _argv(_site_data(pyxis, env={"NCCL_IB_DISABLE": "1"}), image="/s/h.sqsh")
+    assert not [w for w in disabled if w.startswith("NCCL_NET")]
+    own = _argv(_site_data(pyxis, env={"NCCL_NET": "Socket"}), image="/s/h.sqsh")
+    assert [w for w in own if w.startswith("NCCL_NET=")] == ["NCCL_NET=Socket"]
+
+
+def test_pyxis_keeps_home_out_and_mounts_the_spool_only_with_its_site_key():
+    plain = _argv(_site_data("slurm-pyxis-h100"), image="/s/h.sqsh")
+    assert "--no-container-mount-home" in plain and "--container-mounts=/scratch:/scratch" in plain
+    keyed = _site_data("slurm-pyxis-h100", container={"pmix_spool_mount": True, "mount_home": True})
+    keyed["slurm"]["spool_dir"] = "/var/lib/slurm/spool"
+    argv = _argv(keyed, image="/s/h.sqsh")
+    assert [w for w in argv if w.startswith("--container-mounts")] == [
+        "--container-mounts=/scratch:/scratch,/var/lib/slurm/spool:/var/lib/slurm/spool"
+    ]
+    assert "--container-mount-home" in argv and "--no-container-mount-home" not in argv

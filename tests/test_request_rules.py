@@ -53,7 +53,8 @@ CASES: list[Case] = [
      "--image: '-x.sif' is not an image name (name the image file, directory or tag (e.g. ./horovod.sif))"),
     ("image-form", "slurm-pyxis-h100", {}, RankLayout(8, in_allocation=True), "/scratch/h.sif", PROGRAM, None,
      ["--np", "8", "--image", "/scratch/h.sif"], IN_SLURM,
-     "--image: '/scratch/h.sif' is not a squashfs image path (give /path/image.sqsh (letters, digits, ._+/-))"),
+     "--image: '/scratch/h.sif' is an Apptainer image, which enroot cannot run (convert it (enroot import -o "
+     "horovod.sqsh dockerd://IMAGE) or use an apptainer/singularity site)"),
     ("image-on-host", "local", {}, RankLayout(2), "h.sif", PROGRAM, None, ["--np", "2", "--image", "h.sif"], {},
      "--image: site req runs programs on the host (container.runtime: none) "
      "(drop --image or pick a site with a container runtime)"),

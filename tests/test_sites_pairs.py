@@ -43,6 +43,9 @@ def _finding(recipe: Recipe, site: Site, rule: str):
     return next(f for f in check_declared(recipe, site, KB) if f.rule == rule)
 
 
+# ib-v100 as a site that opts into the openib btl for MPI (Horovod's advice is TCP for MPI, NCCL for the data).
+OPENIB = {"btl": "openib,vader,self", "btl_openib_allow_ib": "1"}
+
 CASES = [
     # rule, recipe, site, expected status, words in the message
     ("driver-cuda", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", ">= 520.61.05"),
@@ -116,23 +119,29 @@ CASES = [
         "WARN",
         "singularity runs ranks in user namespaces",
     ),
-    ("openib-btl", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("ib-v100"), "FAIL", "built without verbs"),
-    ("openib-btl", _recipe("cuda12.6-torch2.9"), _site("ib-v100"), "FAIL", "no openib btl"),
+    (
+        "openib-btl",
+        _recipe("cuda12.2-tf2.15-torch2.1-ucx"),
+        _site("ib-v100", mca=OPENIB),
+        "FAIL",
+        "built without verbs",
+    ),
+    ("openib-btl", _recipe("cuda12.6-torch2.9"), _site("ib-v100", mca=OPENIB), "FAIL", "no openib btl"),
     (
         "openib-btl",
         _recipe("cuda11.8-tf2.14-torch2.1", mpi__version="5.0.3"),
-        _site("ib-v100"),
+        _site("ib-v100", mca=OPENIB),
         "FAIL",
         "no longer has",
     ),
     (
         "openib-btl",
         _recipe("cuda11.8-tf2.14-torch2.1"),
-        _site("ib-v100", mca={"btl_openib_allow_ib": "0"}),
+        _site("ib-v100", mca={**OPENIB, "btl_openib_allow_ib": "0"}),
         "FAIL",
         "unless btl_openib_allow_ib is set",
     ),
-    ("openib-btl", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", "has the openib btl"),
+    ("openib-btl", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100", mca=OPENIB), "PASS", "has the openib btl"),
     ("pml-ucx", _recipe("cuda12.6-torch2.9"), _site("ib-a100-ucx"), "FAIL", "has no UCX"),
     (
         "pml-ucx",
@@ -280,6 +289,59 @@ CASES = [
         "PASS",
         "psm2 named by env.FI_PROVIDER",
     ),
+    (
+        "omnipath-open-mpi",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", network={"fabric": "omnipath"}),
+        "WARN",
+        "lacks the psm2 mtl (--with-psm2) or libfabric (--with-ofi): MPI falls back to TCP",
+    ),
+    (
+        "omnipath-open-mpi",
+        _recipe("cuda11.8-tf2.14-torch2.1", mpi__configure=["--with-psm2"], fabric_libs=["psm2"]),
+        _site("ib-v100", network={"fabric": "omnipath"}),
+        "PASS",
+        "reaches Omni-Path (psm2)",
+    ),
+    ("omnipath-open-mpi", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", "does not select Omni-Path"),
+    (
+        "nccl-hca-names",
+        _recipe("cuda13.0-torch2.11-ompi5"),
+        _site("roce-h100-ompi5", env={"NCCL_IB_HCA": "mlx5"}),
+        "WARN",
+        "NCCL_IB_HCA=mlx5 is a prefix: NCCL also takes any other adapter whose name starts with it",
+    ),
+    ("nccl-hca-names", _recipe("cuda13.0-torch2.11-ompi5"), _site("roce-h100-ompi5"), "PASS", "names its adapters"),
+    (
+        "roce-traffic-class",
+        _recipe("cuda13.0-torch2.11-ompi5"),
+        _site("roce-h100-ompi5", env={}),
+        "WARN",
+        "NCCL on RoCE with no traffic class (NCCL_IB_TC, default 0)",
+    ),
+    ("roce-traffic-class", _recipe("cuda13.0-torch2.11-ompi5"), _site("roce-h100-ompi5"), "PASS", "NCCL_IB_TC=106"),
+    (
+        "ethernet-gpu-interface",
+        _recipe("cuda12.6-torch2.9"),
+        _site("ib-v100", network={"fabric": "ethernet", "interfaces": []}),
+        "WARN",
+        "a GPU site on Ethernet names no interface",
+    ),
+    (
+        "ethernet-gpu-interface",
+        _recipe("cuda12.6-torch2.9"),
+        _site("ib-v100", network={"fabric": "ethernet", "interfaces": ["eth1"]}),
+        "PASS",
+        "NCCL_SOCKET_IFNAME=eth1 (from network.interfaces)",
+    ),
+    (
+        "oob-interfaces",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", network={"fabric": "infiniband", "interfaces": []}),
+        "WARN",
+        "mpirun's daemons (oob) may use any interface",
+    ),
+    ("oob-interfaces", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", "oob_tcp_if_include=ib0"),
 ]
 
 
@@ -300,12 +362,15 @@ def test_every_pair_rule_has_a_failing_or_warning_case():
 
 
 def test_check_with_site_refuses_a_bad_pair_with_every_reason():
-    result = hpcbundle("check", "cuda12.2-tf2.15-torch2.1-ucx", "--site", "ib-v100")
+    result = hpcbundle("check", "cuda12.2-tf2.15-torch2.1-ucx", "--site", "seed-v100")
     assert result.returncode == 2
     assert "FAIL  gpu-arch" in result.stdout and "FAIL  openib-btl" in result.stdout
     assert result.stderr.strip().splitlines() == [
         "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: gpu-arch: "
-        "site ib-v100 has V100 (compute capability 7.0); the recipe builds 8.0, 9.0; add 7.0 to gpu.archs",
+        "site seed-v100 has V100 (compute capability 7.0); the recipe builds 8.0, 9.0; add 7.0 to gpu.archs",
+        "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: mpi-abi-host: host Open MPI 3.1.6 and image Open MPI "
+        "4.1.6 are different series; the hybrid model needs the same major.minor (3.1.x in the image); rebuild the "
+        "image with Open MPI 3.1.x (recipe mpi.version) or load Open MPI 4.1 on the host",
         "hpcbundle: error: recipe cuda12.2-tf2.15-torch2.1-ucx: openib-btl: the site selects the openib btl but "
         "the image's Open MPI 4.1.6 was built without verbs (no openib btl): MPI_Init finds no transport between "
         "nodes; use an image built --with-verbs (e.g. recipe cuda11.8-tf2.14-torch2.1), or set the site to pml: ucx "
@@ -313,11 +378,11 @@ def test_check_with_site_refuses_a_bad_pair_with_every_reason():
     ]
 
 
-def test_ib_v100_passes_only_the_image_whose_open_mpi_has_the_openib_btl():
+def test_ib_v100_passes_only_the_images_built_for_v100_with_the_rdma_user_space():
     verdicts = {
         recipe.name: exit_status(check_declared(recipe, _site("ib-v100"), KB)) for recipe in all_recipes(RECIPES)
     }
-    # cpu-local runs there too, its GPUs idle (WARN): Debian's Open MPI has the openib btl and pulls in rdma-core.
+    # cpu-local runs there too, its GPUs idle (WARN): Debian's Open MPI pulls in rdma-core.
     assert {name for name, status in verdicts.items() if status < 2} == {"cpu-local", "cuda11.8-tf2.14-torch2.1"}
 
 

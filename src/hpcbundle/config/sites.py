@@ -139,6 +139,17 @@ class Container(StrictModel):
     userns: bool | None = Field(None, description="runs unprivileged in a user namespace (default: the runtime's)")
     binds: list[Bind] = Field(default_factory=list, description="host paths mounted in the container, PATH or SRC:DST")
     args: list[str] = Field(default_factory=list, description="extra runtime options, verbatim")
+    pmix_spool_mount: bool = Field(
+        False,
+        description="pyxis: mount slurm.spool_dir (where slurmstepd's PMIx server keeps its job data) into every "
+        "container; only where enroot's extra PMIx hook (50-slurm-pmi.sh) is not enabled, since that hook mounts "
+        "the server's directory itself and a second mount of another SlurmdSpoolDir stops every rank",
+    )
+    mount_home: bool = Field(
+        False,
+        description="pyxis: mount the user's home directory (--container-mount-home); off by default "
+        "(--no-container-mount-home) so the ranks do not read the host's ~/.local packages and dotfiles",
+    )
     foreign_image: bool = Field(
         False,
         description="the site runs images not built by hpcbundle (e.g. NGC's), which lack "
@@ -217,6 +228,12 @@ class Network(StrictModel):
         le=100_000,
         allow_inf_nan=False,
         description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against",
+    )
+    nccl_require_ib: bool = Field(
+        True,
+        description="GPU sites on infiniband/roce set NCCL_NET=IB, so a container that cannot see the adapters "
+        "fails at NCCL's init instead of falling back to TCP sockets at a fraction of the speed; false lets "
+        "NCCL fall back",
     )
 
 

@@ -30,7 +30,7 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     """org.hpcbundle.* image labels: what the image holds, as `doctor` reads it back. CPU images have no cuda keys.
 
     The fabric labels say what the rules over a site's fabric need: `mpi.transports` (openib, ucx,
-    ofi: the MPI's fast transports), `ucx.transports` (ib, rdmacm, cuda), `fabric-libs` (verbs,
+    ofi, psm2: the MPI's fast transports), `ucx.transports` (ib, rdmacm, cuda), `fabric-libs` (verbs,
     psm2: the fabric user space; `none` when there is none), and a digest-pinned base image.
     Images of the wheels route (a plain OS base) record the NVIDIA_CONTAINER_ENV they set.
     """
@@ -86,6 +86,9 @@ def _fabric_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
         transports.add("ofi")  # Intel MPI 2021 moves data through libfabric only
     if mpi.install == "source" and "--with-verbs" in mpi.configure and parse_version(mpi.version).major < 5:
         transports.add("openib")  # Open MPI 5 removed the openib btl
+    if mpi.install == "source":  # Open MPI's Omni-Path paths: the psm2 mtl, or libfabric's (ofi mtl)
+        options = {option.split("=", 1)[0] for option in mpi.configure}
+        transports |= {name for option, name in _MPI_OPTIONS.items() if option in options}
     if recipe.ucx:
         transports.add("ucx")
         options = {option.split("=", 1)[0] for option in recipe.ucx.configure}
@@ -96,6 +99,7 @@ def _fabric_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     return labels
 
 
+_MPI_OPTIONS = {"--with-psm2": "psm2", "--with-ofi": "ofi", "--with-libfabric": "ofi"}
 _UCX_OPTIONS = {"--with-verbs": "ib", "--with-rdmacm": "rdmacm", "--with-cuda": "cuda"}
 
 

@@ -86,6 +86,20 @@ def derived_socket_threads(site: Site) -> dict[str, str]:
     return {}
 
 
+def derived_nccl_net(site: Site) -> dict[str, str]:
+    """NCCL_NET=IB on a GPU site on InfiniBand/RoCE (key -> value), unless the site opts out
+    (network.nccl_require_ib: false), disables NCCL's IB or names NCCL_NET itself.
+
+    NCCL's environment variables doc: NCCL_NET "forces NCCL to use a specific network", and fails
+    when that network cannot be used; without it, a container that cannot see the HCAs silently
+    moves every allreduce over TCP sockets (NET/Socket in NCCL_DEBUG=INFO). CSCS sets it the same way.
+    """
+    rdma = site.network.fabric in ("infiniband", "roce") and site.network.nccl_require_ib
+    if not rdma or not site.node.gpus or "NCCL_NET" in site.env or site.env.get("NCCL_IB_DISABLE") == "1":
+        return {}
+    return {"env.NCCL_NET": "IB"}
+
+
 def socket_threads(site: Site) -> str:
     """'4 threads x 4 sockets' as NCCL's socket transport will run on the site (its env, else derived);
     '' where NCCL does not go over sockets or keeps its defaults."""

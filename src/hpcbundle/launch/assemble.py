@@ -146,6 +146,8 @@ def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, e
     for key, value in from_link.items():
         if key.split(".", 1)[1] not in site.env:
             _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_LINK)
+    for key, value in network.derived_nccl_net(site).items():
+        _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_NET)
 
 
 def _env_in_front(launcher: Launcher, env: Parts) -> None:

@@ -22,6 +22,8 @@ ENV: dict[str, str] = {
     "PYTHONHOME": "remote ranks use the launching shell's Python installation",
     "NCCL_SOCKET_IFNAME": "the interfaces NCCL's bootstrap and socket transport may use",
     "NCCL_IB_HCA": "the InfiniBand/RoCE adapters NCCL may use",
+    "NCCL_NET": "the one network NCCL may use: IB fails at init where the adapters are not visible, "
+    "instead of falling back to TCP sockets",
     "NCCL_IB_DISABLE": "NCCL moves data over sockets, not InfiniBand verbs",
     "HOROVOD_MPI_THREADS_DISABLE": "Horovod asks MPI for no thread support (the transport is not thread-safe)",
     "UCX_NET_DEVICES": "the adapter and port UCX may use",
@@ -81,6 +83,7 @@ OVERRIDES = ", set by the site over network.interfaces"
 # NCCL's socket threads on a GPU site whose NCCL goes over TCP, from network.link_gbps
 # (hpcbundle.knowledge.network.derived_socket_threads: >= 100 Gbit/s 4 x 4, >= 25 Gbit/s 2 x 2).
 DERIVED_LINK = ", derived from network.link_gbps (NCCL's docs: 100G networks want more than one socket thread)"
+DERIVED_NET = ", derived from network.fabric (network.nccl_require_ib: false lets NCCL fall back to sockets)"
 OVERRIDES_LINK = ", set by the site over what network.link_gbps derives"
 
 

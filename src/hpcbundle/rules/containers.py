@@ -188,7 +188,8 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
     The server keeps its shared-memory job data (gds dstore) in PMIX_SERVER_TMPDIR, a directory
     under SlurmdSpoolDir that containers do not see: bind it, and use PMIx's hash store
     (PMIX_MCA_gds=hash), the two fixes users report (apptainer/singularity#5195; NVIDIA enroot's
-    extra/50-slurm-pmi.sh hook binds the server directory for the same reason).
+    extra/50-slurm-pmi.sh hook binds the server directory for the same reason: on pyxis sites that hook,
+    or container.pmix_spool_mount where it is not enabled, mounts it).
     """
     site = facts.site
     launcher = site.launcher
@@ -199,7 +200,8 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
     missing = []
     if site.env.get("PMIX_MCA_gds") != "hash":
         missing.append(("PMIX_MCA_gds is not hash", 'add env PMIX_MCA_gds: "hash"'))
-    if not any(spool == b or spool.startswith(f"{b}/") for b in bound):
+    pyxis = site.container.runtime == "pyxis"  # enroot's PMIx hook, or container.pmix_spool_mount, mounts it
+    if not pyxis and not any(spool == b or spool.startswith(f"{b}/") for b in bound):
         missing.append(
             (
                 f"SlurmdSpoolDir {spool} (slurm.spool_dir) is not bound into the container",
@@ -214,6 +216,9 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
             + ": the ranks' PMIx client cannot read the server's job data (PMIX ERROR in gds_ds12/ds21)",
             "; ".join(m[1] for m in missing),
         )
+    if pyxis:
+        how = "container.pmix_spool_mount" if site.container.pmix_spool_mount else "enroot's PMIx hook"
+        return Verdict("PASS", f"PMIX_MCA_gds=hash, and {how} mounts the PMIx server's directory (pyxis)")
     return Verdict("PASS", f"PMIX_MCA_gds=hash and {spool} bound into {site.container.runtime}")
 
 

@@ -251,7 +251,8 @@ def _reach(facts: Facts, name: str, keys: list[str], nodes: int) -> list[Verdict
 def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """InfiniBand devices are present where the site asks for verbs.
 
-    Verbs are asked for by the openib btl, UCX, NCCL_IB_HCA or fabric: infiniband.
+    Verbs are asked for by the openib btl, UCX, NCCL_IB_HCA or fabric: infiniband/roce (where NCCL_NET=IB
+    makes NCCL fail without them).
     """
     site = facts.site
     asks = [
@@ -261,11 +262,12 @@ def infiniband(facts: Facts, kb: KnowledgeBase) -> Verdict:
             ("mca.pml=ucx", site.mca.get("pml") == "ucx"),
             ("env.NCCL_IB_HCA", "NCCL_IB_HCA" in site.env),
             ("network.fabric=infiniband", site.network.fabric == "infiniband"),
+            ("network.fabric=roce", site.network.fabric == "roce"),
         )
         if on
     ]
     if not asks:
-        return Verdict("SKIP", "the site does not ask for verbs (openib, UCX, NCCL_IB_HCA, fabric infiniband)")
+        return Verdict("SKIP", "the site does not ask for verbs (openib, UCX, NCCL_IB_HCA, fabric infiniband/roce)")
     if facts.scope == "login":
         return Verdict("SKIP", "checked on the compute nodes only")
     nodes = facts.ok_nodes()
@@ -435,3 +437,130 @@ def nccl_socket_threads(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 def _positive(value: str) -> bool:
     return value.isascii() and value.isdigit() and int(value) > 0
+
+
+@rule("omnipath-open-mpi", needs=("image", "site"))
+def omnipath_open_mpi(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Open MPI on Omni-Path reaches the fabric through its psm2 mtl (or libfabric's psm2 provider, the ofi mtl)
+    and libpsm2: without them MPI silently falls back to TCP."""
+    site, image = facts.site, facts.image
+    built = _open_mpi_build(facts, site.network.fabric == "omnipath", "Omni-Path")
+    if isinstance(built, Verdict):
+        return built
+    transports, version = built
+    libs = listed(image, "fabric-libs") or set()
+    if transports & {"psm2", "ofi"} and "psm2" in libs:
+        return Verdict("PASS", f"the image's Open MPI {version} reaches Omni-Path ({', '.join(sorted(transports))})")
+    lacks = "libpsm2" if transports & {"psm2", "ofi"} else "the psm2 mtl (--with-psm2) or libfabric (--with-ofi)"
+    return Verdict(
+        "WARN",
+        f"the site's fabric is omnipath but the image's Open MPI {version} lacks {lacks}: MPI falls back to TCP",
+        "build Open MPI --with-psm2 with fabric_libs: [psm2] in the recipe",
+    )
+
+
+@rule("nccl-hca-names", needs=("site",))
+def nccl_hca_names(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """NCCL_IB_HCA names the adapters exactly (=mlx5_0,mlx5_1): a bare prefix (mlx5) matches every adapter whose
+    name starts with it, storage and management ports too (NCCL's environment variables doc: `=` matches exactly)."""
+    value = facts.site.env.get("NCCL_IB_HCA")
+    if value is None:
+        return Verdict("SKIP", "the site leaves NCCL's adapter choice to NCCL (no NCCL_IB_HCA)")
+    if value.startswith(("=", "^")):
+        return Verdict("PASS", f"NCCL_IB_HCA={value} names its adapters exactly or excludes some")
+    return Verdict(
+        "WARN",
+        f"NCCL_IB_HCA={value} is a prefix: NCCL also takes any other adapter whose name starts with it "
+        "(a storage or management port), and its traffic then shares that port",
+        f"name the compute adapters exactly: ={value}_0,{value}_1,... (`ibdev2netdev` lists them)",
+    )
+
+
+@rule("roce-traffic-class", needs=("site",))
+def roce_traffic_class(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """NCCL on RoCE names its traffic class (NCCL_IB_TC, NCCL_IB_SL): NCCL's default 0 puts RDMA in the lossy
+    best-effort class, where a congested switch drops packets and every drop costs a retransmit timeout."""
+    site = facts.site
+    if site.network.fabric != "roce" or not site.node.gpus or site.env.get("NCCL_IB_DISABLE") == "1":
+        return Verdict("SKIP", "no NCCL over RoCE")
+    if "NCCL_IB_TC" in site.env:
+        return Verdict("PASS", f"NCCL_IB_TC={site.env['NCCL_IB_TC']}, NCCL_IB_SL={site.env.get('NCCL_IB_SL', '0')}")
+    return Verdict(
+        "WARN",
+        "NCCL on RoCE with no traffic class (NCCL_IB_TC, default 0): its RDMA goes in the lossy best-effort class",
+        "set env NCCL_IB_TC (DSCP x 4, e.g. 106 for DSCP 26) and NCCL_IB_SL to the lossless class the switches use",
+    )
+
+
+@rule("ethernet-gpu-interface", needs=("site",))
+def ethernet_gpu_interface(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A GPU site on Ethernet names NCCL's interface: NCCL otherwise takes the first one up that is not lo or
+    docker*, which may be the slow management network (or a libvirt bridge with the same address everywhere)."""
+    site = facts.site
+    if site.network.fabric != "ethernet" or not site.node.gpus:
+        return Verdict("SKIP", "no GPU site on Ethernet")
+    setting = interface_settings(site).get("env.NCCL_SOCKET_IFNAME")
+    if setting is not None:
+        return Verdict("PASS", f"NCCL_SOCKET_IFNAME={setting.value} (from {setting.source})")
+    return Verdict(
+        "WARN",
+        "a GPU site on Ethernet names no interface: NCCL moves the gradients over the first one it finds up",
+        "set network.interfaces to the data network (`ip -br addr` on a node; `hpcbundle site detect` proposes one)",
+    )
+
+
+# The launchers that start Open MPI's daemons over ssh/plm, whose out-of-band channel picks any interface.
+DAEMON_LAUNCHERS = ("mpirun", "mpirun5", "horovodrun")
+
+
+@rule("oob-interfaces", needs=("site",))
+def oob_interfaces(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """mpirun's daemons talk over named interfaces (oob_tcp_if_include, or network.interfaces): unconfined they
+    try every interface up, and a libvirt/Docker bridge or an unrouted one hangs the job's wire-up."""
+    site = facts.site
+    if site.mpi.flavour != "openmpi" or site.launcher.name not in DAEMON_LAUNCHERS or site.network.fabric == "loopback":
+        return Verdict("SKIP", "no Open MPI daemons between nodes")
+    setting = interface_settings(site).get("mca.oob_tcp_if_include")
+    if setting is not None:
+        return Verdict("PASS", f"oob_tcp_if_include={setting.value} (from {setting.source})")
+    return Verdict(
+        "WARN",
+        "mpirun's daemons (oob) may use any interface: a bridge or an unrouted network hangs the wire-up",
+        "set network.interfaces (it derives oob_tcp_if_include and btl_tcp_if_include)",
+    )
+
+
+@rule("nccl-hca-present", needs=("site", "nodes", "observed"))
+def nccl_hca_present(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """The adapters NCCL_IB_HCA names exist on every node; a prefix is shown with what it matches there."""
+    value = facts.site.env.get("NCCL_IB_HCA")
+    if value is None or value.startswith("^"):
+        return Verdict("SKIP", "no NCCL_IB_HCA list of adapters")
+    if facts.scope == "login":
+        return Verdict("SKIP", "checked on the compute nodes only")
+    exact, names = value.startswith("="), [n.split(":")[0].strip() for n in value.lstrip("=").split(",") if n.strip()]
+    devices = {host: node.get("infiniband", []) for host, node in facts.ok_nodes().items()}
+    matched = {
+        host: sorted(d for d in found if d in names or not exact and d.startswith(tuple(names)))
+        for host, found in devices.items()
+    }
+    if exact:
+        missing = {host: [n for n in names if n not in found] for host, found in devices.items()}
+    else:
+        missing = {host: names for host, found in matched.items() if not found}
+    missing = {host: gone for host, gone in missing.items() if gone}
+    if missing:
+        shown = "; ".join(f"{host}: {', '.join(gone)}" for host, gone in missing.items())
+        return Verdict(
+            "FAIL",
+            f"NCCL_IB_HCA={value} names adapters a node lacks ({shown}): NCCL_NET=IB fails there",
+            "name the adapters `ibdev2netdev` lists on every node",
+        )
+    shown = "; ".join(f"{host}: {', '.join(found)}" for host, found in matched.items())
+    if exact:
+        return Verdict("PASS", f"NCCL_IB_HCA={value} on every node")
+    return Verdict(
+        "WARN",
+        f"NCCL_IB_HCA={value} is a prefix and matches {shown}: a storage port among them carries NCCL's traffic too",
+        f"name the compute adapters exactly: ={','.join(names)}_0,... (`ibdev2netdev` lists them)",
+    )

@@ -93,21 +93,42 @@ def image_name(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("image-form", needs=REQUEST, on_load=True)
 def image_form(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """--image has the form the site's runtime takes (pyxis: an absolute squashfs path or an enroot reference)."""
+    """--image has the form the site's runtime takes (pyxis: an absolute squashfs path or an enroot reference).
+
+    enroot reads a name without '#' as a Docker Hub image, so `nvcr.io/nvidia/pytorch:24.05-py3` makes
+    every node look for an image `nvcr.io/nvidia/pytorch` there and fail; a .sif is Apptainer's format,
+    which enroot cannot run; a relative .sqsh is read as a Docker Hub name too.
+    """
     image = _image(facts.request)
     if image is None:
         return [_skip("--image")]
     if facts.site.container.runtime != "pyxis":
         return []
+    problem = _pyxis_image_problem(image)
+    return [request_refusal("--image", *problem)] if problem else []
+
+
+def _pyxis_image_problem(image: str) -> tuple[str, str] | None:
+    """(problem, fix) for an image pyxis cannot take, else None."""
+    shown = repr(image[:80])
+    if image.endswith(".sif"):
+        fix = "convert it (enroot import -o horovod.sqsh dockerd://IMAGE) or use an apptainer/singularity site"
+        return f"{shown} is an Apptainer image, which enroot cannot run", fix
     if image.startswith("/"):
         if _SQUASHFS.fullmatch(image):
-            return []
-        fix = "give /path/image.sqsh (letters, digits, ._+/-)"
-        return [request_refusal("--image", f"{image[:80]!r} is not a squashfs image path", fix)]
+            return None
+        return f"{shown} is not a squashfs image path", "give /path/image.sqsh (letters, digits, ._+/-)"
+    if image.endswith((".sqsh", ".squashfs")):
+        problem = f"{shown} is a relative squashfs path, which enroot reads as a Docker Hub image name"
+        return problem, "give the absolute path, e.g. /scratch/horovod.sqsh"
+    host, slash, rest = image.partition("/")
+    if "#" not in image and "://" not in image and slash and ("." in host or ":" in host or host == "localhost"):
+        problem = f"{shown} names the registry {host} without '#', so enroot looks for it on Docker Hub"
+        return problem, f"write {host}#{rest}"
     if _ENROOT_URI.fullmatch(image):
-        return []
+        return None
     fix = "write [USER@][REGISTRY#]IMAGE[:TAG], e.g. registry.example.org#team/horovod:cuda13, or /path/image.sqsh"
-    return [request_refusal("--image", f"{image[:80]!r} is not an enroot image reference", fix)]
+    return f"{shown} is not an enroot image reference", fix
 
 
 @rule("image-on-host", needs=REQUEST, on_load=True)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# ib-v100: 4 nodes f1..f4, 2x V100 each, InfiniBand (openib btl) + IPoIB, Open MPI 4.1 mpirun, Singularity --nv
+# ib-v100: 4 nodes f1..f4, 2x V100 each, InfiniBand (NCCL) + IPoIB (MPI over TCP), Open MPI 4.1 mpirun, Singularity --nv
 # Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
 #SBATCH --job-name=horovod
 #SBATCH --nodes=2
@@ -18,6 +18,6 @@ set -u
 # 4 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=ib0 -mca btl openib,vader,self -mca pml ob1 -mca btl_openib_allow_ib 1 -x OMP_NUM_THREADS=20 \
+mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -mca btl self,vader,tcp -mca pml ob1 -x OMP_NUM_THREADS=20 -mca btl_tcp_if_include ib0 -mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB \
     singularity exec --nv horovod.sif \
     python /examples/keras_train.py

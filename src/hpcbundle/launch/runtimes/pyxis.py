@@ -12,12 +12,14 @@ class Pyxis(Runtime):
     """One enroot container per rank, started by srun itself (pyxis's options are srun's)::
 
         env PMIX_MCA_gds=hash srun --mpi=pmix -n 16 --kill-on-bad-exit=1 --container-image=/shared/horovod.sqsh \\
-            --container-mounts=/var/spool/slurmd:/var/spool/slurmd --container-env=PMIX_MCA_gds python train.py
+            --container-mounts=/scratch:/scratch --no-container-mount-home --container-env=PMIX_MCA_gds python train.py
 
     The image is a squashfs file (`enroot import -o horovod.sqsh dockerd://horovod:cuda13`) or an
     image reference enroot pulls (`registry.example.org#team/horovod:cuda13`). container.binds become one
-    --container-mounts=SRC:DST[,...] (a bare path is SRC:SRC). The image's environment wins over
-    the host's, so the variables the site sets in front of srun are named in --container-env.
+    --container-mounts=SRC:DST[,...] (a bare path is SRC:SRC). The PMIx server's directory comes from
+    enroot's PMIx hook (50-slurm-pmi.sh), or with container.pmix_spool_mount from slurm.spool_dir.
+    The image's environment wins over the host's, so the variables the site sets in front of srun are named
+    in --container-env.
     GPUs come from enroot's nvidia hook, which reads the image's NVIDIA_VISIBLE_DEVICES.
     """
 
@@ -30,9 +32,15 @@ class Pyxis(Runtime):
             out.site(
                 "container.gpu", [], "enroot's nvidia hook mounts the driver and GPUs the image's NVIDIA_* ask for"
             )
-        binds = [bind if ":" in bind else f"{bind}:{bind}" for bind in site.container.binds]
-        if binds:
-            out.site("container.binds", [f"--container-mounts={','.join(binds)}"], "host directories in the container")
+        mounts = [bind if ":" in bind else f"{bind}:{bind}" for bind in site.container.binds]
+        key, why = "container.binds", "host directories in the container"
+        if site.container.pmix_spool_mount:  # one --container-mounts: pyxis keeps only the last one given
+            mounts.append(f"{site.slurm.spool_dir}:{site.slurm.spool_dir}")
+            key, why = "container.pmix_spool_mount", "slurmstepd's PMIx server keeps its job data under SlurmdSpoolDir"
+        if mounts:
+            out.site(key, [f"--container-mounts={','.join(mounts)}"], why)
+        home = "--container-mount-home" if site.container.mount_home else "--no-container-mount-home"
+        out.site("container.mount_home", [home], "the host's home (~/.local packages, dotfiles) stays out unless asked")
         self.add_args(site, out)
 
     def environment(self, site: Site, names: list[str], out: Parts) -> None:
