@@ -18,7 +18,18 @@ from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.probes import numa_memory
 from hpcbundle.launch import LAUNCHERS, RUNTIMES, RankLayout, build_command, load_site, parse_hosts
 
-from .helpers import GOLDEN, KNL_PROGRAM, ROOT, SHIPPED, SITES, assert_golden, hpcbundle, need_mpirun, write_site
+from .helpers import (
+    GOLDEN,
+    KNL_PROGRAM,
+    ROOT,
+    SHIPPED,
+    SITES,
+    assert_golden,
+    hpcbundle,
+    make_site,
+    need_mpirun,
+    write_site,
+)
 
 # The seed's documented lines, program included (keras_mnist_advanced.py is the seed's, not shipped).
 SEED_4 = (
@@ -604,36 +615,33 @@ def test_the_docs_ddp_launch_line_prints_the_sites_command_for_ddp_ranks_as_writ
 # --- NCCL that fails loud, pyxis mounts -------------------------------------------------------
 
 
-def _argv(site_data: dict, np_: int = 8, image: str | None = None) -> list[str]:
-    site = Site.model_validate(site_data)
-    return build_command(site, RankLayout(np_, in_allocation=True), ["python", "t.py"], image).argv
-
-
-def _site_data(name: str, **sections) -> dict:
-    data = yaml.safe_load((SITES / f"{name}.yaml").read_text())
-    for section, values in sections.items():
-        data[section] = {**data.get(section, {}), **values}
-    return data
+def _allocation_argv(site: Site, image: str) -> list[str]:
+    """The 8-rank line of `site` inside a SLURM allocation."""
+    return build_command(site, RankLayout(8, in_allocation=True), ["python", "t.py"], image).argv
 
 
 def test_infiniband_gpu_sites_get_ncclnet_ib_unless_they_opt_out_or_disable_ncclib():
     pyxis = "slurm-pyxis-h100"
-    assert "NCCL_NET=IB" in _argv(_site_data(pyxis), image="/s/h.sqsh")
+    assert "NCCL_NET=IB" in _allocation_argv(make_site(pyxis), image="/s/h.sqsh")
     assert not [
-        w for w in _argv(_site_data(pyxis, network={"nccl_require_ib": False}), image="/s/h.sqsh") if "NCCL_NET" in w
+        w
+        for w in _allocation_argv(make_site(pyxis, {"network": {"nccl_require_ib": False}}), image="/s/h.sqsh")
+        if "NCCL_NET" in w
     ]
-    disabled = _argv(_site_data(pyxis, env={"NCCL_IB_DISABLE": "1"}), image="/s/h.sqsh")
+    disabled = _allocation_argv(make_site(pyxis, {"env": {"NCCL_IB_DISABLE": "1"}}), image="/s/h.sqsh")
     assert not [w for w in disabled if w.startswith("NCCL_NET")]
-    own = _argv(_site_data(pyxis, env={"NCCL_NET": "Socket"}), image="/s/h.sqsh")
+    own = _allocation_argv(make_site(pyxis, {"env": {"NCCL_NET": "Socket"}}), image="/s/h.sqsh")
     assert [w for w in own if w.startswith("NCCL_NET=")] == ["NCCL_NET=Socket"]
 
 
 def test_pyxis_keeps_home_out_and_mounts_the_spool_only_with_its_site_key():
-    plain = _argv(_site_data("slurm-pyxis-h100"), image="/s/h.sqsh")
+    plain = _allocation_argv(make_site("slurm-pyxis-h100"), image="/s/h.sqsh")
     assert "--no-container-mount-home" in plain and "--container-mounts=/scratch:/scratch" in plain
-    keyed = _site_data("slurm-pyxis-h100", container={"pmix_spool_mount": True, "mount_home": True})
-    keyed["slurm"]["spool_dir"] = "/var/lib/slurm/spool"
-    argv = _argv(keyed, image="/s/h.sqsh")
+    keyed = make_site(
+        "slurm-pyxis-h100",
+        {"container": {"pmix_spool_mount": True, "mount_home": True}, "slurm": {"spool_dir": "/var/lib/slurm/spool"}},
+    )
+    argv = _allocation_argv(keyed, image="/s/h.sqsh")
     assert [w for w in argv if w.startswith("--container-mounts")] == [
         "--container-mounts=/scratch:/scratch,/var/lib/slurm/spool:/var/lib/slurm/spool"
     ]
