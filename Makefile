@@ -55,10 +55,13 @@ render: venv ## Render every recipe as a Dockerfile, a .def and a bare-metal ins
 	  $(HPCBUNDLE) render $$r --format shell -o $(BUILD)/$$r.sh; \
 	done
 
-wheelhouse: venv ## Put wheels no index serves (torch+cpu) into wheelhouse/ for image builds
+wheelhouse: venv ## Put wheels no index serves (torch+cpu, torchvision where the recipe names it) into wheelhouse/ for image builds
 	@pins=$$($(BIN)/python scripts/setup/pins.py); eval "$$pins"; \
 	ls "wheelhouse/torch-$$TORCH_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
 	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torch==$$TORCH_VERSION+$$TORCH_VARIANT"
+	@pins=$$($(BIN)/python scripts/setup/pins.py); eval "$$pins"; \
+	[ -z "$$TORCHVISION_VERSION" ] || ls "wheelhouse/torchvision-$$TORCHVISION_VERSION+$$TORCH_VARIANT"-*.whl >/dev/null 2>&1 || \
+	  $(BIN)/pip download --quiet --no-deps --dest wheelhouse "torchvision==$$TORCHVISION_VERSION+$$TORCH_VARIANT"
 
 build-sif: venv wheelhouse ## Build build/$(RECIPE_NAME).sif with apptainer or singularity (RECIPE=name or path; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
 	@flags="$(SIF_FLAGS)"

@@ -109,6 +109,11 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         _set("python_packages", ["horovod==0.27.0"]),
         "conflicts with the stack's horovod==0.28.1",
     ),
+    "torchvision-pairing": (
+        "cuda13.0-torch2.11",
+        _set("frameworks.pytorch.torchvision", "0.25.0"),
+        "torchvision 0.25.0 does not pair with torch 2.11.0: 0.26.0 does",
+    ),
 }
 
 

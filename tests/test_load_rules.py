@@ -55,6 +55,7 @@ BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [
     ("cuda-route", "cuda12.6-torch2.9", ("base", "runtime_image"), "ubuntu:22.04"),
     ("verbs-runtime", "cuda12.2-tf2.15-torch2.1-ucx", ("fabric_libs",), []),
     ("user-packages", "cpu-local", ("python_packages",), ["torch==2.12.0"]),
+    ("torchvision-pairing", "cuda12.6-torch2.9", ("frameworks", "pytorch", "torchvision"), "0.23.0"),
 ]
 
 

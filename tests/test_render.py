@@ -239,7 +239,10 @@ def test_cuda_wheels_recipes_build_against_the_toolkit_wheels_and_torchs_nccl(na
     text = rendered(name, "docker")
     site = f"/opt/venv/lib/python{r.python}/site-packages"
     assert "nvidia/cuda" not in text and "libnccl" not in text.replace("libnccl.so", "")  # no apt NCCL
-    assert "torch==2.11.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88" in text
+    assert (
+        "torch==2.11.0 torchvision==0.26.0 nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88"
+        in text
+    )
     for line in (
         f'export HOROVOD_CUDA_HOME="{site}/nvidia/cu13"',
         f'export HOROVOD_NCCL_HOME="{site}/nvidia/nccl"',
@@ -496,7 +499,10 @@ def test_install_script_reuses_the_host_wheels_works_offline_and_caches_horovod_
     assert 'HPCBUNDLE_VENV="${1:-${HPCBUNDLE_VENV:-./horovod-venv}}"' in script
     assert "venv_args+=(--system-site-packages)" in script and '-m venv ${venv_args[@]+"${venv_args[@]}"}' in script
     # exact pins: a no-op where the host already has them; pip reads PIP_NO_INDEX / PIP_FIND_LINKS itself
-    assert '\n"${HPCBUNDLE_VENV}/bin/python" -m pip install torch==2.11.0\n' in script
+    assert (
+        '\n"${HPCBUNDLE_VENV}/bin/python" -m pip install ${frozen:+-c "$frozen"} torch==2.11.0 torchvision==0.26.0\n'
+        in script
+    )
     # the toolkit wheels only where no host toolkit is named (HPCBUNDLE_CUDA_HOME)
     assert (
         'if [ -z "${HPCBUNDLE_CUDA_HOME}" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install nvidia-cuda-nvcc=='

@@ -34,6 +34,7 @@ def test_setup_pins_are_the_cpu_local_recipes():
         "PYTHON_VERSION": recipe.python,
         "TORCH_VERSION": torch.version,
         "TORCH_VARIANT": torch.variant,
+        "TORCHVISION_VERSION": "",  # cpu-local: torchvision: false
         "TF_PACKAGE": tf.package,
         "TF_VERSION": tf.version,
         "HOROVOD_VERSION": recipe.horovod.version,

@@ -35,6 +35,8 @@ def pins(recipe: dict) -> dict[str, str]:
         "PYTHON_VERSION": recipe["python"],
         "TORCH_VERSION": frameworks["pytorch"]["version"],
         "TORCH_VARIANT": frameworks["pytorch"]["variant"],
+        # Only a version the recipe names (omitted: paired by the knowledge base; false: none).
+        "TORCHVISION_VERSION": _named_version(frameworks["pytorch"].get("torchvision")),
         "TF_PACKAGE": frameworks["tensorflow"]["package"],
         "TF_VERSION": frameworks["tensorflow"]["version"],
         "HOROVOD_VERSION": horovod["version"],
@@ -43,13 +45,21 @@ def pins(recipe: dict) -> dict[str, str]:
     }
 
 
+def _named_version(value: object) -> str:
+    """A version the recipe names as a string, else '' (false, omitted)."""
+    return value if isinstance(value, str) else ""
+
+
 def main(argv: list[str]) -> int:
     path = Path(argv[1]) if len(argv) > 1 else DEFAULT
     try:
         import yaml
     except ImportError:
-        print(f"pins.py: {sys.executable} has no PyYAML to read {path.name}: apt-get install python3-yaml "
-              "(scripts/setup/host-packages.sh installs it), or set PYTHON= to one that has it", file=sys.stderr)
+        print(
+            f"pins.py: {sys.executable} has no PyYAML to read {path.name}: apt-get install python3-yaml "
+            "(scripts/setup/host-packages.sh installs it), or set PYTHON= to one that has it",
+            file=sys.stderr,
+        )
         return 2
     try:
         text = path.read_text(encoding="utf-8")
@@ -59,8 +69,11 @@ def main(argv: list[str]) -> int:
     try:
         values = pins(yaml.safe_load(text))
     except (KeyError, TypeError) as error:
-        print(f"pins.py: {path}: no pin {error} (the recipe must pin python, frameworks.pytorch, "
-              "frameworks.tensorflow and horovod)", file=sys.stderr)
+        print(
+            f"pins.py: {path}: no pin {error} (the recipe must pin python, frameworks.pytorch, "
+            "frameworks.tensorflow and horovod)",
+            file=sys.stderr,
+        )
         return 2
     for name, value in values.items():
         print(f"{name}={shlex.quote(str(value))}")

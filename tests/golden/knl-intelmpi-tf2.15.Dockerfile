@@ -33,7 +33,8 @@ RUN python3 -m venv /opt/venv && \
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse impi-devel==2021.13.1 impi-rt==2021.13.1
 
 # frameworks
-RUN /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse tensorflow-cpu==2.15.1
+RUN if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse ${frozen:+-c "$frozen"} tensorflow-cpu==2.15.1
 
 # Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build
 RUN mkdir -p "/tmp/build" "/wheelhouse/horovod/horovod-0.28.1-a1bb312c604d" && \

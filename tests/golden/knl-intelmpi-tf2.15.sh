@@ -67,7 +67,8 @@ printf '\n==> [%d/%d] %s\n' 2 5 'Intel MPI wheels into the venv'
 "${HPCBUNDLE_VENV}/bin/python" -m pip install impi-devel==2021.13.1 impi-rt==2021.13.1
 
 printf '\n==> [%d/%d] %s\n' 3 5 frameworks
-"${HPCBUNDLE_VENV}/bin/python" -m pip install tensorflow-cpu==2.15.1
+if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi
+"${HPCBUNDLE_VENV}/bin/python" -m pip install ${frozen:+-c "$frozen"} tensorflow-cpu==2.15.1
 
 printf '\n==> [%d/%d] %s\n' 4 5 'Horovod 0.28.1 (the cached wheel for these versions, or built from its sdist), then horovodrun --check-build'
 mkdir -p "${HPCBUNDLE_BUILD}" "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-a1bb312c604d-py${HPCBUNDLE_PYVER}"

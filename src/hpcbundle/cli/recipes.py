@@ -13,6 +13,7 @@ from ..config.errors import UserError
 from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
+from ..knowledge.stack import torchvision_version
 from ..launch import load_site, parse_hosts
 from ..rules.engine import LaunchRequest, failed
 from ..rules.facts import check_declared
@@ -37,6 +38,7 @@ def _stack_summary(recipe) -> dict[str, object]:
         "horovod": recipe.horovod.version,
         "tensorflow": fw.tensorflow.version if fw.tensorflow else None,
         "pytorch": f"{fw.pytorch.version}+{fw.pytorch.variant}" if fw.pytorch else None,
+        "torchvision": torchvision_version(fw.pytorch, knowledge_base()) if fw.pytorch else None,
         "description": recipe.description,
     }
 
@@ -57,7 +59,20 @@ def recipes_command(bundle, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    columns = ["name", "cuda", "cudnn", "nccl", "gpu_archs", "mpi", "ucx", "horovod", "tensorflow", "pytorch", "python"]
+    columns = [
+        "name",
+        "cuda",
+        "cudnn",
+        "nccl",
+        "gpu_archs",
+        "mpi",
+        "ucx",
+        "horovod",
+        "tensorflow",
+        "pytorch",
+        "torchvision",
+        "python",
+    ]
     cell = lambda v: "-" if v in (None, []) else (" ".join(v) if isinstance(v, list) else str(v))  # noqa: E731
     if fmt == "markdown":
         click.echo("| " + " | ".join(columns) + " |")

@@ -122,6 +122,12 @@ class TensorFlow(StrictModel):
 class PyTorch(StrictModel):
     version: Version = Field(description="the PyTorch version, e.g. 2.1.2")
     variant: str = Field(pattern=r"^(cpu|cu\d{3})$", description="wheel variant: cpu, cu118, cu121, ...")
+    torchvision: Literal[False] | Version | None = Field(
+        None,
+        description="omitted: the torchvision the knowledge base pairs with torch; a version: must be that "
+        "pairing; false: none (say why in a comment)",
+    )
+    torchaudio: Version | None = Field(None, description="the torchaudio version, installed only when given")
 
 
 class Frameworks(StrictModel):

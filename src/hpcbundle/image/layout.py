@@ -23,6 +23,9 @@ EXAMPLES = "/examples"
 CUDA_HOME = "/usr/local/cuda"
 BUILD_DIR = "/tmp/build"
 CONTEXT_DIRS = ("examples", "wheelhouse")
+BASE_CONSTRAINTS = "/etc/pip/constraint.txt"
+"""Where a base image that freezes its packages keeps their pins (NGC's images): where it exists, the
+frameworks and the user's packages install against it (`pip install -c`), so the base's torch stays."""
 """What a build context holds (relative to where `docker build` / `apptainer build` runs)."""
 
 
@@ -109,6 +112,10 @@ class ImageSpec:
     @property
     def site_packages(self) -> str:
         return self.layout.site_packages
+
+    @property
+    def base_constraints(self) -> str:
+        return BASE_CONSTRAINTS
 
     @property
     def pip_install(self) -> str:

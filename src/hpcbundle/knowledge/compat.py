@@ -82,6 +82,7 @@ class KnowledgeBase(StrictModel):
     os_python: dict[str, Version]
     tensorflow: dict[str, TensorFlowBuild]
     pytorch: dict[str, PyTorchRelease]
+    torchvision: dict[str, Version]
     torch_wheels: dict[str, dict[str, TorchWheel]]
     horovod: dict[str, HorovodRelease]
     mpi_abi: dict[str, MpiAbi]
@@ -93,6 +94,15 @@ class KnowledgeBase(StrictModel):
     def pytorch_release(self, version: str) -> PyTorchRelease | None:
         return self.pytorch.get(major_minor(version))
 
+    def torchvision_for(self, torch_version: str) -> str | None:
+        """The torchvision release paired with torch `torch_version` (same patch), if the table knows it.
+
+        >>> knowledge_base().torchvision_for("2.9.1")
+        '0.24.1'
+        """
+        paired = self.torchvision.get(major_minor(torch_version))
+        return f"{paired}.{_patch(torch_version)}" if paired else None
+
     def torch_wheel(self, version: str, variant: str) -> TorchWheel | None:
         """The NCCL and cuDNN that torch `version` (variant cuXYZ) pins, if known.
 
@@ -100,6 +110,12 @@ class KnowledgeBase(StrictModel):
         '2.28.9'
         """
         return self.torch_wheels.get(major_minor(version), {}).get(variant)
+
+
+def _patch(version: str) -> str:
+    """The patch number of a release: '2.9.1' -> '1', '2.13' -> '0'."""
+    parts = version.split("+")[0].split(".")
+    return parts[2] if len(parts) > 2 else "0"
 
 
 @lru_cache(maxsize=1)
@@ -120,7 +136,17 @@ def pytorch_requirement(version: str, variant: str, kb: KnowledgeBase) -> str:
     >>> pytorch_requirement("2.1.2", "cu118", knowledge_base())
     'torch==2.1.2+cu118'
     """
-    release = kb.pytorch_release(version)
+    return variant_requirement("torch", version, version, variant, kb)
+
+
+def variant_requirement(package: str, version: str, torch_version: str, variant: str, kb: KnowledgeBase) -> str:
+    """The pip requirement for `package` built for torch `torch_version`'s wheel variant: the same +variant
+    local version as torch where torch has one, so pip takes both from the PyTorch index for the variant.
+
+    >>> variant_requirement("torchvision", "0.28.0", "2.13.0", "cpu", knowledge_base())
+    'torchvision==0.28.0+cpu'
+    """
+    release = kb.pytorch_release(torch_version)
     if release is not None and release.pypi_variant == variant:
-        return f"torch=={version}"
-    return f"torch=={version}+{variant}"
+        return f"{package}=={version}"
+    return f"{package}=={version}+{variant}"

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..config.recipes import Recipe
-from .compat import KnowledgeBase, pytorch_requirement
+from ..config.recipes import PyTorch, Recipe
+from .compat import KnowledgeBase, pytorch_requirement, variant_requirement
 
 FRAMEWORK_KEYS = {
     "torch": "frameworks.pytorch",
+    "torchvision": "frameworks.pytorch.torchvision",
+    "torchaudio": "frameworks.pytorch.torchaudio",
     "tensorflow": "frameworks.tensorflow",
     "tensorflow-cpu": "frameworks.tensorflow",
     "horovod": "horovod.version",
@@ -39,8 +41,25 @@ def stack_pins(recipe: Recipe, kb: KnowledgeBase) -> dict[str, StackPin]:
             f"{fw.tensorflow.package}=={fw.tensorflow.version}", FRAMEWORK_KEYS[fw.tensorflow.package]
         )
     if fw.pytorch:
-        pins["torch"] = StackPin(pytorch_requirement(fw.pytorch.version, fw.pytorch.variant, kb), "frameworks.pytorch")
+        pins.update(_pytorch_pins(fw.pytorch, kb))
     pins["horovod"] = StackPin(f"horovod=={recipe.horovod.version}", "horovod.version")
+    return pins
+
+
+def torchvision_version(pt: PyTorch, kb: KnowledgeBase) -> str | None:
+    """The torchvision the image carries beside torch: the recipe's version, else the knowledge base's
+    pairing; None for `torchvision: false` or a torch the table does not know."""
+    if pt.torchvision is False:
+        return None
+    return pt.torchvision or kb.torchvision_for(pt.version)
+
+
+def _pytorch_pins(pt: PyTorch, kb: KnowledgeBase) -> dict[str, StackPin]:
+    """torch, then torchvision and torchaudio where the image carries them, each with torch's wheel variant."""
+    pins = {"torch": StackPin(pytorch_requirement(pt.version, pt.variant, kb), FRAMEWORK_KEYS["torch"])}
+    for name, version in (("torchvision", torchvision_version(pt, kb)), ("torchaudio", pt.torchaudio)):
+        if version:
+            pins[name] = StackPin(variant_requirement(name, version, pt.version, pt.variant, kb), FRAMEWORK_KEYS[name])
     return pins
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..config.fields import major_minor, parse_version
 from ..config.recipes import Recipe
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, rule
+from .engine import Facts, Verdict, refusal, rule
 from .gpu import CPU_ONLY
 
 
@@ -90,6 +90,28 @@ def pytorch_wheel(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"PyTorch wheel {pt.variant} carries CUDA {wheel_cuda_major}.x; the recipe has CUDA {recipe.gpu.cuda}",
         )
     return Verdict("PASS", f"PyTorch {pt.version} {pt.variant} for Python {recipe.python}")
+
+
+TORCHVISION_KEY = "frameworks.pytorch.torchvision"
+TORCHVISION_SOURCE = "compat.yaml torchvision, from pytorch/vision's README"
+
+
+@rule("torchvision-pairing", needs=("recipe",), on_load=True)
+def torchvision_pairing(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """torchvision is the release paired with the recipe's torch (or `false`: none)."""
+    pt = facts.recipe.frameworks.pytorch
+    if pt is None or pt.torchvision is False:
+        return []
+    paired = kb.torchvision_for(pt.version)
+    if paired is None:
+        problem = f"no torchvision is known to pair with torch {pt.version} ({TORCHVISION_SOURCE})"
+        return [refusal(TORCHVISION_KEY, problem, "set torchvision: false, or add the pairing to compat.yaml")]
+    if pt.torchvision is not None and major_minor(pt.torchvision) != major_minor(paired):
+        problem = (
+            f"torchvision {pt.torchvision} does not pair with torch {pt.version}: {paired} does ({TORCHVISION_SOURCE})"
+        )
+        return [refusal(TORCHVISION_KEY, problem, f"use {paired}, or leave the key out to get it")]
+    return []
 
 
 @rule("pytorch-archs", needs=("recipe",))

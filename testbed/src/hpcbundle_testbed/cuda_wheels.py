@@ -144,6 +144,7 @@ def wheelhouse(
             shutil.rmtree(entry)
         partial = base / f".{key}.partial"
         partial.mkdir(parents=True, exist_ok=True)  # a partial download is resumed: pip skips saved files
+        _seed(partial, base)
         log = base / f"{key}.download.log"
         if progress:
             progress(f"pip download {len(requirements)} requirements into {entry} (~3 GB cold)")
@@ -160,6 +161,17 @@ def wheelhouse(
         (partial / COMPLETE).write_text(json.dumps(listing, indent=1))
         os.replace(partial, entry)
     return Prepared(entry, key, time.monotonic() - t0, cached=False)
+
+
+def _seed(partial: Path, base: Path) -> None:
+    """Hard-link the files of the complete wheelhouses beside `partial` into it, so that a changed stack
+    (one more wheel, e.g. torchvision) downloads only what it adds: pip skips the files already saved."""
+    for entry in sorted(base.glob(f"cu13-py{sys.version_info[0]}.{sys.version_info[1]}-*")):
+        if not (entry / COMPLETE).is_file():
+            continue
+        for wheel in entry.iterdir():
+            if wheel.name != COMPLETE and not (partial / wheel.name).exists():
+                os.link(wheel, partial / wheel.name)
 
 
 def host_venv(

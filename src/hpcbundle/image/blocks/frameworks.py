@@ -18,15 +18,20 @@ def framework_requirements(recipe: Recipe, kb: KnowledgeBase) -> tuple[str, ...]
 class Frameworks(Block):
     """pip installs the frameworks and, for gpu.source: wheels, the CUDA toolkit wheels (nvcc, runtime, headers).
 
+    torchvision (and torchaudio where the recipe names it) goes in the same pip call as torch, with torch's
+    wheel variant, so pip resolves them together. On a base that freezes its packages (NGC's
+    /etc/pip/constraint.txt) pip installs against that file, so the base's torch is never replaced.
+
     The install script may be given a toolkit already on the host (HPCBUNDLE_CUDA_HOME): there the
     toolkit wheels go in a line of their own, run only without one; an image always installs them.
 
-    Parameters: `frameworks.tensorflow` (version, package), `frameworks.pytorch` (version, variant),
-    `gpu.source`, `gpu.cuda`.
+    Parameters: `frameworks.tensorflow` (version, package), `frameworks.pytorch` (version, variant,
+    torchvision, torchaudio), `gpu.source`, `gpu.cuda`.
 
     Example (recipe cpu-local)::
 
-        /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse \\
+        if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi
+        /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse ${frozen:+-c "$frozen"} \\
             tensorflow-cpu==2.15.1 torch==2.13.0+cpu
     """
 
@@ -38,5 +43,9 @@ class Frameworks(Block):
         separate = toolkit if spec.layout.host else ()
         gpu = spec.recipe.gpu
         title = "frameworks" + (f" and the CUDA {gpu.cuda} toolkit wheels" if toolkit and gpu else "")
-        values = {"requirements": (*spec.framework_requirements, *(() if separate else toolkit)), "toolkit": separate}
+        values = {
+            "requirements": (*spec.framework_requirements, *(() if separate else toolkit)),
+            "toolkit": separate,
+            "frozen": True,
+        }
         return (Snippet(title, "pip", values),)

@@ -18,8 +18,8 @@ CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "M
 def horovod_key(recipe: Recipe) -> str:
     """The versions a Horovod wheel depends on, as a short name for its cache directory.
 
-    Everything that changes the compiled wheel goes in: Horovod and its patches, frameworks, MPI,
-    CUDA, NCCL, archs, controllers, operations, build variables, OS and Python (the install script
+    Everything that changes the compiled wheel goes in: Horovod and its patches, frameworks (not torchvision
+    nor torchaudio), MPI, CUDA, NCCL, archs, controllers, operations, build variables, OS and Python (the install script
     adds the Python it really runs)::
 
         horovod-0.28.1-<12 hex digits>
@@ -27,7 +27,8 @@ def horovod_key(recipe: Recipe) -> str:
     gpu = recipe.gpu
     parts = {
         "horovod": recipe.horovod.model_dump(mode="json"),
-        "frameworks": recipe.frameworks.model_dump(mode="json"),
+        # torchvision and torchaudio sit beside torch; Horovod is built against torch alone
+        "frameworks": recipe.frameworks.model_dump(mode="json", exclude={"pytorch": {"torchvision", "torchaudio"}}),
         "mpi": [recipe.mpi.flavour, recipe.mpi.version, recipe.mpi.install],
         "gpu": gpu.model_dump(mode="json") if gpu else None,
         "os": recipe.base.os,

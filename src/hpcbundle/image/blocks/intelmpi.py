@@ -26,4 +26,6 @@ class IntelMpi(Block):
         if mpi.install != "pip":
             return ()
         wheels = (f"impi-devel=={mpi.version}", f"impi-rt=={mpi.version}")
-        return (Snippet("Intel MPI wheels into the venv", "pip", {"requirements": wheels, "toolkit": ()}),)
+        return (
+            Snippet("Intel MPI wheels into the venv", "pip", {"requirements": wheels, "toolkit": (), "frozen": False}),
+        )

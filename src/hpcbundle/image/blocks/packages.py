@@ -19,15 +19,16 @@ class Packages(Block):
     helpers; the user's own names left out but for numpy and the stack's own, so that a re-run of the
     install script may change them).
     A pin the stack cannot take stops pip, which names both; the `user-packages` rule refuses the ones
-    the recipe alone shows. Recipes without either key render nothing here.
+    the recipe alone shows. On a base that freezes its packages (NGC's /etc/pip/constraint.txt) they
+    install against that file too. Recipes without either key render nothing here.
 
     Parameters: `python_packages`, `requirements_file` (read beside the recipe at render time).
 
-    Example (a recipe with python_packages: [torchvision==0.28.0])::
+    Example (a recipe with python_packages: [timm==1.0.9])::
 
         printf '%s\\n' torch==2.13.0+cpu horovod==0.28.1 > /opt/venv/hpcbundle-constraints.txt
-        /opt/venv/bin/python -m pip list --format=freeze | grep -viE '^(torchvision)==' >> ...
-        /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse -c ... torchvision==0.28.0
+        /opt/venv/bin/python -m pip list --format=freeze | grep -viE '^(timm)==' >> ...
+        /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse -c ... timm==1.0.9
     """
 
     name, position = "packages", 75
