@@ -11,7 +11,15 @@ from hpcbundle.config.loading import read_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.gateprobe import REPORT_KEY
 from hpcbundle.diagnose.launchgate import gate_probe, gate_python, run_gate
-from hpcbundle.diagnose.watchdog import exec_limit, hang_error, quiet_warning, run_job, stall_lines, stall_verdict
+from hpcbundle.diagnose.watchdog import (
+    exec_limit,
+    hang_error,
+    quiet_warning,
+    run_job,
+    stall_lines,
+    stall_verdict,
+    unbounded_note,
+)
 from hpcbundle.execute import Captured, Watched
 from hpcbundle.launch import RankLayout, build_command
 
@@ -89,6 +97,15 @@ def test_a_finished_job_silent_for_half_its_stall_bound_is_warned_about_naming_t
     assert quiet_warning(WATCHED, Watched(0, quietest=1.9)) is None
     assert quiet_warning(WATCHED, Watched(None, stalled=True, quietest=4.0)) is None
     assert quiet_warning(_site(), Watched(0, quietest=100.0)) is None
+
+
+def test_a_site_without_a_stall_bound_is_told_in_one_line_what_a_lost_link_will_do():
+    assert unbounded_note(WATCHED, 3600, "launcher.timeout of site local") is None
+    assert unbounded_note(_site(), 3600, "launcher.timeout of site local") == (
+        "hpcbundle: note: site local sets no faults.stall_seconds: a lost link or a stopped rank leaves the job "
+        "waiting until 3600 s (launcher.timeout of site local); set it above the program's longest silent phase "
+        "to end such a job sooner"
+    )
 
 
 def test_a_job_killed_at_its_bound_is_blamed_on_the_network_keys_of_the_site():

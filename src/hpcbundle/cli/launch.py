@@ -21,6 +21,7 @@ from ..diagnose.watchdog import (
     run_job,
     stall_lines,
     stall_verdict,
+    unbounded_note,
 )
 from ..launch import Command, RankLayout, build_command, launch_request, load_site
 from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
@@ -148,6 +149,9 @@ def execute_job(
     """Run the job's `command` under the watchdog and exit with its status: 124 when it reached
     its time bound or went silent for faults.stall_seconds (then doctor looks at its nodes)."""
     limit, source = exec_limit(model, timeout)
+    note = unbounded_note(model, limit, source)
+    if note:
+        click.echo(note, err=True)
     click.echo(f"+ {command.display()}", err=True)
     hosts = [host for host, _ in layout.placement(socket.gethostname())]
     ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
