@@ -142,6 +142,14 @@ def _report(verdict: str) -> str:
     return "mpirun noise\n" + json.dumps({REPORT_KEY: verdict, "line": f"hpcbundle gate: {verdict}: x"}) + "\n"
 
 
+def test_a_gate_whose_ranks_never_started_blames_the_start_time_not_the_interface():
+    slow = _gate_answers(Captured(None, "mpirun noise\n", ""))
+    assert slow.status == 124 and slow.line.startswith(
+        "hpcbundle gate: FAIL: no rank started within 30 s: site local: gate.timeout (the launch or its containers "
+        "start slower than it allows"
+    )
+
+
 def test_the_gates_verdict_decides_whether_the_launch_goes_on():
     passed, failed = _gate_answers(Captured(0, _report("PASS"), "")), _gate_answers(Captured(2, _report("FAIL"), ""))
     assert (passed.status, passed.line) == (0, "hpcbundle gate: PASS: x")
@@ -149,7 +157,10 @@ def test_the_gates_verdict_decides_whether_the_launch_goes_on():
 
 
 def test_a_gate_without_an_answer_stops_the_launch_with_124_and_one_without_a_report_with_2():
-    hung = _gate_answers(Captured(None, _report("PASS"), ""))
-    assert hung.status == 124 and hung.line.startswith("hpcbundle gate: FAIL: no answer within 30 s: site local: ")
+    hung = _gate_answers(Captured(None, "hpcbundle gate: rank started on n1\n", ""))
+    assert hung.status == 124 and hung.line.startswith(
+        "hpcbundle gate: FAIL: no answer within 30 s: site local: network.interfaces (the ranks started but their "
+        "allreduce never finished"
+    )
     broken = _gate_answers(Captured(1, "", "a\nb\n"))
     assert (broken.status, broken.line) == (2, "hpcbundle gate: FAIL: the probe gave no report (exit 1): a / b")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..config.sites import Site
-from ..diagnose.gate import hang_line
+from ..diagnose.gate import STARTED, hang_line
 from ..diagnose.launchgate import gate_probe, run_gate
 from ..diagnose.watchdog import (
     Stopped,
@@ -181,7 +181,13 @@ def after_stall(ctx: click.Context, model: Site, image: str | None, layout: Rank
 
 def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
     """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
-    return GateStep(tuple(gate_probe(model, image, program)), hang_line(model.where, model.gate.timeout))
+    where, timeout = model.where, model.gate.timeout
+    return GateStep(
+        tuple(gate_probe(model, image, program)),
+        hang_line(where, timeout, started=True),
+        hang_line(where, timeout, started=False),
+        STARTED,
+    )
 
 
 def gate_first(
