@@ -583,3 +583,20 @@ def test_the_docs_ddp_launch_line_prints_the_sites_command_for_ddp_ranks_as_writ
         "singularity", "exec", "--nv", "horovod.sif",
         "python", "/examples/pytorch_synthetic_benchmark.py", "--ddp", "tcp://n1:29400",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base", "carried"), [("local", "-x PYTHONUNBUFFERED=1"), ("slurm-pyxis-h100", "--container-env=")]
+)
+def test_a_site_with_a_stall_bound_runs_its_ranks_unbuffered_through_the_launchers_env(tmp_path, base, carried):
+    site = write_site(tmp_path, base, {"faults": {"stall_seconds": 120}}, name="watched")
+    image = ["--image", "/shared/horovod.sqsh"] if base == "slurm-pyxis-h100" else []
+    result = hpcbundle("launch", "--site", str(site), "--np", "4", *image, "--explain", "--", "python3", "t.py")
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[0]
+    assert carried in line and "PYTHONUNBUFFERED=1" in line
+    if base == "slurm-pyxis-h100":
+        assert "PYTHONUNBUFFERED" in next(word for word in line.split() if word.startswith("--container-env="))
+    assert "faults.stall_seconds" in result.stdout and "the stall watchdog" in result.stdout
+    unwatched = hpcbundle("launch", "--site", base, "--np", "4", *image, "--", "python3", "t.py")
+    assert "PYTHONUNBUFFERED" not in unwatched.stdout
