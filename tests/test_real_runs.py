@@ -485,7 +485,8 @@ def test_the_batch_relay_ends_only_a_truly_silent_job_on_real_slurm(
 ) -> None:
     """The sbatch script's stall relay (faults.stall_seconds 5) watches stdout and stderr and the ranks
     run with PYTHONUNBUFFERED=1, as `launch --exec` does: a job logging only to stderr and one printing
-    without flush, each for 12 s, end with status 0; a silent one is ended with 124 and the bound named."""
+    without flush, each for 12 s, end with status 0; a silent one is ended with 124, the bound named and
+    each node named with its running rank."""
     net = netns_slurm.inside
     data = site_data("slurm-quiet", launcher="srun", interfaces=[net.DATA_IFACE])
     data["faults"] = {"stall_seconds": 5}
@@ -496,6 +497,8 @@ def test_the_batch_relay_ends_only_a_truly_silent_job_on_real_slurm(
     if kind == "silent":
         assert job.returncode == 124, (job.output[-2000:], job.error[-2000:])
         assert "no output from the job for 5 s (faults.stall_seconds of site slurm-quiet)" in job.error
+        named = re.findall(r"^hpcbundle: (\S+): 1 rank\(s\) of the job running here, none stopped", job.error, re.M)
+        assert sorted(named) == ["node1", "node2"], job.error[-2000:]
     else:
         assert job.returncode == 0, (job.output[-2000:], job.error[-2000:])
         assert "step 11" in job.output + job.error and "no output from the job" not in job.error
