@@ -49,6 +49,13 @@ def test_draft_is_a_valid_site_with_the_environments_mca_and_confirm_lines():
     assert "CONFIRM: found charliecloud (0.31): set runtime to run images" in text
 
 
+def test_the_draft_bounds_silence_so_a_lost_link_ends_the_job_long_before_launchers_timeout():
+    text = draft_site(observed(default_route="data0"), "mine")
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert (site.faults.stall_seconds, site.launcher.timeout) == (600, 3600)
+    assert "stall_seconds: 600  # CONFIRM: above the program's longest silent phase" in text
+
+
 def test_gpus_and_infiniband_are_drafted_from_what_was_seen():
     gpu = {
         "present": True,

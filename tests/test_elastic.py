@@ -171,3 +171,48 @@ def test_an_elastic_batch_job_keeps_its_nodes_when_one_fails_and_writes_its_disc
     assert 'mv -f "$discovery_tmp" ./hpcbundle-discover-hosts.sh' in lines
     launch = next(line for line in lines if line.lstrip().startswith("horovodrun"))
     assert "horovodrun -np 6 --min-np 2 --max-np 6 --host-discovery-script ./hpcbundle-discover-hosts.sh" in launch
+
+
+def _fake_commands(directory: Path, scripts: dict[str, str]) -> dict[str, str]:
+    """An environment whose PATH finds `scripts` ({name: sh body}) in `directory` first."""
+    directory.mkdir()
+    for name, body in scripts.items():
+        (directory / name).write_text(f"#!/bin/sh\n{body}\n")
+        (directory / name).chmod(0o755)
+    return {"PATH": f"{directory}:/usr/bin:/bin"}
+
+
+def test_an_elastic_batch_script_without_horovodrun_on_the_host_stops_first_with_one_line(tmp_path):
+    made = hpcbundle("sbatch", "--site", str(elastic_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
+    assert made.returncode == 0, made.stderr
+    env = _fake_commands(tmp_path / "bin", {})
+    ran = subprocess.run(
+        ["bash", "-c", made.stdout], capture_output=True, text=True, cwd=tmp_path, env=env, check=False
+    )
+    assert ran.returncode == 2 and not (tmp_path / "hpcbundle-discover-hosts.sh").exists()
+    (line,) = ran.stderr.splitlines()
+    assert re.fullmatch(
+        r"hpcbundle: horovodrun is not on PATH on \S+: elastic Horovod \(faults.elastic of site elastic\) runs it on "
+        r"the host, outside the image; install Horovod in a host Python or load its module \(slurm.modules\)",
+        line,
+    ), line
+
+
+def test_the_slurm_discovery_asks_slurm_for_node_states_once_per_interval(tmp_path):
+    site = elastic_site(tmp_path, discovery="slurm", discovery_interval=3600)
+    made = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--", "t")
+    assert made.returncode == 0, made.stderr
+    start = made.stdout.index("<<'HPCBUNDLE_DISCOVERY'\n") + len("<<'HPCBUNDLE_DISCOVERY'\n")
+    discovery = tmp_path / "discover.sh"
+    discovery.write_text(made.stdout[start : made.stdout.index("HPCBUNDLE_DISCOVERY\nchmod")])
+    calls = tmp_path / "sinfo-calls"
+    env = _fake_commands(
+        tmp_path / "bin", {"scontrol": "printf 'n1\\nn2\\n'", "sinfo": f"echo called >>{calls}; echo n2"}
+    )
+    env.update(SLURM_JOB_NODELIST="n[1-2]", SLURM_JOB_ID="77", TMPDIR=str(tmp_path))
+    outputs = [
+        subprocess.run(["bash", str(discovery)], capture_output=True, text=True, env=env, check=True).stdout
+        for _ in range(5)
+    ]
+    assert outputs == ["n1:2\n"] * 5
+    assert calls.read_text() == "called\n"

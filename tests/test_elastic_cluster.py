@@ -170,7 +170,8 @@ def test_slurm_discovery_lists_the_jobs_nodes_and_leaves_out_one_set_down(
     data = site_data("slurm-elastic")
     data["launcher"] = {"name": "horovodrun", "gloo": True}
     data["mca"], data["why"] = {}, {}
-    data["faults"] = {"elastic": {"min_np": 1, "max_np": 2, "discovery": "slurm"}}
+    # node states kept 1 s (faults.elastic.discovery_interval): the second run asks SLURM again
+    data["faults"] = {"elastic": {"min_np": 1, "max_np": 2, "discovery": "slurm", "discovery_interval": 1}}
     site = write_site(tmp_path, data)
     made = hpcbundle_argv(
         "sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "--", "python3", "t.py"
@@ -187,6 +188,7 @@ def test_slurm_discovery_lists_the_jobs_nodes_and_leaves_out_one_set_down(
     try:
         assert wait_until(lambda: (tmp_path / "first").exists() and (tmp_path / "first").read_text(), 120)
         slurm_local.run(["scontrol", "update", "nodename=node2", "state=down", "reason=hpcbundle-test"], check=True)
+        time.sleep(2.1)  # past the interval: the first run's node states are stale
         (tmp_path / "go").touch()
     finally:
         submitted.join(200)

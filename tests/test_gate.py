@@ -252,3 +252,29 @@ def test_the_report_and_the_probes_own_failure_are_found_behind_a_launchers_rank
         "hpcbundle gate: FAIL: No module named 'horovod': s.yaml"
     )
     assert failure_of("a\nb\nc\nd\n", 1) == "hpcbundle gate: FAIL: the probe gave no report (exit 1): b / c / d"
+
+
+@pytest.mark.parametrize(
+    ("launcher_prints", "verdict"),
+    [
+        ("", "hpcbundle gate: FAIL: no rank started within 1 s: "),
+        ("hpcbundle gate: rank started on node1", "hpcbundle gate: FAIL: no answer within 1 s: "),
+    ],
+)
+def test_a_batch_gate_that_times_out_says_whether_the_start_or_the_transfer_hung(
+    tmp_path: Path, launcher_prints: str, verdict: str
+) -> None:
+    data = yaml.safe_load((ROOT / "site_configs" / "local.yaml").read_text())
+    data["gate"] = {"timeout": 1}
+    site = tmp_path / "local.yaml"
+    site.write_text(yaml.safe_dump(data))
+    made = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "--gate", "--", "python3", "t.py")
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "mpirun"  # the gate's launch: prints what a rank would, then hangs
+    fake.write_text(f"#!/bin/sh\necho '{launcher_prints}'\nexec sleep 30\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    ran = subprocess.run(["bash", "-c", made.stdout], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert ran.returncode == 124, ran.stderr
+    assert [line for line in ran.stderr.splitlines() if line.startswith(verdict)], ran.stderr

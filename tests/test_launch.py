@@ -467,7 +467,9 @@ def test_local_exec_runs_two_real_ranks_that_each_know_their_rank(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-0-of-2", "rank-1-of-2"]
-    assert result.stderr.startswith("+ mpirun --allow-run-as-root -np 2")
+    note, launched = result.stderr.splitlines()[:2]
+    assert note.startswith("hpcbundle: note: site local sets no faults.stall_seconds: a lost link")
+    assert launched.startswith("+ mpirun --allow-run-as-root -np 2")
 
 
 @pytest.mark.full_setup
@@ -646,3 +648,20 @@ def test_pyxis_keeps_home_out_and_mounts_the_spool_only_with_its_site_key():
         "--container-mounts=/scratch:/scratch,/var/lib/slurm/spool:/var/lib/slurm/spool"
     ]
     assert "--container-mount-home" in argv and "--no-container-mount-home" not in argv
+
+
+@pytest.mark.parametrize(
+    ("base", "carried"), [("local", "-x PYTHONUNBUFFERED=1"), ("slurm-pyxis-h100", "--container-env=")]
+)
+def test_a_site_with_a_stall_bound_runs_its_ranks_unbuffered_through_the_launchers_env(tmp_path, base, carried):
+    site = write_site(tmp_path, base, {"faults": {"stall_seconds": 120}}, name="watched")
+    image = ["--image", "/shared/horovod.sqsh"] if base == "slurm-pyxis-h100" else []
+    result = hpcbundle("launch", "--site", str(site), "--np", "4", *image, "--explain", "--", "python3", "t.py")
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.splitlines()[0]
+    assert carried in line and "PYTHONUNBUFFERED=1" in line
+    if base == "slurm-pyxis-h100":
+        assert "PYTHONUNBUFFERED" in next(word for word in line.split() if word.startswith("--container-env="))
+    assert "faults.stall_seconds" in result.stdout and "the stall watchdog" in result.stdout
+    unwatched = hpcbundle("launch", "--site", base, "--np", "4", *image, "--", "python3", "t.py")
+    assert "PYTHONUNBUFFERED" not in unwatched.stdout

@@ -469,6 +469,41 @@ def test_a_rank_stopped_under_srun_is_ended_by_the_scripts_stall_bound_not_the_t
     assert assert_all_checkpoints_complete(ckpt) >= 2
 
 
+QUIET_PROGRAMS = {
+    # logs only to stderr (Python logging's default), a line a second for 12 s: stdout stays silent
+    "stderr-only": "import logging, time\nfor i in range(12):\n    logging.warning('step %d', i)\n    time.sleep(1)",
+    # prints without flush: to a pipe Python holds the lines in its buffer unless PYTHONUNBUFFERED is set
+    "unflushed": "import time\nfor i in range(12):\n    print('step', i)\n    time.sleep(1)",
+    # truly silent
+    "silent": "import time\ntime.sleep(60)",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(QUIET_PROGRAMS))
+def test_the_batch_relay_ends_only_a_truly_silent_job_on_real_slurm(
+    netns_slurm: SlurmCluster, tmp_path: Path, kind: str
+) -> None:
+    """The sbatch script's stall relay (faults.stall_seconds 5) watches stdout and stderr and the ranks
+    run with PYTHONUNBUFFERED=1, as `launch --exec` does: a job logging only to stderr and one printing
+    without flush, each for 12 s, end with status 0; a silent one is ended with 124, the bound named and
+    each node named with its running rank."""
+    net = netns_slurm.inside
+    data = site_data("slurm-quiet", launcher="srun", interfaces=[net.DATA_IFACE])
+    data["faults"] = {"stall_seconds": 5}
+    site = write_site(tmp_path, data)
+    text = two_node_sbatch(site, [str(VENV_PYTHON), "-c", QUIET_PROGRAMS[kind]], tmp_path / "job.sh")
+    job = netns_slurm.sbatch_wait(text, timeout=120)
+    print(f"{kind}: job exit {job.returncode}\n{job.output[-1500:]}\n{job.error[-1500:]}")
+    if kind == "silent":
+        assert job.returncode == 124, (job.output[-2000:], job.error[-2000:])
+        assert "no output from the job for 5 s (faults.stall_seconds of site slurm-quiet)" in job.error
+        named = re.findall(r"^hpcbundle: (\S+): 1 rank\(s\) of the job running here, none stopped", job.error, re.M)
+        assert sorted(named) == ["node1", "node2"], job.error[-2000:]
+    else:
+        assert job.returncode == 0, (job.output[-2000:], job.error[-2000:])
+        assert "step 11" in job.output + job.error and "no output from the job" not in job.error
+
+
 def release_requeued_jobs(slurm: SlurmCluster, submitted: threading.Thread) -> list[int]:
     """While `submitted` waits for its job: each time SLURM holds a requeued job until its BeginTime
     (about two minutes after the requeue), start it at once; returns the seconds each hold would

@@ -11,7 +11,15 @@ from hpcbundle.config.loading import read_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.gateprobe import REPORT_KEY
 from hpcbundle.diagnose.launchgate import gate_probe, gate_python, run_gate
-from hpcbundle.diagnose.watchdog import exec_limit, hang_error, quiet_warning, run_job, stall_lines, stall_verdict
+from hpcbundle.diagnose.watchdog import (
+    exec_limit,
+    hang_error,
+    quiet_warning,
+    run_job,
+    stall_lines,
+    stall_verdict,
+    unbounded_note,
+)
 from hpcbundle.execute import Captured, Watched
 from hpcbundle.launch import RankLayout, build_command
 
@@ -91,6 +99,15 @@ def test_a_finished_job_silent_for_half_its_stall_bound_is_warned_about_naming_t
     assert quiet_warning(_site(), Watched(0, quietest=100.0)) is None
 
 
+def test_a_site_without_a_stall_bound_is_told_in_one_line_what_a_lost_link_will_do():
+    assert unbounded_note(WATCHED, 3600, "launcher.timeout of site local") is None
+    assert unbounded_note(_site(), 3600, "launcher.timeout of site local") == (
+        "hpcbundle: note: site local sets no faults.stall_seconds: a lost link or a stopped rank leaves the job "
+        "waiting until 3600 s (launcher.timeout of site local); set it above the program's longest silent phase "
+        "to end such a job sooner"
+    )
+
+
 def test_a_job_killed_at_its_bound_is_blamed_on_the_network_keys_of_the_site():
     assert hang_error(_site(), 300, "--timeout") == (
         "hpcbundle: error: killed after 300 s (--timeout): the job neither finished nor failed. MPI hangs like this "
@@ -125,6 +142,14 @@ def _report(verdict: str) -> str:
     return "mpirun noise\n" + json.dumps({REPORT_KEY: verdict, "line": f"hpcbundle gate: {verdict}: x"}) + "\n"
 
 
+def test_a_gate_whose_ranks_never_started_blames_the_start_time_not_the_interface():
+    slow = _gate_answers(Captured(None, "mpirun noise\n", ""))
+    assert slow.status == 124 and slow.line.startswith(
+        "hpcbundle gate: FAIL: no rank started within 30 s: site local: gate.timeout (the launch or its containers "
+        "start slower than it allows"
+    )
+
+
 def test_the_gates_verdict_decides_whether_the_launch_goes_on():
     passed, failed = _gate_answers(Captured(0, _report("PASS"), "")), _gate_answers(Captured(2, _report("FAIL"), ""))
     assert (passed.status, passed.line) == (0, "hpcbundle gate: PASS: x")
@@ -132,7 +157,10 @@ def test_the_gates_verdict_decides_whether_the_launch_goes_on():
 
 
 def test_a_gate_without_an_answer_stops_the_launch_with_124_and_one_without_a_report_with_2():
-    hung = _gate_answers(Captured(None, _report("PASS"), ""))
-    assert hung.status == 124 and hung.line.startswith("hpcbundle gate: FAIL: no answer within 30 s: site local: ")
+    hung = _gate_answers(Captured(None, "hpcbundle gate: rank started on n1\n", ""))
+    assert hung.status == 124 and hung.line.startswith(
+        "hpcbundle gate: FAIL: no answer within 30 s: site local: network.interfaces (the ranks started but their "
+        "allreduce never finished"
+    )
     broken = _gate_answers(Captured(1, "", "a\nb\n"))
     assert (broken.status, broken.line) == (2, "hpcbundle gate: FAIL: the probe gave no report (exit 1): a / b")

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..config.sites import Site
-from ..diagnose.gate import hang_line
+from ..diagnose.gate import STARTED, hang_line
 from ..diagnose.launchgate import gate_probe, run_gate
 from ..diagnose.watchdog import (
     Stopped,
@@ -21,6 +21,7 @@ from ..diagnose.watchdog import (
     run_job,
     stall_lines,
     stall_verdict,
+    unbounded_note,
 )
 from ..launch import Command, RankLayout, build_command, launch_request, load_site
 from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
@@ -148,6 +149,9 @@ def execute_job(
     """Run the job's `command` under the watchdog and exit with its status: 124 when it reached
     its time bound or went silent for faults.stall_seconds (then doctor looks at its nodes)."""
     limit, source = exec_limit(model, timeout)
+    note = unbounded_note(model, limit, source)
+    if note:
+        click.echo(note, err=True)
     click.echo(f"+ {command.display()}", err=True)
     hosts = [host for host, _ in layout.placement(socket.gethostname())]
     ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
@@ -177,7 +181,13 @@ def after_stall(ctx: click.Context, model: Site, image: str | None, layout: Rank
 
 def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
     """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
-    return GateStep(tuple(gate_probe(model, image, program)), hang_line(model.where, model.gate.timeout))
+    where, timeout = model.where, model.gate.timeout
+    return GateStep(
+        tuple(gate_probe(model, image, program)),
+        hang_line(where, timeout, started=True),
+        hang_line(where, timeout, started=False),
+        STARTED,
+    )
 
 
 def gate_first(

@@ -269,6 +269,13 @@ class Elastic(StrictModel):
         "(horovodrun --blacklist-cooldown-range; doubled at each failure)",
     )
     ssh_port: int = Field(22, ge=1, le=65535, description="the port the hostfile discovery probes on each host")
+    discovery_interval: int = Field(
+        30,
+        ge=1,
+        le=3600,
+        description="seconds the slurm discovery reuses SLURM's node states (one sinfo per job per interval, "
+        "not per second: the controller's load stays bounded); a failed node leaves the list within it",
+    )
 
 
 class Faults(StrictModel):

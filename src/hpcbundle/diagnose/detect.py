@@ -66,6 +66,9 @@ def _gpu_model(name: str, known: list[str]) -> str:
     return max(hits, key=len) if hits else name.replace(" ", "_")
 
 
+DRAFT_STALL_SECONDS = 600
+
+
 def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None = None) -> str:
     """The draft site text for `observed` (see observe()); valid against the site schema."""
     host = observed.get("host", "this node")
@@ -100,9 +103,20 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
     iface, why = choose_interface(observed)
     lines += _network_lines(observed, iface, why)
     lines += _slurm_lines(observed.get("slurm") or {})
+    lines += STALL_LINES
     if iface:
         lines += ["why:", f"  network.interfaces: {_q(why)}"]
     return "\n".join(lines) + "\n"
+
+
+STALL_LINES = [
+    "faults:",
+    f"  stall_seconds: {DRAFT_STALL_SECONDS}  # CONFIRM: above the program's longest silent phase (an epoch without a"
+    " line, a checkpoint, the first data load): this many seconds without output ends the job (a lost link, a"
+    " stopped rank) where otherwise it waits for launcher.timeout",
+]
+"""The draft's stall bound: without one a job whose data link died waits for launcher.timeout (3600 s);
+with one it ends the bound after its last line, the node named (measured: 30 s with a 15 s bound)."""
 
 
 def _launcher(flavour: str, version: str) -> str:

@@ -259,13 +259,25 @@ def _network_problem(
     return None
 
 
-def hang_line(where: str, timeout: int) -> str:
-    """The verdict when the gate did not answer within gate.timeout s: ranks that cannot reach each
-    other over the site's interface wait rather than fail."""
+STARTED = "hpcbundle gate: rank started on"
+"""The line each probe rank prints first: a gate that timed out tells a slow start from a hung transfer."""
+
+
+def hang_line(where: str, timeout: int, started: bool) -> str:
+    """The verdict when the gate did not answer within gate.timeout s. `started`: a rank printed STARTED,
+    so the transfer hung (ranks that cannot reach each other over the site's interface wait rather than
+    fail); else no rank started in time (containers unpacked on each node, a slow file system)."""
+    if not started:
+        return (
+            f"hpcbundle gate: FAIL: no rank started within {timeout} s: {where}: gate.timeout (the launch or its "
+            f"containers start slower than it allows: an image unpacked on every node, a slow shared file system; "
+            f"raise gate.timeout, or run the launch line alone to time its start)"
+        )
     return (
-        f"hpcbundle gate: FAIL: no answer within {timeout} s: {where}: network.interfaces (the ranks cannot "
-        f"reach each other over it: check it, btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME against "
-        f"what ip -br addr shows on the nodes, or raise gate.timeout)"
+        f"hpcbundle gate: FAIL: no answer within {timeout} s: {where}: network.interfaces (the ranks started "
+        f"but their allreduce never finished: they cannot reach each other over it: check it, "
+        f"btl/oob_tcp_if_include and NCCL_SOCKET_IFNAME against what ip -br addr shows on the nodes, "
+        f"or raise gate.timeout)"
     )
 
 

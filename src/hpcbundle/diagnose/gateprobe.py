@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable
 
-from .gate import Expect, Measured, RankReport, judge  # sent as gate.py's source before this file's
+from .gate import STARTED, Expect, Measured, RankReport, judge  # sent as gate.py's source before this file's
 
 START_BYTES = 1 << 20
 MAX_BYTES = 256 << 20
@@ -309,6 +309,7 @@ def run(options: Expect, make: Callable[[bool], Backend] = backend) -> tuple[int
 def main(argv: list[str]) -> int:
     """Run the probe with the expectations in argv[0] (JSON); rank 0 prints its report and verdict."""
     options = Expect.from_json(json.loads(argv[0]) if argv else {"where": "", "fabric": "ethernet"})
+    print(f"{STARTED} {socket.gethostname()}", flush=True)
     try:
         status, report = run(options)
     except ImportError as exc:

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..config.sites import Site
 from ..execute import Captured, run_captured
 from . import gateprobe
-from .gate import hang_line
+from .gate import STARTED, hang_line
 
 
 def gate_python(program: Sequence[str], image: str | None, own: str = sys.executable) -> str:
@@ -55,7 +55,7 @@ def run_gate(
     ran = run(launch(gate_probe(site, image, program)), site.gate.timeout, grace=2.0)
     report = gateprobe.report_of(ran.stdout)
     if ran.status is None:
-        return GateOutcome(124, hang_line(site.where, site.gate.timeout))
+        return GateOutcome(124, hang_line(site.where, site.gate.timeout, STARTED in ran.stdout))
     if report is None:
         return GateOutcome(2, gateprobe.failure_of(ran.stderr or ran.stdout, ran.status))
     return GateOutcome(0 if report[gateprobe.REPORT_KEY] == "PASS" else 2, report["line"])

@@ -89,6 +89,18 @@ def stall_verdict(failed: bool, stopped: bool) -> str:
     return f"hpcbundle: {where}run the same command again to resume from the last checkpoint"
 
 
+def unbounded_note(site: Site, limit: int, source: str) -> str | None:
+    """The line `launch --exec` prints before a job on a site without faults.stall_seconds: what a lost
+    link or a stopped rank will do (the others wait inside MPI until the time bound)."""
+    if site.faults.stall_seconds:
+        return None
+    return (
+        f"hpcbundle: note: site {site.name} sets no faults.stall_seconds: a lost link or a stopped rank leaves the "
+        f"job waiting until {limit} s ({source}); set it above the program's longest silent phase to end such a "
+        f"job sooner"
+    )
+
+
 def quiet_warning(site: Site, ended: Watched) -> str | None:
     """A warning when a job that finished was silent for more than half of faults.stall_seconds: a
     slower epoch or checkpoint would be taken for a stall."""

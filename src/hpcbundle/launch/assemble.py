@@ -137,6 +137,9 @@ def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, e
     if threads and not THREAD_COUNTS & (set(site.env) | set(site.export)):
         option, assignment, _ = _setting(site, launcher, "env.OMP_NUM_THREADS", str(threads))
         _place_derived(main, env, option, assignment, layout.cpus_source, reasons.THREADS)
+    if site.faults.stall_seconds and not {"PYTHONUNBUFFERED"} & (set(site.env) | set(site.export)):
+        option, assignment, _ = _setting(site, launcher, "env.PYTHONUNBUFFERED", "1")
+        _place_derived(main, env, option, assignment, "faults.stall_seconds", reasons.UNBUFFERED)
     interfaces_why = site.why.get("network.interfaces")
     for key, (value, source) in network.interface_settings(site).items():
         if source == "network.interfaces" and key in launcher.interface_keys:

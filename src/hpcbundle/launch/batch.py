@@ -43,10 +43,13 @@ class BatchJob:
 @dataclass(frozen=True)
 class GateStep:
     """The launch gate the script runs before the job (`sbatch --gate`): the probe as a program, which
-    the site's launch line starts like the job's, and the line the script prints when it hangs."""
+    the site's launch line starts like the job's, and the lines the script prints when it hangs: after
+    a rank printed `started_mark` (the transfer hung), else (no rank started in time)."""
 
     program: tuple[str, ...]
     hang_line: str
+    start_line: str
+    started_mark: str
 
 
 def script_environment(scripts_dir: Path) -> jinja2.Environment:

@@ -37,6 +37,7 @@ ENV: dict[str, str] = {
     "OMP_NUM_THREADS": "OpenMP threads per rank",
     "KMP_BLOCKTIME": "milliseconds an Intel OpenMP thread spins before it sleeps",
     "KMP_AFFINITY": "how Intel OpenMP pins its threads inside the rank's CPU set",
+    "PYTHONUNBUFFERED": "Python writes each line as it is printed, not when its buffer fills",
 }
 
 MCA: dict[str, str] = {
@@ -59,6 +60,10 @@ THREADS = (
     "mpirun keeps --bind-to none (Horovod's advice: a rank pinned to one core starves its background "
     "thread), so it does not map ranks to CPUs itself (--map-by slot:PE=N would bind them); the gpu-numa "
     "wrapper (node.gpu_numa) binds per NUMA node instead"
+)
+UNBUFFERED = (
+    "the stall watchdog (launch --exec and the sbatch relay) counts lines as they are written: a Python "
+    "print to a pipe waits in its buffer otherwise, and a healthy rank looks silent"
 )
 _BIND_DOES = (
     "the rank's local rank (from Open MPI, hydra or SLURM) picks its GPU (CUDA_VISIBLE_DEVICES) and that "

@@ -10,7 +10,13 @@
 #SBATCH --no-kill
 set -euo pipefail
 
-# Elastic Horovod (faults.elastic): horovodrun runs this script every second to learn which of the
+# Elastic Horovod (faults.elastic): horovodrun runs on this node's host, outside the image, so the
+# host needs a Python with Horovod (a module in slurm.modules, or pip install horovod).
+if ! command -v horovodrun >/dev/null; then
+    echo "hpcbundle: horovodrun is not on PATH on $(hostname): elastic Horovod (faults.elastic of site eth-cpu-elastic) runs it on the host, outside the image; install Horovod in a host Python or load its module (slurm.modules)" >&2
+    exit 2
+fi
+# horovodrun runs the discovery script every second to learn which of the
 # job's nodes it may use. Written whole (a temp file, then a rename): jobs sharing this directory
 # write the same text.
 discovery_tmp="$(mktemp ./.hpcbundle-discover-hosts.XXXXXX)"
@@ -25,8 +31,17 @@ set -uo pipefail
 # runs with --no-kill, so it keeps its other nodes when one fails).
 slots=${SLURM_NTASKS_PER_NODE:-1}
 slots=${slots%%(*}
+# SLURM's node states are asked at most once per 30 s
+# (faults.elastic.discovery_interval) and kept in a file of this node: horovodrun runs this script every
+# second, and a sinfo per second per job would load the controller.
 hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST") || exit 1
-gone=$(sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_respond -o %N) || exit 1
+cache="${TMPDIR:-/tmp}/hpcbundle-node-states.${SLURM_JOB_ID:-$PPID}"
+age=$(($(date +%s) - $(stat -c %Y "$cache" 2>/dev/null || echo 0)))
+if ((age >= 30)); then
+    sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_respond -o %N >"$cache.$$" || exit 1
+    mv -f "$cache.$$" "$cache"
+fi
+gone=$(cat "$cache") || exit 1
 for host in $hosts; do
     if ! grep -qxF "$host" <<<"$gone"; then
         echo "$host:$slots"
