@@ -7,6 +7,7 @@ that reaches a generated Dockerfile, .def or shell script cannot add a line or r
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any, Callable
 
 from packaging.version import Version as _PkgVersion
@@ -97,6 +98,23 @@ def image_digest(reference: str) -> str | None:
     True
     """
     return reference.rsplit("@", 1)[1] if "@" in reference else None
+
+
+_INVISIBLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+"""Unicode categories no one-line value may hold: controls (C0, DEL, C1: newline, tab, escape), formats (bidi
+overrides U+202A-202E and isolates U+2066-2069, zero-width characters), surrogates, line and paragraph separators."""
+
+
+def off_line_character(text: str) -> str | None:
+    """The first character of `text` that would break it out of one visible line, named; None when there is none.
+
+    >>> off_line_character("ib0"), off_line_character("a\u202eb"), off_line_character("a\nb")
+    (None, 'U+202E (RIGHT-TO-LEFT OVERRIDE)', 'U+000A (a control character)')
+    """
+    for char in text:
+        if unicodedata.category(char) in _INVISIBLE:
+            return f"U+{ord(char):04X} ({unicodedata.name(char, 'a control character')})"
+    return None
 
 
 def _line(value: Any) -> str:

@@ -246,10 +246,60 @@ def _describe(model: type[BaseModel], err: Any, where: str) -> str:
         return format_problem(where, key, "unknown key", did_you_mean(str(loc[-1]), valid, "valid keys here"))
     if kind == "missing":
         return format_problem(where, key, "missing required key", "add it; see the shipped files for examples")
+    if kind == "one_line":
+        key = ".".join(key_text(part) for part in (*loc, *err["ctx"]["at"]))
+        return format_problem(where, key, str(err["msg"]), "remove it: write the value on one line")
+    if kind in _EXPECTED:
+        return _wrong_type(where, key, _EXPECTED[kind], err.get("input"))
     message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind.endswith("_type") or kind in {"literal_error", "enum"}:
-        message = f"{message[0].lower()}{message[1:]}, got {clip(err.get('input'))}"
+        message = f"{message[0].lower()}{message[1:]}, got {_shape(err.get('input'))}"
     return format_problem(where, key, message)
+
+
+_EXPECTED = {
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "text",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+"""What a strict type error expected, by pydantic's error type."""
+
+
+def _wrong_type(where: str, key: str, expected: str, value: Any) -> str:
+    """`key: expected a whole number, got a boolean (true) (fix)`: what the key takes, what YAML made of the
+    value, and how to write it (YAML reads yes/no/on/off as booleans and 3.10 as the number 3.1)."""
+    if isinstance(value, bool) and expected != "text":
+        fix = f"write {expected}: YAML reads yes, no, on, off, true and false as booleans"
+    elif isinstance(value, (bool, int, float)) and expected == "text":
+        fix = f'quote it, e.g. "{_yaml_scalar(value)}" (YAML reads 3.10 as the number 3.1 and yes as true)'
+    elif isinstance(value, str) and expected in ("a whole number", "a number", "true or false"):
+        fix = f"write {expected} without quotes"
+    else:
+        fix = "see docs/reference for the key's type"
+    return format_problem(where, key, f"expected {expected}, got {_shape(value)}", fix)
+
+
+def _shape(value: Any) -> str:
+    """What a YAML value is, e.g. 'a boolean (true)', 'a number (8)', 'text': text is never echoed (a file
+    given by mistake may hold a secret), nor are collections."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        kind = {bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "nothing")
+        return f"{kind} ({_yaml_scalar(value)})"
+    if isinstance(value, str):
+        return f"text of {len(value)} characters"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} items"
+    return "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+def _yaml_scalar(value: bool | int | float | None) -> str:
+    """A scalar as YAML writes it: true, 8, 3.1, null."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)[:20]
 
 
 def key_text(part: Any) -> str:
