@@ -18,6 +18,8 @@ MAX_GPUS = 1024
 """GPUs on one node: the densest nodes have 8 to 16."""
 MAX_NUMA_NODE = 1023
 """The highest NUMA node number: a Linux kernel has at most 1024 nodes."""
+MAX_LINK_GBPS = 100_000
+"""The fastest data link in Gbit/s (100 Tbit/s): today's links run at 100 to 800."""
 MAX_PORT = 65535
 """The highest TCP port (ports are 1 to 65535)."""
 MAX_SECONDS = 365 * 24 * 3600

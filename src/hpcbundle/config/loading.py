@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import UserError, clip, did_you_mean, format_problem
+from .errors import UserError, clip, did_you_mean, format_problem, shape, yaml_scalar
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -239,7 +239,7 @@ def validate(model: type[M], data: dict[str, Any], where: str) -> M:
 
 def _describe(model: type[BaseModel], err: Any, where: str) -> str:
     loc = tuple(err["loc"])
-    key = ".".join(key_text(part) for part in loc) or "(top level)"
+    key = key_path(loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         valid = sorted(_fields_at(model, loc[:-1]))
@@ -247,13 +247,18 @@ def _describe(model: type[BaseModel], err: Any, where: str) -> str:
     if kind == "missing":
         return format_problem(where, key, "missing required key", "add it; see the shipped files for examples")
     if kind == "one_line":
-        key = ".".join(key_text(part) for part in (*loc, *err["ctx"]["at"]))
+        key = key_path((*loc, *err["ctx"]["at"]))
         return format_problem(where, key, str(err["msg"]), "remove it: write the value on one line")
     if kind in _EXPECTED:
         return _wrong_type(where, key, _EXPECTED[kind], err.get("input"))
+    if kind in _BOUNDS:
+        words, bound = _BOUNDS[kind], next(iter(err["ctx"].values()))
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+        problem = f"expected {words} {bound}, got {shape(err.get('input'))}"
+        return format_problem(where, key, problem, "see docs/untrusted-input.md for the bounds and why")
     message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind.endswith("_type") or kind in {"literal_error", "enum"}:
-        message = f"{message[0].lower()}{message[1:]}, got {_shape(err.get('input'))}"
+        message = f"{message[0].lower()}{message[1:]}, got {shape(err.get('input'))}"
     return format_problem(where, key, message)
 
 
@@ -268,6 +273,13 @@ _EXPECTED = {
     "model_type": "a mapping",
 }
 """What a strict type error expected, by pydantic's error type."""
+_BOUNDS = {
+    "less_than_equal": "at most",
+    "less_than": "less than",
+    "greater_than_equal": "at least",
+    "greater_than": "more than",
+}
+"""A bound's words, by pydantic's error type (the bound itself is the error's only context value)."""
 
 
 def _wrong_type(where: str, key: str, expected: str, value: Any) -> str:
@@ -276,30 +288,24 @@ def _wrong_type(where: str, key: str, expected: str, value: Any) -> str:
     if isinstance(value, bool) and expected != "text":
         fix = f"write {expected}: YAML reads yes, no, on, off, true and false as booleans"
     elif isinstance(value, (bool, int, float)) and expected == "text":
-        fix = f'quote it, e.g. "{_yaml_scalar(value)}" (YAML reads 3.10 as the number 3.1 and yes as true)'
+        fix = f'quote it: "{yaml_scalar(value)}"; YAML reads 3.10 as the number 3.1 and yes as true'
     elif isinstance(value, str) and expected in ("a whole number", "a number", "true or false"):
         fix = f"write {expected} without quotes"
     else:
         fix = "see docs/reference for the key's type"
-    return format_problem(where, key, f"expected {expected}, got {_shape(value)}", fix)
+    return format_problem(where, key, f"expected {expected}, got {shape(value)}", fix)
 
 
-def _shape(value: Any) -> str:
-    """What a YAML value is, e.g. 'a boolean (true)', 'a number (8)', 'text': text is never echoed (a file
-    given by mistake may hold a secret), nor are collections."""
-    if isinstance(value, (bool, int, float)) or value is None:
-        kind = {bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "nothing")
-        return f"{kind} ({_yaml_scalar(value)})"
-    if isinstance(value, str):
-        return f"text of {len(value)} characters"
-    if isinstance(value, (list, tuple)):
-        return f"a list of {len(value)} items"
-    return "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}"
+def key_path(loc: tuple[Any, ...]) -> str:
+    """A key's path as a user writes it in `why:`: node.gpu_numa[1], env.X.
 
-
-def _yaml_scalar(value: bool | int | float | None) -> str:
-    """A scalar as YAML writes it: true, 8, 3.1, null."""
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)[:20]
+    >>> key_path(("wrappers", 0, 2)), key_path(("env", "NCCL_DEBUG"))
+    ('wrappers[0][2]', 'env.NCCL_DEBUG')
+    """
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{key_text(part)}" if text else key_text(part)
+    return text
 
 
 def key_text(part: Any) -> str:

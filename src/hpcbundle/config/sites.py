@@ -33,6 +33,7 @@ from .limits import (
     MAX_CORES,
     MAX_GATE_SECONDS,
     MAX_GPUS,
+    MAX_LINK_GBPS,
     MAX_NUMA_NODE,
     MAX_PORT,
     MAX_RANKS,
@@ -227,7 +228,7 @@ class Network(StrictModel):
     link_gbps: float | None = Field(
         None,
         gt=0,
-        le=100_000,
+        le=MAX_LINK_GBPS,
         allow_inf_nan=False,
         description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against",
     )
