@@ -226,6 +226,8 @@ def test_the_count_options_state_their_bounds_in_help_and_refuse_above_them():
     assert result.returncode == 2 and f"1<=x<={MAX_RANKS}" in result.stderr
     result = hpcbundle("launch", "--np", "1", "--timeout", str(MAX_SECONDS + 1), "--", "python3", "t.py")
     assert result.returncode == 2 and "--timeout" in result.stderr
+    result = hpcbundle("sbatch", "--nodes", "1", "--time", "366-00:00:00", "--", "python3", "t.py")
+    assert result.returncode == 2 and "--time: '366-00:00:00' is not a SLURM time of at most a year" in result.stderr
 
 
 @pytest.mark.parametrize(
