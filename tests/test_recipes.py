@@ -120,7 +120,7 @@ def test_unknown_horovod_patch_is_refused(tmp_path):
     data = recipe_data("cuda13.0-torch2.11")
     data["horovod"]["patches"] = ["cxx17", "gcc14"]
     (line,) = _error_lines(tmp_path, data)
-    assert "horovod.patches.1" in line and "'cxx17', 'gcc13' or 'py312'" in line
+    assert "horovod.patches[1]" in line and "'cxx17', 'gcc13' or 'py312'" in line
 
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4

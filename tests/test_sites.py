@@ -82,7 +82,7 @@ BAD_SITES = [
         "node.gpus: expected a whole number, got text of 3 characters (write a whole number without quotes)",
     ),
     ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
-    ("local", {"faults.signal_before_end": 0}, "faults.signal_before_end: Input should be greater than 0"),
+    ("local", {"faults.signal_before_end": 0}, "faults.signal_before_end: expected more than 0, got a number (0)"),
     ("local", {"faults.requeue": "sometimes"}, "faults.requeue: expected true or false, got text of 9 characters"),
     (
         "ib-v100",

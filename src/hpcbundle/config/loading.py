@@ -255,7 +255,8 @@ def _describe(model: type[BaseModel], err: Any, where: str) -> str:
         words, bound = _BOUNDS[kind], next(iter(err["ctx"].values()))
         bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
         problem = f"expected {words} {bound}, got {shape(err.get('input'))}"
-        return format_problem(where, key, problem, "see docs/untrusted-input.md for the bounds and why")
+        fix = "see docs/untrusted-input.md for the bounds and why" if kind.startswith("less") else ""
+        return format_problem(where, key, problem, fix)
     message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind.endswith("_type") or kind in {"literal_error", "enum"}:
         message = f"{message[0].lower()}{message[1:]}, got {shape(err.get('input'))}"
