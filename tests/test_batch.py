@@ -162,8 +162,7 @@ def test_bad_batch_request_is_refused_and_writes_nothing(tmp_path, args, message
 
 def test_horovodrun_cannot_span_nodes_in_a_batch_job(tmp_path):
     data = yaml.safe_load((SITES / "local.yaml").read_text())
-    data["launcher"] = {"name": "horovodrun"}
-    data["name"] = "hvd"
+    data.update(launcher={"name": "horovodrun"}, name="hvd", why={})
     (tmp_path / "hvd.yaml").write_text(yaml.safe_dump(data))
     result = hpcbundle("sbatch", "--site", str(tmp_path / "hvd.yaml"), "--nodes", "2", "--", "python3", "t.py")
     assert result.returncode == 2

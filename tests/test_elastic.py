@@ -137,7 +137,7 @@ def test_hostfile_lines_are_data_never_code_and_only_host_slots_lines_come_out(d
         ),
         ({"min_np": 7}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.min_np: 7 is above max_np 6"),
         ({"cooldown": [60, 5]}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.cooldown: [60, 5] is not"),
-        ({"cooldown": [0, 5]}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.cooldown.0"),
+        ({"cooldown": [0, 5]}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.cooldown[0]: expected at least 1"),
         ({"discovery": None}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.discovery"),
         ({"discovery": "consul"}, ["--np", "4", "--hostfile", "HOSTS"], "faults.elastic.discovery"),
     ],

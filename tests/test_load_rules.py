@@ -20,7 +20,6 @@ from .helpers import RECIPES, ROOT, SITES, assert_golden, bad_site, hpcbundle, m
 
 # One bad site per on_load site rule: (rule, shipped base site, dotted edits).
 BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
-    ("env-one-line", "local", {"env.MESSAGE": "two\nlines"}),
     ("rsh-agent-words", "local", {"mca.plm_rsh_agent": "ssh -o 'Port=22"}),
     ("mca-open-mpi", "stampede2-knl", {"mca": {"btl": "self,tcp"}}),
     ("export-or-env", "local", {"export": ["OMP_NUM_THREADS"], "env.OMP_NUM_THREADS": "4"}),

@@ -78,7 +78,7 @@ def test_cpus_per_rank_over_the_nodes_cores_is_refused_in_one_line(tmp_path):
             {"gpu_numa": [0, 3], "numa_memory": [0, 1]},
             "node.gpu_numa[1]: GPU 1 on NUMA node 3, which the site does not have",
         ),
-        ({"gpu_numa": [0, 1024]}, "node.gpu_numa.1: Input should be less than or equal to 1023"),
+        ({"gpu_numa": [0, 1024]}, "node.gpu_numa[1]: expected at most 1023, got a number (1024)"),
         ({"gpu_numa": [0, int("9" * 3000)]}, "has an integer of more than 18 digits"),
         ({"cpus_per_rank": int("9" * 3000)}, "has an integer of more than 18 digits"),
     ],

@@ -13,6 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
+from hpcbundle.config.limits import MAX_CORES, MAX_NODES, MAX_RANKS
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, launch_request
@@ -62,6 +63,9 @@ CASES: list[Case] = [
      ["--np", "4", "--hosts", "a:2,b:2", "--image", "h.sif"], {},
      "--hosts: srun places the ranks on the nodes SLURM allocated "
      "(drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N))"),
+    ("np-bound", "local", {}, RankLayout(MAX_RANKS + 1, in_allocation=True), None, PROGRAM, None, [], {},
+     "--np: 1048577 ranks (--np, or --nodes x --tasks-per-node) are more than any job runs "
+     "(ask for at most 1048576 ranks)"),
     ("np-slots", "ib-v100", {}, RankLayout(8, (("f1", 2), ("f2", 2))), "h.sif", PROGRAM, None,
      ["--np", "8", "--hosts", "f1:2,f2:2", "--image", "h.sif"], {},
      "--np 8: larger than the 4 slots of --hosts f1:2,f2:2 (lower --np or give more hosts or slots)"),
@@ -108,9 +112,10 @@ def test_each_request_rule_refuses_its_bad_request_in_one_line(tmp_path, case):
     assert problem_line(failures[0], site.where) == line.replace("SITE", str(path))
 
 
-# click itself refuses a launch with no PROGRAM (exit 2, its usage line); program-given guards the
-# callers that build lines in code (sbatch_script, tune, the gate).
-CLI_CASES = [case for case in CASES if case[0] != "program-given"]
+# click itself refuses a launch with no PROGRAM (exit 2, its usage line) and an --np above MAX_RANKS (its range);
+# program-given guards the callers that build lines in code (sbatch_script, tune, the gate), np-bound sbatch's
+# --nodes x --tasks-per-node (test_sbatch_refuses_more_ranks_than_any_job_runs).
+CLI_CASES = [case for case in CASES if case[0] not in ("program-given", "np-bound")]
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[case[0] for case in CLI_CASES])
@@ -126,6 +131,17 @@ def test_the_cli_refuses_each_bad_request_in_one_line_with_exit_2_and_starts_not
     assert result.exit_code == 2, result.output
     assert result.stdout == "" and result.stderr == f"hpcbundle: error: {line.replace('SITE', str(path))}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["req.yaml"]
+
+
+def test_sbatch_refuses_more_ranks_than_any_job_runs(tmp_path):
+    out = tmp_path / "job.sh"
+    args = ["--nodes", str(MAX_NODES), "--tasks-per-node", str(MAX_CORES), "-o", str(out), "--", "python3", "t.py"]
+    result = hpcbundle("sbatch", "--site", "local", *args)
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr == (
+        f"hpcbundle: error: --np: {MAX_NODES * MAX_CORES} ranks (--np, or --nodes x --tasks-per-node) are more "
+        f"than any job runs (ask for at most {MAX_RANKS} ranks)\n"
+    )
 
 
 def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_tune(tmp_path):

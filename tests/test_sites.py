@@ -38,7 +38,7 @@ BAD_SITES = [
     ),
     (
         "ib-v100",
-        {"launcher.name": "mpiexec.hydra", "launcher.single_dash": None},
+        {"launcher.name": "mpiexec.hydra", "launcher.single_dash": False},
         "launcher.name: mpiexec.hydra cannot start openmpi ranks (mpi.flavour) "
         "(use one of: horovodrun, mpirun, mpirun5, srun)",
     ),
@@ -79,11 +79,11 @@ BAD_SITES = [
     (
         "ib-v100",
         {"node.gpus": "two"},
-        "node.gpus: Input should be a valid integer, unable to parse string as an integer",
+        "node.gpus: expected a whole number, got text of 3 characters (write a whole number without quotes)",
     ),
     ("ib-v100", {"mca.pml": 1.1}, "mca.pml: write 1.1 as a quoted string: YAML reads 1.10 as the number 1.1"),
-    ("local", {"faults.signal_before_end": 0}, "faults.signal_before_end: Input should be greater than 0"),
-    ("local", {"faults.requeue": "sometimes"}, "faults.requeue: Input should be a valid boolean"),
+    ("local", {"faults.signal_before_end": 0}, "faults.signal_before_end: expected more than 0, got a number (0)"),
+    ("local", {"faults.requeue": "sometimes"}, "faults.requeue: expected true or false, got text of 9 characters"),
     (
         "ib-v100",
         {"slurm.time": "two hours"},
@@ -139,8 +139,8 @@ def test_why_must_name_an_existing_key(tmp_path):
     with pytest.raises(UserError) as caught:
         load_site(str(tmp_path / "bad.yaml"), SITES)
     assert caught.value.lines == (
-        f"{tmp_path}/bad.yaml: why.env.NCCL_SOCKT_IFNAME: names no key of this site "
-        "(use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0])",
+        f"{tmp_path}/bad.yaml: why.env.NCCL_SOCKT_IFNAME: names no key this site sets "
+        "(use a dotted key the site sets, such as env.NCCL_SOCKET_IFNAME or wrappers[0])",
     )
 
 

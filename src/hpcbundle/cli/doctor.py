@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..config.limits import MAX_GATE_SECONDS
 from ..config.loading import parse_yaml, validate
 from ..config.sites import Site
 from ..diagnose.detect import draft_site, observe
@@ -32,7 +33,11 @@ from .preflight import program_probe
     "--no-checksum", is_flag=True, help="Do not hash the image on every node (hashing a large image takes a while)."
 )
 @click.option(
-    "--timeout", type=seconds(3600), default=30, show_default=True, help="Seconds each node may take to answer."
+    "--timeout",
+    type=seconds(MAX_GATE_SECONDS),
+    default=30,
+    show_default=True,
+    help="Seconds each node may take to answer.",
 )
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle

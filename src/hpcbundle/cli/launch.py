@@ -28,13 +28,15 @@ from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
 from . import main, pass_bundle
 from .options import (
+    NODES,
     PROGRAM_SETTINGS,
-    Count,
+    RANKS_PER_NODE,
     gate_option,
     image_option,
     layout_from,
     no_doctor_option,
     program_argument,
+    ranks,
     seconds,
     site_for,
     site_option,
@@ -60,7 +62,7 @@ def sites_command(bundle) -> None:
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--np", "np_", type=Count(1), required=True, help="Number of ranks.")
+@click.option("--np", "np_", type=ranks(), required=True, help="Number of ranks.")
 @click.option(
     "--hosts",
     help="Hosts and slots, e.g. f1:2,f2:2 or a SLURM host list n[01-04]:2 (slots for each; at most 4096 hosts; "
@@ -204,9 +206,11 @@ def gate_first(
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--nodes", type=Count(1), required=True, help="Nodes to allocate.")
+@click.option("--nodes", type=NODES, required=True, help="Nodes to allocate.")
 @click.option(
-    "--tasks-per-node", type=Count(1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores)."
+    "--tasks-per-node",
+    type=RANKS_PER_NODE,
+    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
 )
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
 @click.option(

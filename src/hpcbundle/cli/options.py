@@ -11,14 +11,10 @@ from typing import Any
 import click
 
 from ..config.errors import UserError
+from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECONDS
 from ..config.loading import read_text
 from ..config.sites import Site
 from ..launch import RankLayout, hostfile_slots, load_site, parse_hosts
-
-MAX_COUNT = 1_000_000
-"""The largest count an option takes unless it says otherwise (ranks, nodes, repeats, batch sizes)."""
-MAX_SECONDS = 7 * 24 * 3600
-"""The longest timeout an option takes: a week."""
 
 
 class Count(click.IntRange):
@@ -40,8 +36,19 @@ class Count(click.IntRange):
 
 
 def seconds(max: int = MAX_SECONDS) -> Count:  # noqa: A002
-    """A timeout in seconds, from 1 to `max` (a week unless given)."""
+    """A timeout in seconds, from 1 to `max` (a year unless given)."""
     return Count(1, max)
+
+
+def ranks(min: int = 1) -> Count:  # noqa: A002
+    """A number of ranks (--np), at most MAX_RANKS."""
+    return Count(min, MAX_RANKS)
+
+
+NODES = Count(1, MAX_NODES)
+"""A number of nodes (sbatch --nodes), at most MAX_NODES."""
+RANKS_PER_NODE = Count(1, MAX_CORES)
+"""Ranks on each node (--tasks-per-node), at most MAX_CORES: one per CPU of the largest node Linux runs."""
 
 
 DEFAULT_SITE = "local"

@@ -19,7 +19,7 @@ from ..rules.engine import LaunchRequest, failed
 from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, load_recipe
 from . import main, pass_bundle
-from .options import Count
+from .options import ranks
 from .outputs import OUTPUT_HELP, write_atomic
 
 
@@ -155,7 +155,7 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap
 @main.command("check")
 @click.argument("recipe")
 @click.option("--site", help="Also check the pair: RECIPE's image on this site (driver, GPU, MPI ABI, known traps).")
-@click.option("--np", "np_", type=Count(1), help="Also judge a launch of this many ranks on --site (as launch would).")
+@click.option("--np", "np_", type=ranks(), help="Also judge a launch of this many ranks on --site (as launch would).")
 @click.option("--hosts", help="Hosts and slots of that launch, e.g. f1:2,f2:2 (as launch takes them).")
 @click.option("--image", help="The image that launch would be given (its name is judged, not the file).")
 @pass_bundle

@@ -13,6 +13,7 @@ import sys
 import typing
 from pathlib import Path
 
+import annotated_types
 import click
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -56,6 +57,15 @@ def _default(field: FieldInfo) -> str:
     return f"`{json.dumps(value)}`"
 
 
+def _bounds(field: FieldInfo) -> str:
+    """A field's numeric bounds as the schema states them (config/limits.py), e.g. ', 0 to 1024', ', at most 65535'."""
+    low = next((m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)), None)
+    high = next((m.le for m in field.metadata if isinstance(m, annotated_types.Le)), None)
+    if high is None:
+        return ""
+    return f", {low} to {high}" if low is not None else f", at most {high}"
+
+
 def models_in(annotation: object) -> list[type[BaseModel]]:
     """The models a field holds (its own type, or inside Optional/list)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -79,8 +89,8 @@ def _key_sections(model: type[BaseModel], prefix: str = "") -> list[str]:
         if models:
             nested.append((key, models[0], field))
             continue
-        kind = _plain_type(str(hints[name]))
-        rows.append(f"| `{key}` | `{_cell(kind)}` | {_default(field)} | {_cell(field.description or '')} |")
+        kind = f"`{_cell(_plain_type(str(hints[name])))}`{_bounds(field)}"
+        rows.append(f"| `{key}` | {kind} | {_default(field)} | {_cell(field.description or '')} |")
     lines = []
     if rows:
         lines += ["| key | type | default | what it says |", "|---|---|---|---|", *rows, ""]

@@ -26,7 +26,7 @@ from ..perf.scaling.plan import (
 from ..perf.scaling.report import csv_text, table
 from ..perf.scaling.results import results
 from . import main, pass_bundle
-from .options import PROGRAM_SETTINGS, Count, no_doctor_option, site_for, site_option
+from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, Count, no_doctor_option, site_for, site_option
 from .outputs import output_target, write_atomic
 from .preflight import doctor_first
 from .submit import submit_script
@@ -68,7 +68,9 @@ def scaling_group() -> None:
     help="strong: fixed --global-batch split over the ranks; weak: fixed --batch-per-rank.",
 )
 @click.option(
-    "--tasks-per-node", type=Count(1), help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores)."
+    "--tasks-per-node",
+    type=RANKS_PER_NODE,
+    help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
 )
 @click.option(
     "--global-batch",

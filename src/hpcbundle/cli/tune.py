@@ -18,7 +18,7 @@ from ..perf.tunerun import Benchmark, TuneJob, run_sweep
 from ..rules.engine import LaunchRequest
 from ..rules.loading import refuse_request
 from . import main, pass_bundle
-from .options import Count, image_option, layout_from, no_doctor_option, seconds, site_option
+from .options import Count, image_option, layout_from, no_doctor_option, ranks, seconds, site_option
 from .outputs import OUTPUT_HELP, write_atomic
 from .preflight import doctor_first
 
@@ -62,7 +62,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
 @site_option
 @image_option
 @click.option(
-    "--np", "np_", type=Count(2), required=True, help="Number of ranks (at least 2: an allreduce needs peers)."
+    "--np", "np_", type=ranks(2), required=True, help="Number of ranks (at least 2: an allreduce needs peers)."
 )
 @click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
 @click.option(

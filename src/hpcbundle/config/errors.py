@@ -61,7 +61,7 @@ def clip(value: object, limit: int = CLIP) -> str:
     "'root:x:0:0:root:/ro…"
     """
     text = repr(value)
-    return text if len(text) <= limit else text[: limit // 2] + "…" + text[-limit // 2 :]
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 LINE = 2000
@@ -78,3 +78,25 @@ def printable(line: str, limit: int = LINE) -> str:
     """
     text = "".join(char if char.isprintable() else repr(char)[1:-1] for char in line)
     return text if len(text) <= limit else text[: limit // 2] + "…" + text[-limit // 2 :]
+
+
+def shape(value: object) -> str:
+    """What a YAML value is, for an error, e.g. 'a boolean (true)', 'a number (8)', 'text of 3 characters':
+    text is never echoed (a file given by mistake may hold a secret), nor are collections.
+
+    >>> shape(True), shape(8), shape("hunter2"), shape([1, 2])
+    ('a boolean (true)', 'a number (8)', 'text of 7 characters', 'a list of 2 items')
+    """
+    if isinstance(value, (bool, int, float)) or value is None:
+        kind = {bool: "a boolean", int: "a number", float: "a number"}.get(type(value), "nothing")
+        return f"{kind} ({yaml_scalar(value)})"
+    if isinstance(value, str):
+        return f"text of {len(value)} characters"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} items"
+    return "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+def yaml_scalar(value: bool | int | float | None) -> str:
+    """A scalar as YAML writes it, at most 20 characters: true, 8, 3.1, null."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)[:20]

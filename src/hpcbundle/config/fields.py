@@ -7,20 +7,26 @@ that reaches a generated Dockerfile, .def or shell script cannot add a line or r
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Any, Callable
 
 from packaging.version import Version as _PkgVersion
 from pydantic import AfterValidator, BeforeValidator
 
-from .errors import clip
+from .errors import clip, shape
 
 _VERSION = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}")
 
 
 def _version(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise ValueError(f'write versions as quoted strings, e.g. "{value}" (YAML reads 12.10 as the number 12.1)')
-    if not isinstance(value, str) or not _VERSION.fullmatch(value):
+        raise ValueError(
+            f'expected a version like "4.1.6", got {shape(value)}: write versions as quoted strings, e.g. "{value}" '
+            "(YAML reads 12.10 as the number 12.1)"
+        )
+    if not isinstance(value, str):
+        raise ValueError(f'expected a version like "4.1.6", got {shape(value)}: write it as a quoted string')
+    if not _VERSION.fullmatch(value):
         raise ValueError(f'not a version like "4.1.6": {clip(value)}')
     return value
 
@@ -30,7 +36,9 @@ def _whole(pattern: str, what: str, rule: str = "") -> Callable[[Any], str]:
     regex = re.compile(pattern)
 
     def check(value: Any) -> str:
-        if not isinstance(value, str) or not regex.fullmatch(value):
+        if not isinstance(value, str):
+            raise ValueError(f"expected {what}, got {shape(value)}: write it as a quoted string")
+        if not regex.fullmatch(value):
             raise ValueError(f"not {what}: {clip(value)}" + (f" ({rule})" if rule else ""))
         return value
 
@@ -97,6 +105,26 @@ def image_digest(reference: str) -> str | None:
     True
     """
     return reference.rsplit("@", 1)[1] if "@" in reference else None
+
+
+_INVISIBLE = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+"""Unicode categories no one-line value may hold: controls (C0, DEL, C1: newline, tab, escape), formats (bidi
+overrides U+202A-202E and isolates U+2066-2069, zero-width characters), surrogates, line and paragraph separators."""
+
+
+_CONTROLS = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x1b": "an escape"}
+
+
+def off_line_character(text: str) -> str | None:
+    r"""The first character of `text` that would break it out of one visible line, named; None when there is none.
+
+    >>> off_line_character("ib0"), off_line_character("a\u202eb"), off_line_character("a\nb")
+    (None, 'U+202E (RIGHT-TO-LEFT OVERRIDE)', 'U+000A (a newline)')
+    """
+    for char in text:
+        if unicodedata.category(char) in _INVISIBLE:
+            return f"U+{ord(char):04X} ({unicodedata.name(char, _CONTROLS.get(char, 'a control character'))})"
+    return None
 
 
 def _line(value: Any) -> str:

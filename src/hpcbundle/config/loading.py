@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import UserError, clip, did_you_mean, format_problem
+from .errors import UserError, clip, did_you_mean, format_problem, shape, yaml_scalar
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -239,17 +239,74 @@ def validate(model: type[M], data: dict[str, Any], where: str) -> M:
 
 def _describe(model: type[BaseModel], err: Any, where: str) -> str:
     loc = tuple(err["loc"])
-    key = ".".join(key_text(part) for part in loc) or "(top level)"
+    key = key_path(loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
         valid = sorted(_fields_at(model, loc[:-1]))
         return format_problem(where, key, "unknown key", did_you_mean(str(loc[-1]), valid, "valid keys here"))
     if kind == "missing":
         return format_problem(where, key, "missing required key", "add it; see the shipped files for examples")
+    if kind == "one_line":
+        key = key_path((*loc, *err["ctx"]["at"]))
+        return format_problem(where, key, str(err["msg"]), "remove it: write the value on one line")
+    if kind in _EXPECTED:
+        return _wrong_type(where, key, _EXPECTED[kind], err.get("input"))
+    if kind in _BOUNDS:
+        words, bound = _BOUNDS[kind], next(iter(err["ctx"].values()))
+        bound = int(bound) if isinstance(bound, float) and bound.is_integer() else bound
+        problem = f"expected {words} {bound}, got {shape(err.get('input'))}"
+        fix = "see docs/untrusted-input.md for the bounds and why" if kind.startswith("less") else ""
+        return format_problem(where, key, problem, fix)
     message = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if kind.endswith("_type") or kind in {"literal_error", "enum"}:
-        message = f"{message[0].lower()}{message[1:]}, got {clip(err.get('input'))}"
+        message = f"{message[0].lower()}{message[1:]}, got {shape(err.get('input'))}"
     return format_problem(where, key, message)
+
+
+_EXPECTED = {
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "text",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+}
+"""What a strict type error expected, by pydantic's error type."""
+_BOUNDS = {
+    "less_than_equal": "at most",
+    "less_than": "less than",
+    "greater_than_equal": "at least",
+    "greater_than": "more than",
+}
+"""A bound's words, by pydantic's error type (the bound itself is the error's only context value)."""
+
+
+def _wrong_type(where: str, key: str, expected: str, value: Any) -> str:
+    """`key: expected a whole number, got a boolean (true) (fix)`: what the key takes, what YAML made of the
+    value, and how to write it (YAML reads yes/no/on/off as booleans and 3.10 as the number 3.1)."""
+    if isinstance(value, bool) and expected != "text":
+        fix = f"write {expected}: YAML reads yes, no, on, off, true and false as booleans"
+    elif isinstance(value, (bool, int, float)) and expected == "text":
+        fix = f'quote it: "{yaml_scalar(value)}"; YAML reads 3.10 as the number 3.1 and yes as true'
+    elif isinstance(value, str) and expected in ("a whole number", "a number", "true or false"):
+        fix = f"write {expected} without quotes"
+    else:
+        fix = "see docs/reference for the key's type"
+    return format_problem(where, key, f"expected {expected}, got {shape(value)}", fix)
+
+
+def key_path(loc: tuple[Any, ...]) -> str:
+    """A key's path as a user writes it in `why:`: node.gpu_numa[1], env.X.
+
+    >>> key_path(("wrappers", 0, 2)), key_path(("env", "NCCL_DEBUG"))
+    ('wrappers[0][2]', 'env.NCCL_DEBUG')
+    """
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else f".{key_text(part)}" if text else key_text(part)
+    return text
 
 
 def key_text(part: Any) -> str:

@@ -29,6 +29,17 @@ from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, Privat
 
 from .errors import UserError, clip
 from .fields import Line, Name, Version
+from .limits import (
+    MAX_CORES,
+    MAX_GATE_SECONDS,
+    MAX_GPUS,
+    MAX_LINK_GBPS,
+    MAX_NUMA_NODE,
+    MAX_PORT,
+    MAX_RANKS,
+    MAX_SECONDS,
+    MAX_SIGNAL_SECONDS,
+)
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
 
@@ -62,16 +73,25 @@ McaName = Annotated[str, _matching(r"^[a-z][a-z0-9_]*$", "an MCA parameter name 
 Bind = Annotated[str, _matching(r"^/[^\s:]*(:/[^\s:]*)?$", "an absolute path or SRC:DST")]
 AbsPath = Annotated[str, _matching(r"^/[^\s:\x00-\x1f\x7f]*$", "an absolute path")]
 SLURM_TIME = r"^([0-9]+-)?[0-9]+(:[0-9][0-9]){0,2}$"
-SlurmTime = Annotated[str, _matching(SLURM_TIME, "a SLURM time like 30, 02:00:00 or 1-00:00:00")]
 
 
 def is_slurm_time(text: str) -> bool:
-    """Whether `text` is a SLURM time of at most 20 characters, e.g. 30, 02:00:00 or 1-00:00:00.
+    """Whether `text` is a SLURM time of at most 20 characters and at most a year (MAX_SECONDS),
+    e.g. 30, 02:00:00 or 1-00:00:00.
 
-    >>> is_slurm_time("1-00:00:00"), is_slurm_time("2 hours")
-    (True, False)
+    >>> is_slurm_time("1-00:00:00"), is_slurm_time("2 hours"), is_slurm_time("400-00:00:00")
+    (True, False, False)
     """
-    return len(text) <= 20 and re.fullmatch(SLURM_TIME, text) is not None
+    return len(text) <= 20 and re.fullmatch(SLURM_TIME, text) is not None and slurm_seconds(text) <= MAX_SECONDS
+
+
+def _slurm_time(value: str) -> str:
+    if not is_slurm_time(value):
+        raise ValueError(f"{clip(value)} is not a SLURM time like 30, 02:00:00 or 1-00:00:00 of at most a year")
+    return value
+
+
+SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
 
 
 def slurm_seconds(time: str) -> int:
@@ -124,7 +144,7 @@ class LauncherSettings(StrictModel):
     gloo: bool = Field(False, description="horovodrun --gloo instead of MPI")
     args: list[str] = Field(default_factory=list, description="extra launcher options, verbatim")
     timeout: PositiveInt = Field(
-        3600, le=7 * 24 * 3600, description="seconds `launch --exec` may run before the job is killed"
+        3600, le=MAX_SECONDS, description="seconds `launch --exec` may run before the job is killed"
     )
 
 
@@ -158,34 +178,28 @@ class Container(StrictModel):
     )
 
 
-MAX_CPUS = 1 << 20
-"""The most CPUs one node or rank may declare (a typo with many digits is refused)."""
-MAX_GPUS = 1024
-MAX_RANKS = 1_000_000
-"""The most ranks a site may name (faults.elastic)."""
-MAX_NUMA_NODE = 1023
-"""The highest NUMA node number (a Linux kernel has at most 1024 nodes)."""
-
-
 class Node(StrictModel):
     """One compute node: what it has, and how many ranks go on it."""
 
     cores: PositiveInt = Field(
-        le=MAX_CPUS, description="CPU cores per node (ranks per node default to them on CPU sites)"
+        le=MAX_CORES, description="CPU cores per node (ranks per node default to them on CPU sites)"
     )
     gpus: int = Field(0, ge=0, le=MAX_GPUS, description="GPUs per node (one rank per GPU by default)")
     gpu_model: str | None = Field(None, description="e.g. V100, A100, H100: matched against the recipe's gpu.archs")
     driver: Version | None = Field(None, description="NVIDIA driver version on the nodes")
-    ranks_per_node: PositiveInt | None = Field(None, description="default: one rank per GPU, else per core")
-    numa_memory: list[Annotated[int, Field(ge=0)]] | None = Field(
+    ranks_per_node: PositiveInt | None = Field(
+        None, le=MAX_CORES, description="default: one rank per GPU, else per core"
+    )
+    numa_memory: list[Annotated[int, Field(ge=0, le=MAX_NUMA_NODE)]] | None = Field(
         None,
+        max_length=MAX_NUMA_NODE + 1,
         description="the NUMA nodes that have memory (`numactl -H`), e.g. [0] on KNL in cache mode, "
         "[0, 1] in flat-quadrant mode (node 1 is MCDRAM)",
     )
 
     cpus_per_rank: PositiveInt | None = Field(
         None,
-        le=MAX_CPUS,
+        le=MAX_CORES,
         description="CPUs (as SLURM counts them) each rank gets in batch jobs: sbatch/srun -c and "
         "OMP_NUM_THREADS; default node.cores over the ranks per node",
     )
@@ -225,7 +239,7 @@ class Network(StrictModel):
     link_gbps: float | None = Field(
         None,
         gt=0,
-        le=100_000,
+        le=MAX_LINK_GBPS,
         allow_inf_nan=False,
         description="the data link's rated speed in Gbit/s, which the launch gate's busbw is judged against",
     )
@@ -244,7 +258,7 @@ class Gate(StrictModel):
         0.5, allow_inf_nan=False, description="the least busbw the gate accepts, as a fraction of network.link_gbps"
     )
     timeout: PositiveInt = Field(
-        30, le=3600, description="seconds the gate may take before it is killed (a hung interface)"
+        30, le=MAX_GATE_SECONDS, description="seconds the gate may take before it is killed (a hung interface)"
     )
 
 
@@ -268,7 +282,7 @@ class Elastic(StrictModel):
         description="seconds [min, max] a host whose ranks failed is left out before it is tried again "
         "(horovodrun --blacklist-cooldown-range; doubled at each failure)",
     )
-    ssh_port: int = Field(22, ge=1, le=65535, description="the port the hostfile discovery probes on each host")
+    ssh_port: int = Field(22, ge=1, le=MAX_PORT, description="the port the hostfile discovery probes on each host")
     discovery_interval: int = Field(
         30,
         ge=1,
@@ -291,14 +305,14 @@ class Faults(StrictModel):
     )
     stall_seconds: PositiveInt | None = Field(
         None,
-        le=7 * 24 * 3600,
+        le=MAX_SECONDS,
         description="`launch --exec` and the sbatch script stop the job after this many seconds without a "
         "line of its output "
         "(longer than the program's quietest stretch: an epoch, a checkpoint); none: off",
     )
     signal_before_end: PositiveInt | None = Field(
         None,
-        le=65535,
+        le=MAX_SIGNAL_SECONDS,
         description="sbatch asks SLURM for SIGUSR1 this many seconds before the time limit "
         "(--signal=B:USR1@N); the script passes it to the ranks, which finish the epoch, checkpoint "
         "and stop (longer than an epoch plus a checkpoint); none: off",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..config.sites import MAX_NUMA_NODE
+from ..config.limits import MAX_NUMA_NODE
 
 _HEADER_CELL = re.compile(r"\t+| {2,}")
 _GPU_ROW = re.compile(r"^GPU(\d{1,4})\s")

@@ -72,7 +72,9 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     slurm = site.slurm
     time = job.time or slurm.time
     if time is not None and not is_slurm_time(time):
-        raise UserError.at("", "--time", f"{clip(time)} is not a SLURM time", "e.g. 30, 02:00:00 or 1-00:00:00")
+        raise UserError.at(
+            "", "--time", f"{clip(time)} is not a SLURM time of at most a year", "e.g. 30, 02:00:00 or 1-00:00:00"
+        )
     lead = site.faults.signal_before_end
     per_node = job.tasks_per_node or site.node.slots
     values = {

@@ -13,6 +13,7 @@ import re
 from typing import Callable
 
 from ..config.fields import IMAGE_COMPONENT
+from ..config.limits import MAX_RANKS
 from ..config.sites import PROGRAM_ENV, Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
@@ -150,6 +151,18 @@ def hosts_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     problem = f"{facts.site.launcher.name} places the ranks on the nodes SLURM allocated"
     fix = "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)"
     return [request_refusal("--hosts", problem, fix)]
+
+
+@rule("np-bound", needs=REQUEST, on_load=True)
+def np_bound(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The ranks asked for (--np, or sbatch's --nodes x --tasks-per-node) are at most 1,048,576 (MAX_RANKS)."""
+    np_ = facts.request.np
+    if np_ is None:
+        return [_skip("--np")]
+    if np_ <= MAX_RANKS:
+        return []
+    problem = f"{np_} ranks (--np, or --nodes x --tasks-per-node) are more than any job runs"
+    return [request_refusal("--np", problem, f"ask for at most {MAX_RANKS} ranks")]
 
 
 @rule("np-slots", needs=REQUEST, on_load=True)

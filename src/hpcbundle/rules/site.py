@@ -6,19 +6,10 @@ import re
 import shlex
 from typing import Any
 
+from ..config.errors import clip
 from ..config.sites import is_slurm_time, slurm_seconds
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, refusal, request_refusal, rule
-
-
-@rule("env-one-line", needs=("site",), on_load=True)
-def env_one_line(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """A variable's value is one line: a newline would split the launch command."""
-    return [
-        refusal(f"env.{name}", "a value cannot hold a newline", "put it on one line")
-        for name, value in facts.site.env.items()
-        if "\n" in value
-    ]
 
 
 @rule("rsh-agent-words", needs=("site",), on_load=True)
@@ -139,23 +130,36 @@ def gpu_numa_map(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
+_KEY_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*|\[[0-9]{1,4}\])*")
+"""A dotted key path, e.g. env.NCCL_SOCKET_IFNAME, wrappers[0] or launcher.bind_to."""
+
+
 @rule("why-keys", needs=("site",), on_load=True)
 def why_keys(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Every `why:` line explains a key the site has (--explain shows it beside that key)."""
-    data = facts.site.model_dump()
+    """Every `why:` key is a key path the site sets (--explain shows the line beside that key).
+
+    A path like env.NCCL_SOCKET_IFNAME or wrappers[0]; a default the site leaves alone has no why of its own."""
+    data = facts.site.model_dump(exclude_unset=True)
+    fix = "use a dotted key the site sets, such as env.NCCL_SOCKET_IFNAME or wrappers[0]"
     return [
-        refusal(
-            f"why.{key}", "names no key of this site", "use a dotted key such as env.NCCL_SOCKET_IFNAME or wrappers[0]"
-        )
+        refusal(f"why.{key}" if _KEY_PATH.fullmatch(key) else "why", problem, fix)
         for key in facts.site.why
-        if not _has_key(data, key)
+        for problem in [_why_key_problem(data, key)]
+        if problem
     ]
 
 
+def _why_key_problem(data: dict[str, Any], key: str) -> str:
+    """Why `key` of `why:` explains nothing ('' when it names a key the site sets)."""
+    if not _KEY_PATH.fullmatch(key):
+        return f"{clip(key, 24)} is not a key path"
+    return "" if _has_key(data, key) else "names no key this site sets"
+
+
 def _has_key(data: Any, dotted: str) -> bool:
-    """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name') names a key present in `data`."""
+    """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name'), a key path, names a key present in `data`."""
     node = data
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
+    for part in re.findall(r"[^.\[\]]+|\[[0-9]+\]", dotted):
         if part.startswith("["):
             index = int(part[1:-1])
             if not isinstance(node, list) or index >= len(node):

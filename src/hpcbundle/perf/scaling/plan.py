@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import jinja2
 
 from ...config.errors import UserError, clip
+from ...config.limits import MAX_NODES, MAX_RANKS
 from ...config.sites import Site
 from ...launch.batch import BatchJob, sbatch_script
 
@@ -98,8 +99,6 @@ def parse_nodes(text: str) -> tuple[int, ...]:
 
 MAX_POINTS = 256
 """The most jobs one study may plan (node counts x modes x rounds)."""
-MAX_NODES = 100_000
-"""The largest node count a study may name."""
 
 
 def plan(study: Study) -> list[Point]:
@@ -322,7 +321,7 @@ def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:
             Point(
                 str(r["mode"]),
                 _bounded(r["nodes"], MAX_NODES),
-                _bounded(r["ranks"], MAX_NODES * 1024),
+                _bounded(r["ranks"], MAX_RANKS),
                 _bounded(r["batch_per_rank"], 1 << 30),
                 None if r.get("round") is None else _bounded(r["round"], MAX_POINTS),
             )
