@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..config.errors import UserError
+from ..config.loading import read_text
 from ..config.sites import Site
 from ..diagnose.program import ProgramProbe, probe_words, program_modules
 from ..knowledge.compat import knowledge_base
@@ -37,7 +38,7 @@ def program_probe(
     modules = ["horovod"]
     script = Path(program[1]) if len(program) > 1 else None
     if script and script.suffix == ".py" and script.is_file():
-        modules = program_modules(script.read_text(encoding="utf-8", errors="replace"))
+        modules = program_modules(read_text(script, "the program", lenient=True))
     words = probe_words(program[0], modules)
     names = [h for h, _ in hosts]
     layout = RankLayout(np=len(names), hosts=tuple((h, 1) for h in names))

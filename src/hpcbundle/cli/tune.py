@@ -38,7 +38,9 @@ def parse_size(text: str, option: str = "--size") -> int:
 def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     """The knobs to sweep: those named (each must apply), or all that apply to the site and workload."""
     if names is None:
-        return [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
+        chosen = [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
+        refuse_request(site, LaunchRequest(knobs=tuple(k.name for k in chosen)))  # rule knob-site: elastic
+        return chosen
     chosen = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
         knob = next((k for k in KNOBS if k.name == name), None)
