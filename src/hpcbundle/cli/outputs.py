@@ -5,8 +5,8 @@ An -o path that is a symlink writes the file it points to (as shell redirection 
 one included), and that file keeps its mode; a FIFO, device, socket or directory is refused, as
 is an empty path. A path the tool chose itself (`derived`, e.g. the elastic discovery script beside
 a hostfile) is never written through: a symlink there is replaced by the file, and the file always
-gets the mode its consumer needs (0755 for a script horovodrun executes). Text is encoded as UTF-8 with surrogateescape, so argv bytes that were not
-UTF-8 are written back as the same bytes.
+gets the mode its consumer needs (0755 for a script horovodrun executes). Text is encoded as UTF-8
+with surrogateescape, so argv bytes that were not UTF-8 are written back as the same bytes.
 """
 
 from __future__ import annotations

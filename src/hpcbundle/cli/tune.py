@@ -60,6 +60,13 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     return chosen
 
 
+def _interpreter(python: str) -> str:
+    """--python: a command word, never empty (every run would then fail to start)."""
+    if not python.strip():
+        raise UserError.at("", "--python", "is empty", "give the interpreter the ranks run, e.g. python3")
+    return python
+
+
 @main.command("tune")
 @site_option
 @image_option
@@ -106,6 +113,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     "python",
     default="python3",
     show_default=True,
+    callback=lambda ctx, param, value: _interpreter(value),
     help="The Python that runs the benchmark on the nodes (in the image: its own).",
 )
 @click.option(

@@ -155,7 +155,7 @@ def why_keys(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def _has_key(data: Any, dotted: str) -> bool:
     """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name') names a key present in `data`."""
     node = data
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", dotted):
+    for part in re.findall(r"[^.\[\]]+|\[\d{1,9}\]", dotted):
         if part.startswith("["):
             index = int(part[1:-1])
             if not isinstance(node, list) or index >= len(node):
