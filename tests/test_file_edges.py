@@ -183,3 +183,11 @@ def test_site_detect_names_a_bad_name_or_output_not_its_own_draft(tmp_path, opti
 )
 def test_bad_allreduce_bench_sizes_and_nodes_are_one_line_naming_the_option(options, message):
     assert_refused_in_one_line(ALLREDUCE_BENCH, options, message)
+
+
+def test_doctor_with_a_fifo_as_the_image_fails_naming_it_and_does_not_block(tmp_path):
+    fifo = tmp_path / "image.sif"
+    os.mkfifo(fifo)
+    result = hpcbundle("doctor", "--image", str(fifo), timeout=90)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{fifo} is damaged on" in result.stdout and "not a file or directory (a FIFO or device)" in result.stdout

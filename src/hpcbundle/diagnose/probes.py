@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "etc/hpcbundle/manifest.json"
+MANIFEST_BYTES = 1 << 20
+"""The largest image manifest read (hpcbundle writes a few KiB)."""
 _PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -258,6 +260,8 @@ def image(path: str | None, checksum: bool, hash_seconds: float = 60.0) -> dict[
     if not target.exists():
         looks_named = "/" not in path and not path.endswith((".sif", ".sqfs", ".simg"))
         return {"path": path, "exists": False, "kind": "name" if looks_named else "missing"}
+    if not target.is_dir() and not target.is_file():  # never opened: a FIFO would block, a device never end
+        return {"path": path, "exists": True, "kind": "file", "damaged": "not a file or directory (a FIFO or device)"}
     info: dict[str, Any] = {
         "path": path,
         "exists": True,
@@ -267,8 +271,10 @@ def image(path: str | None, checksum: bool, hash_seconds: float = 60.0) -> dict[
     manifest = target / MANIFEST
     if target.is_dir():
         try:
+            if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
+                raise ValueError(f"not a regular file of at most {MANIFEST_BYTES} bytes")
             info["manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             info["manifest_error"] = f"{manifest}: {exc}"
     elif info["kind"] == "sif":
         try:
