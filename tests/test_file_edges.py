@@ -14,6 +14,7 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import MAX_DEPTH, MAX_FILE_BYTES
 from hpcbundle.execute import MAX_ARG_BYTES, run_captured
+from hpcbundle.perf.tunerun import busbw_of
 from hpcbundle_testbed.cli import hpcbundle
 
 from .helpers import ROOT, SMALL_SITE, assert_refused_in_one_line, write_site
@@ -191,3 +192,9 @@ def test_doctor_with_a_fifo_as_the_image_fails_naming_it_and_does_not_block(tmp_
     result = hpcbundle("doctor", "--image", str(fifo), timeout=90)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"{fifo} is damaged on" in result.stdout and "not a file or directory (a FIFO or device)" in result.stdout
+
+
+def test_a_benchmark_line_nested_past_the_stack_is_skipped_not_a_traceback():
+    deep = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    good = '{"metric": "allreduce", "bytes": 8, "correct": true, "busbw_gib": 1.5}'
+    assert busbw_of(f"{deep}\n{good}\n", 8) == 1.5
