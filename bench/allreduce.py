@@ -411,16 +411,23 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tune-timeout", type=int, default=1800, help="seconds hpcbundle tune may take (default 1800)")
     args = p.parse_args(argv)
     bench = _program_module()
+    option = "--sizes"
     try:
         if args.quick:
             sizes = bench.parse_sizes(QUICK_SIZES)
         elif args.sizes:
             sizes = bench.parse_sizes(args.sizes)
         else:
-            sizes = bench.size_range(bench.parse_size(args.min_bytes), bench.parse_size(args.max_bytes), 4)
+            option = "--min-bytes"
+            low = bench.parse_size(args.min_bytes)
+            option = "--max-bytes"
+            sizes = bench.size_range(low, bench.parse_size(args.max_bytes), 4)
+        option = "--nodes"
         args.nodes = [int(n) for n in args.nodes.split(",") if n.strip()]
     except ValueError as e:
-        p.error(str(e))
+        p.error(f"{option}: {e}")
+    if not args.nodes:
+        p.error("--nodes: no cluster size; give e.g. 2,3")
     args.sizes = ",".join(str(s) for s in sizes)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = [b for b in args.backends if b not in VARIANTS]

@@ -38,6 +38,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from hpcbundle.config.errors import UserError
+from hpcbundle.config.loading import parse_json, read_text
 from hpcbundle_testbed.bench import OneLineParser, bench_site, hosts_of, positive, run_tune, spread
 from hpcbundle_testbed.cli import hpcbundle_argv
 from hpcbundle_testbed.netns_cluster import NetnsCluster, reap_stale
@@ -192,11 +194,10 @@ def read_tuned_settings(p: argparse.ArgumentParser, path: Path, nodes: list[int]
     """bench/allreduce.py's --tuned-out file: cluster size -> {KEY: VALUE}; every size asked for must be there."""
     fix = f"write it with bench/allreduce.py --tuned --tuned-out {path} --nodes {','.join(map(str, nodes))}"
     try:
-        clusters = json.loads(path.read_text()).get("clusters")
-    except OSError as e:
-        p.error(f"--tuned-from {path}: {e.strerror}; {fix}")
-    except (ValueError, AttributeError):
-        clusters = None
+        document = parse_json(read_text(path, "--tuned-from"), f"--tuned-from {path}")
+    except UserError as e:
+        p.error(f"{e}; {fix}")
+    clusters = document.get("clusters") if isinstance(document, dict) else None
     if not isinstance(clusters, dict) or not all(isinstance(s, dict) for s in clusters.values()):
         p.error(f"--tuned-from {path}: not a tuned-settings file; {fix}")
     missing = [n for n in nodes if str(n) not in clusters]

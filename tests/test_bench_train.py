@@ -50,8 +50,11 @@ def test_horovod_untuned_tuned_and_ddp_each_train_on_every_node_through_the_same
         (["--nodes", "1"], "--nodes: each cluster size must be 2..8"),
         (["--models", "vgg"], "--models: choose from cnn,resnet,mlp"),
         (["--tuned", "--tuned-from", "t.json"], "--tuned and --tuned-from: choose one"),
-        (["--tuned-from", "no-such.json"], "--tuned-from no-such.json: No such file or directory; write it with"),
-        (["--tuned-from", str(ROOT / "pyproject.toml")], "not a tuned-settings file"),
+        (
+            ["--tuned-from", "no-such.json"],
+            "no-such.json: --tuned-from: no such file (check the name or path); write it with",
+        ),
+        (["--tuned-from", str(ROOT / "pyproject.toml")], "cannot be read as JSON"),
     ],
 )
 def test_bad_train_bench_options_are_one_line_and_exit_2(option, message):

@@ -7,6 +7,7 @@ SIGTERM, then SIGKILL.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -147,8 +148,44 @@ def run_captured(
         raise
 
 
+MAX_ARG_BYTES = 32 * 4096
+"""The longest single argv or environment string Linux execs (MAX_ARG_STRLEN, its NUL included)."""
+
+
+def argv_limit() -> int:
+    """The bytes the kernel takes for argv and the environment together (ARG_MAX; 128 KiB if unknown)."""
+    try:
+        return os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        return 1 << 17
+
+
+def _check_size(argv: Sequence[str]) -> None:
+    """Refuse a command line the kernel would refuse (E2BIG), before starting it: argv and environment
+    strings with their NULs and pointers, as execve counts them."""
+    strings = [*argv, *(f"{k}={v}" for k, v in os.environ.items())]
+    longest = max(len(os.fsencode(s)) + 1 for s in strings)
+    if longest > MAX_ARG_BYTES:
+        raise UserError.at(
+            "",
+            argv[0],
+            f"one word of the command line takes {longest} bytes, more than Linux's {MAX_ARG_BYTES} per word",
+            "give fewer hosts (a hostfile, or fewer or shorter names)",
+        )
+    size = sum(len(os.fsencode(s)) + 1 + 8 for s in strings)
+    if size > argv_limit():
+        raise UserError.at(
+            "",
+            argv[0],
+            f"the command line and environment take {size} bytes, more than the system's {argv_limit()}",
+            "give fewer hosts (a hostfile, or fewer or shorter names) or a shorter environment",
+        )
+
+
 def _start(argv: Sequence[str], **popen: object) -> subprocess.Popen:
-    """Start `argv` in its own process group (so a bound can stop all of it); missing tools are user errors."""
+    """Start `argv` in its own process group (so a bound can stop all of it); missing tools and command
+    lines past the kernel's limit are user errors."""
+    _check_size(argv)
     try:
         return subprocess.Popen(list(argv), start_new_session=True, **popen)  # type: ignore[call-overload]  # noqa: S603 - argv list
     except FileNotFoundError:
@@ -160,6 +197,11 @@ def _start(argv: Sequence[str], **popen: object) -> subprocess.Popen:
         ) from None
     except PermissionError:
         raise UserError.at("", argv[0], "is not executable", "check the path and its permissions") from None
+    except OSError as exc:
+        raise UserError.at("", argv[0], f"cannot start: {exc.strerror}", _START_FIX.get(exc.errno, "")) from None
+
+
+_START_FIX = {errno.E2BIG: "give fewer hosts (a hostfile, or fewer or shorter names) or a shorter environment"}
 
 
 def _status(returncode: int) -> int:

@@ -6,7 +6,10 @@ import os
 from pathlib import Path
 
 import click
+from pydantic import TypeAdapter, ValidationError
 
+from ..config.errors import UserError
+from ..config.fields import Name
 from ..config.limits import MAX_GATE_SECONDS
 from ..config.loading import parse_yaml, validate
 from ..config.sites import Site
@@ -17,7 +20,7 @@ from ..launch import load_site, parse_hosts
 from ..rules.engine import LaunchRequest, exit_status
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, seconds, site_option
-from .outputs import OUTPUT_HELP, print_results, write_atomic
+from .outputs import OUTPUT_HELP, output_target, print_results, write_atomic
 from .preflight import program_probe
 
 
@@ -105,7 +108,7 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
     Example (on a compute node):
       hpcbundle site detect --hosts node2,node3 -o site_configs/mycluster.yaml
     """
-    site_name = name or (output.stem if output else "detected")
+    site_name = _draft_name(name, output)
     peers = [h for h, _ in parse_hosts(hosts)] if hosts is not None else []
     text = draft_site(observe(peers), site_name, list(knowledge_base().gpu_capability))
     where = str(output or "site detect")
@@ -116,3 +119,16 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
     write_atomic(output, text)
     confirm = sum("CONFIRM" in line for line in text.splitlines())
     click.echo(f"wrote {output}: {confirm} line(s) marked CONFIRM to check", err=True)
+
+
+def _draft_name(name: str | None, output: Path | None) -> str:
+    """The draft's site name, checked before anything is observed: a bad --name or -o is named as such,
+    never blamed on the generated draft."""
+    if output is not None:
+        output_target(output)
+    option, value = ("--name", name) if name is not None else ("-o", output.stem) if output else ("", "detected")
+    try:
+        return TypeAdapter(Name).validate_python(value)
+    except ValidationError as exc:
+        fix = "give a name such as mycluster" if option == "--name" else "give --name, or a file such as mycluster.yaml"
+        raise UserError.at("", option, str(exc.errors()[0]["msg"]).removeprefix("Value error, "), fix) from None

@@ -121,7 +121,7 @@ def launch_command(
     )
     if layout.discovery_script is not None:  # written once every check has passed
         text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
-        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery")
+        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery", derived=True)
         click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
     if not execute:
         if gate:

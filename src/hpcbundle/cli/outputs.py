@@ -3,8 +3,10 @@ and check results as a table or plain lines.
 
 An -o path that is a symlink writes the file it points to (as shell redirection does, a dangling
 one included), and that file keeps its mode; a FIFO, device, socket or directory is refused, as
-is an empty path. Text is encoded as UTF-8 with surrogateescape, so argv bytes that were not
-UTF-8 are written back as the same bytes.
+is an empty path. A path the tool chose itself (`derived`, e.g. the elastic discovery script beside
+a hostfile) is never written through: a symlink there is replaced by the file, and the file always
+gets the mode its consumer needs (0755 for a script horovodrun executes). Text is encoded as UTF-8
+with surrogateescape, so argv bytes that were not UTF-8 are written back as the same bytes.
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ OUTPUT_HELP = "a symlink writes its target, an existing file keeps its mode"
 """What every -o help says about where the bytes go."""
 
 
-def output_target(path: Path, option: str = "-o") -> tuple[Path, int | None]:
-    """The file `path` writes (a symlink's target) and that file's mode if it exists; refuses
-    anything that is not a regular file or a new name."""
+def output_target(path: Path, option: str = "-o", derived: bool = False) -> tuple[Path, int | None]:
+    """The file `path` writes (a symlink's target, or the link itself when `derived`) and that file's
+    mode if it exists; refuses anything that is not a regular file or a new name."""
     text = str(path)
     if not text or text == "." or text.endswith("/") or path.name in ("", ".", ".."):
         raise UserError.at(repr(text) if not text else text, option, "names no file", "give a file name")
-    target = Path(os.path.realpath(path))
+    if derived:
+        target = Path(os.path.realpath(path.parent)) / path.name
+        if target.is_symlink():
+            return target, None
+    else:
+        target = Path(os.path.realpath(path))
     try:
         info = target.stat()
     except FileNotFoundError:
@@ -44,12 +51,15 @@ def output_target(path: Path, option: str = "-o") -> tuple[Path, int | None]:
     return target, stat.S_IMODE(info.st_mode)
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int = 0o644, option: str = "-o") -> None:
-    """Write `text` (or bytes, e.g. a PNG) to `path` through a temp file in the same directory and a rename.
+def write_atomic(path: Path, text: str | bytes, mode: int = 0o644, option: str = "-o", derived: bool = False) -> None:
+    """Write `text` (or bytes, e.g. a PNG) to `path` through a temp file in the same directory, fsync and a rename.
 
-    A new file gets `mode`; an existing one keeps its own.
+    A new file gets `mode`; an existing one keeps its own, unless `derived` (a path the tool chose):
+    then a symlink at `path` is replaced, not followed, and the file always gets `mode`.
     """
-    target, existing = output_target(path, option)
+    target, existing = output_target(path, option, derived)
+    if derived:
+        existing = None
     data = text if isinstance(text, bytes) else text.encode("utf-8", errors="surrogateescape")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +71,8 @@ def write_atomic(path: Path, text: str | bytes, mode: int = 0o644, option: str =
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.chmod(tmp, existing if existing is not None else mode)
         os.replace(tmp, target)
     except OSError as exc:

@@ -38,7 +38,9 @@ def parse_size(text: str, option: str = "--size") -> int:
 def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     """The knobs to sweep: those named (each must apply), or all that apply to the site and workload."""
     if names is None:
-        return [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
+        chosen = [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
+        refuse_request(site, LaunchRequest(knobs=tuple(k.name for k in chosen)))  # rule knob-site: elastic
+        return chosen
     chosen = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
         knob = next((k for k in KNOBS if k.name == name), None)
@@ -56,6 +58,13 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     if not chosen:
         raise UserError.at("", "--knobs", "names no knob", f"choose from {', '.join(KNOB_NAMES)}")
     return chosen
+
+
+def _interpreter(python: str) -> str:
+    """--python: a command word, never empty (every run would then fail to start)."""
+    if not python.strip():
+        raise UserError.at("", "--python", "is empty", "give the interpreter the ranks run, e.g. python3")
+    return python
 
 
 @main.command("tune")
@@ -104,6 +113,7 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
     "python",
     default="python3",
     show_default=True,
+    callback=lambda ctx, param, value: _interpreter(value),
     help="The Python that runs the benchmark on the nodes (in the image: its own).",
 )
 @click.option(

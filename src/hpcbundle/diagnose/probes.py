@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "etc/hpcbundle/manifest.json"
+MANIFEST_BYTES = 1 << 20
+"""The largest image manifest read (hpcbundle writes a few KiB)."""
 _PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
@@ -269,8 +271,10 @@ def image(path: str | None, checksum: bool, hash_seconds: float = 60.0) -> dict[
     manifest = target / MANIFEST
     if target.is_dir():
         try:
+            if not manifest.is_file() or manifest.stat().st_size > MANIFEST_BYTES:
+                raise ValueError(f"not a regular file of at most {MANIFEST_BYTES} bytes")
             info["manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             info["manifest_error"] = f"{manifest}: {exc}"
     elif info["kind"] == "sif":
         try:

@@ -123,7 +123,7 @@ def busbw_of(stdout: str, size: int) -> float | None:
         if line.startswith("{"):
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # a --bench line nested past the stack
                 continue
             if record.get("metric") == "allreduce" and record.get("bytes") == size and record.get("correct") is True:
                 return float(record["busbw_gib"])

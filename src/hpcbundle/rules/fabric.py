@@ -436,7 +436,7 @@ def nccl_socket_threads(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 
 def _positive(value: str) -> bool:
-    return value.isascii() and value.isdigit() and int(value) > 0
+    return value.isascii() and value.isdigit() and len(value) <= 9 and int(value) > 0
 
 
 @rule("omnipath-open-mpi", needs=("image", "site"))

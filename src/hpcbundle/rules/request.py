@@ -329,10 +329,14 @@ def _elastic_np(site: Site, np: int) -> list[Verdict]:
 
 @rule("knob-site", needs=REQUEST, on_load=True)
 def knob_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Every knob tune --knobs names applies to the site (Open MPI's knobs need Open MPI ranks)."""
+    """Every knob tune --knobs names applies to the site (Open MPI's knobs need Open MPI ranks), and the
+    site is not elastic (tune times a fixed set of ranks; an elastic job's ranks come and go)."""
     site, knobs = facts.site, facts.request.knobs
     if not knobs:
         return [_skip("--knobs")]
+    if site.faults.elastic is not None:
+        problem = f"site {site.name} is elastic: tune times a fixed set of ranks, an elastic job's ranks come and go"
+        return [refusal("faults.elastic", problem, "tune a copy of the site without faults.elastic, then add it back")]
     return [
         refusal("launcher", f"knob {name!r} is for {knob_sites(name).sites}", "drop it from --knobs")
         for name in knobs

@@ -159,7 +159,7 @@ def _why_key_problem(data: dict[str, Any], key: str) -> str:
 def _has_key(data: Any, dotted: str) -> bool:
     """Whether `dotted` ('env.X', 'wrappers[0]', 'launcher.name'), a key path, names a key present in `data`."""
     node = data
-    for part in re.findall(r"[^.\[\]]+|\[[0-9]+\]", dotted):
+    for part in re.findall(r"[^.\[\]]+|\[\d{1,9}\]", dotted):
         if part.startswith("["):
             index = int(part[1:-1])
             if not isinstance(node, list) or index >= len(node):
