@@ -68,21 +68,27 @@ def user_files(tmp_path: Path, program: str) -> tuple[Path, Path]:
     return work, data
 
 
+# No ^ anchors: mpirun forwards each rank's output in chunks, and one rank's line may follow another's
+# unfinished one (measured: `saved .../ckpt-2.ptrank 2/3: read ...`).
+
+
 def assert_keras_trained(out: str, work: Path, ranks: int) -> None:
     for rank in range(ranks):
-        assert re.search(rf"^rank {rank}/{ranks}: mobilenetv2_1\.00_32 loss=[\d.]+ cwd={work}$", out, re.M), out[-3000:]
-    assert re.search(rf"^total images/sec: [\d.]+ on {ranks} ranks$", out, re.M), out[-3000:]
+        assert re.search(
+            rf"rank {rank}/{ranks}: mobilenetv2_1\.00_32 loss=[\d.]+ cwd={re.escape(str(work))}$", out, re.M
+        ), out[-3000:]
+    assert re.search(rf"total images/sec: [\d.]+ on {ranks} ranks$", out, re.M), out[-3000:]
 
 
 def assert_logged_to_stderr(out: str, work: Path, ranks: int) -> None:
     for rank in range(ranks):
-        assert re.search(rf"^INFO train: rank {rank}/{ranks} step 2 loss=[\d.]+$", out, re.M), out[-3000:]
+        assert re.search(rf"INFO train: rank {rank}/{ranks} step 2 loss=[\d.]+$", out, re.M), out[-3000:]
         assert f"WARNING train: rank {rank} done in {work}\n" in out, out[-3000:]
 
 
 def assert_read_shared_data_and_checkpointed(out: str, work: Path, ranks: int) -> None:
     for rank in range(ranks):
-        line = rf"^rank {rank}/{ranks}: read shard-{rank % 2}\.csv \(8 rows\) loss=[\d.]+ cwd={work}$"
+        line = rf"rank {rank}/{ranks}: read shard-{rank % 2}\.csv \(8 rows\) loss=[\d.]+ cwd={re.escape(str(work))}$"
         assert re.search(line, out, re.M), out[-3000:]
     assert (work / "checkpoints" / "ckpt-2.pt").stat().st_size > 0, "rank 0's checkpoint is not in the working dir"
     assert sorted(p.name for p in work.iterdir()) == ["checkpoints", "train.py"], "a file landed elsewhere"
