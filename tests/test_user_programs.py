@@ -1,0 +1,172 @@
+"""Programs of the kinds users bring (tests/data/user_programs/: plain Horovod, no hpcbundle import),
+run for real by the generated lines from the user's working directory, not the repository's:
+
+- `hpcbundle launch --exec` across the 3-node ssh cluster, with no container and with the cpu-local
+  SIF (`apptainer exec`, one container per rank);
+- `hpcbundle sbatch` submitted to the real SLURM on two namespace nodes (`srun --mpi=pmix`).
+
+The programs: a keras.applications benchmark (MobileNetV2, DistributedGradientTape, variables
+broadcast), a script that reports through Python's logging on stderr only, and a script that reads
+its data from a directory on the site's shared storage (a container bind of the site, mounted at
+/datasets in the SIF) and writes checkpoints/ relative to its working directory. The working
+directory is the same path on every node (shared storage, as on a cluster's home or project file
+system): every rank reports it as its cwd, and rank 0's checkpoint lands there, seen from the
+launching node. Each program is copied into the working directory and started by a relative path,
+as a user starts their own script. Docker is left out: its runtime runs one container on one node
+and does not mount the working directory today (docs/running.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hpcbundle_testbed import SshCluster
+from hpcbundle_testbed.netns_cluster import NetnsCluster
+from hpcbundle_testbed.sif import SifBuild
+from hpcbundle_testbed.sites import sif_site, site_data, ssh_site, write_site
+from hpcbundle_testbed.slurm_cluster import SlurmCluster
+
+from .helpers import hpcbundle_argv, launched_command
+
+pytestmark = pytest.mark.cluster
+
+PROGRAMS = Path(__file__).resolve().parent / "data" / "user_programs"
+DATASET_IN_SIF = "/datasets"
+"""Where the SIF site binds the shared data directory (container.binds SRC:DST)."""
+HOSTS, RANKS = "node1:1,node2:1,node3:1", 3
+
+
+@pytest.fixture(scope="module")
+def cluster(cluster_tools: None) -> Iterator[SshCluster]:
+    with SshCluster(3) as c:
+        yield c
+
+
+def shell() -> dict[str, str]:
+    """The user's launching shell: the venv activated (its python3, and apptainer, on PATH)."""
+    return {"PATH": f"{Path(sys.prefix) / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": sys.prefix}
+
+
+def user_files(tmp_path: Path, program: str) -> tuple[Path, Path]:
+    """The user's working directory holding their script (train.py), and a data directory of two CSV
+    shards on the shared storage, outside it."""
+    work, data = tmp_path / "work", tmp_path / "shared" / "dataset"
+    work.mkdir()
+    data.mkdir(parents=True)
+    shutil.copy(PROGRAMS / program, work / "train.py")
+    for shard in range(2):
+        rows = "".join(f"{i % 3}.0,{shard}.5,{(i * 7) % 5}.0,{i % 2}\n" for i in range(8))
+        (data / f"shard-{shard}.csv").write_text(rows)
+    return work, data
+
+
+# No ^ anchors: mpirun forwards each rank's output in chunks, and one rank's line may follow another's
+# unfinished one (measured: `saved .../ckpt-2.ptrank 2/3: read ...`).
+
+
+def assert_keras_trained(out: str, work: Path, ranks: int) -> None:
+    for rank in range(ranks):
+        assert re.search(
+            rf"rank {rank}/{ranks}: mobilenetv2_1\.00_32 loss=[\d.]+ cwd={re.escape(str(work))}$", out, re.M
+        ), out[-3000:]
+    assert re.search(rf"total images/sec: [\d.]+ on {ranks} ranks$", out, re.M), out[-3000:]
+
+
+def assert_logged_to_stderr(out: str, work: Path, ranks: int) -> None:
+    for rank in range(ranks):
+        assert re.search(rf"INFO train: rank {rank}/{ranks} step 2 loss=[\d.]+$", out, re.M), out[-3000:]
+        assert f"WARNING train: rank {rank} done in {work}\n" in out, out[-3000:]
+
+
+def assert_read_shared_data_and_checkpointed(out: str, work: Path, ranks: int) -> None:
+    for rank in range(ranks):
+        line = rf"rank {rank}/{ranks}: read shard-{rank % 2}\.csv \(8 rows\) loss=[\d.]+ cwd={re.escape(str(work))}$"
+        assert re.search(line, out, re.M), out[-3000:]
+    assert (work / "checkpoints" / "ckpt-2.pt").stat().st_size > 0, "rank 0's checkpoint is not in the working dir"
+    assert sorted(p.name for p in work.iterdir()) == ["checkpoints", "train.py"], "a file landed elsewhere"
+
+
+CASES: dict[str, tuple[str, Callable[[str, Path, int], None]]] = {
+    "keras-applications": ("keras_applications_benchmark.py", assert_keras_trained),
+    "logging-stderr": ("logging_train.py", assert_logged_to_stderr),
+    "shared-data-checkpoints": ("shared_data_train.py", assert_read_shared_data_and_checkpointed),
+}
+
+
+def program_argv(data_dir: str) -> list[str]:
+    """The user's line: their script by a relative path; --data is ignored by the programs without data."""
+    return ["python3", "train.py", "--data", data_dir] if data_dir else ["python3", "train.py"]
+
+
+def launch_from(cluster: SshCluster, work: Path, site: Path, image: list[str], program: list[str]) -> str:
+    """`hpcbundle launch --exec` on node1 from the user's working directory; its output, exit 0 asserted."""
+    argv = hpcbundle_argv("launch", "--site", str(site), *image, "--np", str(RANKS), "--hosts", HOSTS)
+    try:
+        res = cluster.run("node1", [*argv, "--exec", "--", *program], timeout=600, env=shell(), cwd=work)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the launch outlived its own bound and the test's 600 s")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "killed after" not in out, out[-4000:]
+    assert launched_command(res.stderr).endswith(" ".join(program)), res.stderr[-2000:]
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_users_program_runs_from_their_working_directory_on_three_nodes_without_a_container(
+    cluster: SshCluster, case: str, tmp_path: Path
+) -> None:
+    program, check = CASES[case]
+    work, data = user_files(tmp_path, program)
+    site = ssh_site(tmp_path, cluster, "ssh-user", export=["PATH", "VIRTUAL_ENV"])
+    out = launch_from(cluster, work, site, [], program_argv(str(data) if "data" in case else ""))
+    check(out, work, RANKS)
+
+
+@pytest.mark.apptainer
+@pytest.mark.parametrize("case", CASES)
+def test_users_program_runs_from_their_working_directory_in_the_sif_on_three_nodes(
+    cluster: SshCluster, cpu_local_sif: SifBuild, case: str, tmp_path: Path
+) -> None:
+    """Apptainer mounts the working directory and starts there; the data comes in by the site's bind."""
+    program, check = CASES[case]
+    work, data = user_files(tmp_path, program)
+    site = sif_site(tmp_path, cluster, "sif-user", export=["PATH"], binds=[f"{data}:{DATASET_IN_SIF}"])
+    image = ["--image", str(cpu_local_sif.path)]
+    out = launch_from(cluster, work, site, image, program_argv(DATASET_IN_SIF if "data" in case else ""))
+    check(out, work, RANKS)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_users_program_runs_from_their_working_directory_under_sbatch_on_two_slurm_nodes(
+    netns_slurm: SlurmCluster, case: str, tmp_path: Path
+) -> None:
+    """The job runs where it was submitted from (sbatch's default working directory, passed as --chdir
+    here because the test cluster's submit helper sets its own), and srun starts every rank there."""
+    program, check = CASES[case]
+    work, data = user_files(tmp_path, program)
+    site = write_site(
+        tmp_path, site_data("slurm-user", launcher="srun", interfaces=[NetnsCluster.DATA_IFACE], ranks_per_node=1)
+    )
+    script = tmp_path / "job.sh"
+    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "-o", str(script))
+    python = str(Path(sys.prefix) / "bin" / "python3")
+    made = subprocess.run(
+        [*argv, "--", python, *program_argv(str(data) if "data" in case else "")[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=work,
+    )
+    assert made.returncode == 0, made.stderr
+    job = netns_slurm.sbatch_wait(script.read_text(), timeout=600, sbatch_args=[f"--chdir={work}"], env=shell())
+    out = job.output + job.error
+    assert job.returncode == 0, f"job exit {job.returncode}\n{out[-4000:]}"
+    check(out, work, 2)
