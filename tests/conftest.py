@@ -16,6 +16,9 @@ pytest_plugins = [
     "hpcbundle_testbed.sif_plugin",
 ]
 
+# Programs and files the tests feed the tool: never imported as test modules (a user's program runs at import).
+collect_ignore_glob = ["data/*"]
+
 
 @pytest.fixture(scope="module")
 def horovod(cluster_tools: None) -> None:

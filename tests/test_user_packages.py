@@ -47,7 +47,7 @@ def _refusal(path: Path) -> str:
 )
 def test_a_package_spec_that_is_not_one_exact_pin_is_refused_in_one_line(tmp_path, spec, problem):
     line = _refusal(_recipe_with(tmp_path, python_packages=[spec]))
-    assert line.startswith(f"{tmp_path}/cpu-local.yaml: python_packages.0: ")
+    assert line.startswith(f"{tmp_path}/cpu-local.yaml: python_packages[0]: ")
     assert problem in line
 
 
