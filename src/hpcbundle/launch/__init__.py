@@ -15,7 +15,7 @@ from ..rules.loading import load_site  # the one loader that refuses: shape, the
 from .assemble import build_command, launch_request
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
-from .hostfile import hostfile_slots
+from .hostfile import parse_hostfile
 from .layout import RankLayout, parse_hosts
 
 __all__ = [
@@ -27,8 +27,8 @@ __all__ = [
     "Part",
     "Runtime",
     "build_command",
-    "hostfile_slots",
     "launch_request",
     "load_site",
+    "parse_hostfile",
     "parse_hosts",
 ]
