@@ -5,8 +5,8 @@
     >>> from hpcbundle.launch import RankLayout, build_command, load_site
     >>> bundle = find_bundle(None, Path.cwd())  # this checkout: recipes/, site_configs/, ...
     >>> site = load_site("local", bundle.sites_dir)
-    >>> build_command(site, RankLayout(np=2), ["python3", "train.py"]).display()
-    'mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 python3 train.py'
+    >>> print(build_command(site, RankLayout(np=2), ["python3", "train.py"]).display())
+    mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 python3 train.py
 
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
 """
