@@ -59,8 +59,8 @@ def test_elastic_launch_takes_its_hosts_from_a_discovery_script_written_beside_t
     result = hpcbundle("launch", "--site", str(site), "--np", "4", "--hostfile", str(hosts), "--", "python3", "t.py")
     assert result.returncode == 0, result.stderr
     script = tmp_path / "hosts.discover"
-    assert result.stdout == (
-        f"horovodrun -np 4 --min-np 2 --max-np 6 --host-discovery-script {script} "
+    assert result.stdout == (  # OMP_NUM_THREADS: the site's 4 cores over the 2 slots of each host
+        f"env OMP_NUM_THREADS=2 horovodrun -np 4 --min-np 2 --max-np 6 --host-discovery-script {script} "
         "--blacklist-cooldown-range 5 60 --gloo --network-interface eth0 python3 t.py\n"
     )
     assert f"wrote {script} (the elastic job's host discovery, read every second)" in result.stderr

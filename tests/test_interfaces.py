@@ -74,7 +74,8 @@ def test_explain_says_which_interface_tokens_are_derived_and_which_the_site_set(
 def test_srun_passes_no_oob_parameter_because_it_starts_no_daemons():
     site = make_site(launcher={"name": "srun", "pmi": "pmix"})
     argv = build_command(site, RankLayout(4, in_allocation=True), ["python", "t.py"]).argv
-    assert argv[: argv.index("srun")] == ["env", "OMPI_MCA_btl_tcp_if_include=eth0", "NCCL_SOCKET_IFNAME=eth0"]
+    threads = "OMP_NUM_THREADS=4"  # 8 cores over the 2 ranks (one per GPU) of a node
+    assert argv[: argv.index("srun")] == ["env", threads, "OMPI_MCA_btl_tcp_if_include=eth0", "NCCL_SOCKET_IFNAME=eth0"]
 
 
 def test_hydra_gpu_site_confines_mpi_with_iface_and_nccl_with_its_variable():
@@ -82,6 +83,7 @@ def test_hydra_gpu_site_confines_mpi_with_iface_and_nccl_with_its_variable():
     argv = build_command(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"]).argv
     assert argv == [
         "env",
+        "OMP_NUM_THREADS=8",  # 8 cores for the one rank on each host
         "NCCL_SOCKET_IFNAME=eth0",
         "mpiexec.hydra",
         "-n",

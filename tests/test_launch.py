@@ -111,9 +111,15 @@ SEED_ARGS = ["--image", "horovod.sif", "--", "python", "/examples/keras_mnist_ad
 def test_seed_site_prints_the_seeds_singularity_command_exactly_with_its_warnings(hosts, np_, seed):
     result = launch("--site", "seed-v100", "--np", np_, "--hosts", hosts, *SEED_ARGS)
     assert result.exit_code == 0, result.output
-    assert shlex.split(result.stdout) == shlex.split(seed)
+    assert shlex.split(result.stdout) == _with_threads(shlex.split(seed), "20")
     warned = [line.split()[1] for line in result.stderr.splitlines() if line.startswith("WARN")]
     assert warned == ["btl-shared-memory", "nccl-socket-exclusion", "oob-interfaces"]
+
+
+def _with_threads(argv: list[str], threads: str) -> list[str]:
+    """The seed's argv plus the OpenMP threads per rank every line carries (node.cores over the ranks per node)."""
+    at = argv.index("singularity")
+    return [*argv[:at], "-x", f"OMP_NUM_THREADS={threads}", *argv[at:]]
 
 
 def test_recommended_ib_v100_follows_horovods_advice_tcp_for_mpi_on_ib0_nccl_on_ib_without_warnings():
@@ -124,7 +130,7 @@ def test_recommended_ib_v100_follows_horovods_advice_tcp_for_mpi_on_ib0_nccl_on_
     assert shlex.split(result.stdout) == [
         *seed_argv[:5],
         *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH"),
-        *("-mca", "btl", "self,vader,tcp", "-mca", "pml", "ob1"),
+        *("-mca", "btl", "self,vader,tcp", "-mca", "pml", "ob1", "-x", "OMP_NUM_THREADS=20"),
         *("-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0"),
         *("-x", "NCCL_SOCKET_IFNAME=ib0", "-x", "NCCL_NET=IB"),
         *seed_argv[at:],
@@ -280,6 +286,7 @@ def test_horovodrun_takes_hosts_gloo_and_interfaces_and_gets_variables_in_front(
     assert argv == [
         "env",
         "NCCL_DEBUG=INFO",
+        "OMP_NUM_THREADS=1",
         "horovodrun",
         "-np",
         "4",
@@ -305,6 +312,8 @@ def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
         "-n",
         "8",
         "--kill-on-bad-exit=1",
+        "-c",
+        "16",
         "--ntasks-per-node=4",
         "--label",
     ]
@@ -539,8 +548,10 @@ def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_pa
 def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewer_warn():
     refused = launch("--site", "ib-v100", "--np", "6", "--hosts", "f1:3,f2:3", "--", "python", "t.py")
     assert refused.exit_code == 2 and refused.stdout == ""
-    assert "--hosts f1:3,f2:3: 3 ranks on f1 but 2 GPUs there" in refused.stderr
-    assert "(at most 2 ranks per node, one per GPU)" in refused.stderr
+    assert refused.stderr == (
+        "hpcbundle: error: --hosts f1:3,f2:3: 3 ranks on f1, 3 ranks on f2 but site ib-v100 nodes have 2 GPUs "
+        "(NCCL refuses two ranks on one GPU) (give at most 2 slots per host, one rank per GPU)\n"
+    )
     fewer = launch("--site", "ib-v100", "--np", "2", "--hosts", "f1:1,f2:1", "--", "python", "t.py")
     assert fewer.exit_code == 0 and fewer.stdout.startswith("mpirun -np 2")
     assert "WARN  oversubscription     1 ranks on f1 but 2 GPUs there" in fewer.stderr

@@ -55,6 +55,29 @@ def test_tasks_per_node_and_the_sites_cpus_per_rank_set_the_cpus(tmp_path):
     assert "#SBATCH --cpus-per-task=10" in explicit.stdout and "-x OMP_NUM_THREADS=10 " in explicit.stdout
 
 
+def test_interactive_lines_size_cpus_and_threads_as_sbatch_does(tmp_path):
+    srun = hpcbundle("launch", "--site", "eth-a100-slurm", "--np", "8", "--explain", "--", "t").stdout.splitlines()
+    assert " OMP_NUM_THREADS=16 " in srun[0] and " -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 " in srun[0]
+    assert any(line.startswith("-c 16 ") and "<- node.cores 64 / 4 ranks: CPUs each rank" in line for line in srun)
+    mpirun = hpcbundle("launch", "--site", "roce-h100-ompi5", "--np", "4", "--hosts", "g1:2,g1:2", "--", "t").stdout
+    assert "-x OMP_NUM_THREADS=24 " in mpirun  # 96 cores over the 4 ranks of g1
+    knl_node = {"cores": 68, "threads_per_core": 4, "ranks_per_node": 2}
+    hydra = write_site(tmp_path, "stampede2-knl", None, env={"FI_PROVIDER": "psm2"}, node=knl_node, why={})
+    line = hpcbundle("launch", "--site", str(hydra), "--np", "2", "--hosts", "k1:2", "--", "t").stdout
+    assert line.startswith("env FI_PROVIDER=psm2 OMP_NUM_THREADS=34 mpiexec.hydra ")  # 272 CPUs / 2 / 4 threads
+
+
+def test_sbatch_asks_for_the_sites_memory_or_all_of_it_when_exclusive_and_knl_by_hardware_threads(tmp_path):
+    exclusive = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--nodes", "1", "--", "t").stdout.splitlines()
+    assert "#SBATCH --mem=0" in exclusive
+    site = write_site(tmp_path, "eth-a100-slurm", {"slurm": {"options": ["--exclusive"], "mem": "480G"}})
+    assert "#SBATCH --mem=480G" in hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "--", "t").stdout
+    shared = hpcbundle("sbatch", "--site", "ib-v100", "--nodes", "1", "--", "t").stdout
+    assert "--mem" not in shared
+    knl = hpcbundle("sbatch", "--site", "stampede2-knl", "--nodes", "1", "--", "t").stdout.splitlines()
+    assert "#SBATCH --cpus-per-task=272" in knl  # 68 cores x 4 hardware threads, as SLURM counts CPUs
+
+
 def test_a_site_that_sizes_its_own_threads_keeps_them():
     knl = hpcbundle("sbatch", "--site", "stampede2-knl", "--nodes", "2", "--", "python", "t.py").stdout
     assert "TF_NUM_INTRAOP_THREADS=64" in knl and "OMP_NUM_THREADS" not in knl

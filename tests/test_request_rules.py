@@ -69,6 +69,22 @@ CASES: list[Case] = [
     ("np-slots", "ib-v100", {}, RankLayout(8, (("f1", 2), ("f2", 2))), "h.sif", PROGRAM, None,
      ["--np", "8", "--hosts", "f1:2,f2:2", "--image", "h.sif"], {},
      "--np 8: larger than the 4 slots of --hosts f1:2,f2:2 (lower --np or give more hosts or slots)"),
+    ("ranks-per-node", "ib-v100", {}, RankLayout(4, (("f1", 2), ("f1", 2))), "h.sif", PROGRAM, None,
+     ["--np", "4", "--hosts", "f1:2,f1:2", "--image", "h.sif"], {},
+     "--hosts f1:2,f1:2: 4 ranks on f1 but site req nodes have 2 GPUs (NCCL refuses two ranks on one GPU) "
+     "(give at most 2 slots per host, one rank per GPU)"),
+    ("ranks-per-node", "stampede2-knl", {}, RankLayout(100, (("k1", 100),)), None, PROGRAM, None,
+     ["--np", "100", "--hosts", "k1:100"], {},
+     "--hosts k1:100: 100 ranks on k1 but site req runs node.ranks_per_node 1 "
+     "(give at most 1 slots per host, or raise node.ranks_per_node)"),
+    ("ranks-per-node", "local", {"launcher": {"oversubscribe": False}}, RankLayout(3, (("a", 3),)), None, PROGRAM,
+     None, ["--np", "3", "--hosts", "a:3"], {},
+     "--hosts a:3: 3 ranks on a but site req nodes have 2 cores (node.cores) "
+     "(give at most 2 slots per host, or set launcher.oversubscribe)"),
+    ("np-nodes", "eth-a100-slurm", {}, RankLayout(12, in_allocation=True, nodes=2), "h.sif", PROGRAM, None,
+     ["--np", "12", "--image", "h.sif"], {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2"},
+     "--np 12: more than the 2 nodes x 4 ranks per node (node.gpus) of this SLURM job "
+     "(give --np 8 or less, or ask SLURM for more nodes)"),
     ("np-one-node", "ib-v100", {}, RankLayout(4), "h.sif", PROGRAM, None, ["--np", "4", "--image", "h.sif"], {},
      "--np 4: needs more than one req node (2 ranks each) but no hosts were given "
      "(add --hosts node1:2,node2:2 or --hostfile FILE, or launch inside a SLURM allocation)"),
@@ -144,6 +160,30 @@ def test_sbatch_refuses_more_ranks_than_any_job_runs(tmp_path):
     )
 
 
+def test_hostfile_slots_over_the_gpus_are_refused_in_one_line_and_start_nothing(tmp_path):
+    """8 slots on a 4-GPU node: mpirun fills f1 first, so --np 8 puts all 8 ranks there."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("f1 slots=8\nf2 slots=8\n")
+    args = ["--site", "eth-a100-slurm", "--np", "8", "--hostfile", str(hostfile), "--", "touch", str(tmp_path / "x")]
+    site = load_site("roce-h100-ompi5", SITES)
+    request = launch_request(
+        RankLayout(16, hostfile="h", hostfile_slots=32, hostfile_hosts=(("g1", 16), ("g2", 16))), PROGRAM
+    )
+    failures = load_failures(Facts(site=site, request=request))
+    assert [(f.rule, f.key, f.evidence) for f in failures] == [
+        ("ranks-per-node", "--hostfile h", f"16 ranks on g1 but site {site.name} nodes have 8 GPUs "
+         "(NCCL refuses two ranks on one GPU)")
+    ]  # fmt: skip
+    ib = ["--site", "ib-v100", *args[2:]]
+    result = CliRunner().invoke(main, ["--bundle", str(ROOT), "launch", *ib], env={"SLURM_JOB_ID": None})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        f"hpcbundle: error: --hostfile {hostfile}: 8 ranks on f1 but site ib-v100 nodes have 2 GPUs "
+        "(NCCL refuses two ranks on one GPU) (give at most 2 slots per host, one rank per GPU)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
+
+
 def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_tune(tmp_path):
     site = load_site("stampede2-knl", SITES)
     failures = load_failures(Facts(site=site, request=LaunchRequest(knobs=("fusion", "algorithm"))))
@@ -170,14 +210,14 @@ def test_without_the_request_rules_every_bad_request_builds_a_line(tmp_path, mon
     every bad request above builds its line. A check put back into launch/ (or anywhere beside the
     engine) would still refuse one of them and fail this test."""
     sites = {}
-    for rule, base, edit, *_ in CASES:
-        (tmp_path / rule).mkdir()
-        sites[rule] = load_site(str(_edited_site(tmp_path / rule, base, edit)), SITES)
+    for index, (_, base, edit, *_) in enumerate(CASES):
+        (tmp_path / str(index)).mkdir()
+        sites[index] = load_site(str(_edited_site(tmp_path / str(index), base, edit)), SITES)
     monkeypatch.setattr(engine, "RULES", [r for r in RULES if "request" not in r.needs])
-    for case in CASES:
-        rule, _, _, layout, image, program, names, *_ = case
+    for index, case in enumerate(CASES):
+        _, _, _, layout, image, program, names, *_ = case
         environment = dict.fromkeys(names, "set") if names is not None else None
-        assert build_command(sites[rule], layout, program, image, environment).argv
+        assert build_command(sites[index], layout, program, image, environment).argv
 
 
 def test_a_request_that_fits_passes_every_request_rule_and_one_not_given_skips_them():

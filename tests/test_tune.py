@@ -262,9 +262,9 @@ def test_plan_prints_the_knobs_and_the_generated_command_and_runs_nothing(tmp_pa
         "for nodes with more busy threads than cores: 0 | 1",
         "cycle: how often Horovod's background thread looks for ready tensors (HOROVOD_CYCLE_TIME ms; default 1): "
         "1 ms | 0.1 ms | 0.5 ms | 5 ms (also judged on the small end)",
-        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot "
+        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 "
         "py b.py --backend horovod --sizes 67108864 --tensors 8",
-        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot "
+        "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 "
         "py b.py --backend horovod --sizes 262144 --tensors 64",
     ]
     assert not (tmp_path / "x.yaml").exists()
@@ -361,6 +361,7 @@ def _fake_bench(log: list[list[str]], failing: bool = False):
 
 
 MPIRUN = "mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot"
+THREADS = "-x OMP_NUM_THREADS=1"  # the local site's 2 cores over its 2 ranks
 
 
 def test_a_tune_job_runs_the_benchmark_through_the_sites_command_with_each_candidates_settings():
@@ -368,10 +369,10 @@ def test_a_tune_job_runs_the_benchmark_through_the_sites_command_with_each_candi
     assert job.plan_lines(current_settings(site, job.knobs)) == [
         "yield: a rank waiting in MPI gives its core away (mpi_yield_when_idle), "
         "for nodes with more busy threads than cores: 0 | 1",
-        f"{MPIRUN} py b.py --backend horovod --sizes 4194304",
+        f"{MPIRUN} {THREADS} py b.py --backend horovod --sizes 4194304",
     ]
     assert shlex.join(job.command({"mca.mpi_yield_when_idle": "1"}, SMALL)) == (
-        f"{MPIRUN} --mca mpi_yield_when_idle 1 py b.py --backend horovod --sizes 4096 --tensors 4"
+        f"{MPIRUN} --mca mpi_yield_when_idle 1 {THREADS} py b.py --backend horovod --sizes 4096 --tensors 4"
     )
     assert job.announce(3) == "tune: 1 knobs, 6 runs of 4194304 bytes in 1 tensor(s) on 2 ranks"
 

@@ -14,7 +14,7 @@ from ..config.errors import UserError
 from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECONDS
 from ..config.loading import read_text
 from ..config.sites import Site
-from ..launch import RankLayout, hostfile_slots, load_site, parse_hosts
+from ..launch import RankLayout, load_site, parse_hostfile, parse_hosts
 
 
 class Count(click.IntRange):
@@ -80,11 +80,14 @@ def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> RankLayou
     """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
     if hosts is not None and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
-    slots = hostfile_slots(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else None
+    lines = parse_hostfile(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else ()
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
     return RankLayout(
         np=np_,
         hosts=parse_hosts(hosts) if hosts is not None else (),
         hostfile=str(hostfile) if hostfile else None,
-        hostfile_slots=slots,
+        hostfile_slots=sum(slots for _, slots in lines) if hostfile is not None else None,
         in_allocation="SLURM_JOB_ID" in os.environ,
+        hostfile_hosts=lines,
+        nodes=int(nodes) if nodes.isdigit() and "SLURM_JOB_ID" in os.environ else None,
     )

@@ -81,10 +81,12 @@ def fast_doctor(
 
 
 def planned_ranks(site: Site, layout: RankLayout) -> dict[str, int] | None:
-    """Ranks per host of a launch as the command line tells (None when SLURM or the launcher places them)."""
+    """Ranks per host of a launch as the command line tells, a repeated host's added up (None when SLURM or
+    the launcher places them)."""
     launcher = LAUNCHERS.get(site.launcher.name)
-    placement = layout.placement(socket.gethostname()) if launcher is not None and launcher.takes_hosts else ()
-    return dict(placement) or None
+    if launcher is None or not launcher.takes_hosts:
+        return None
+    return dict(layout.ranks_per_host() or layout.placement(socket.gethostname())) or None
 
 
 def declared_first(

@@ -197,6 +197,12 @@ class Node(StrictModel):
         "[0, 1] in flat-quadrant mode (node 1 is MCDRAM)",
     )
 
+    threads_per_core: PositiveInt = Field(
+        1,
+        le=8,
+        description="hardware threads per core where SLURM counts each as a CPU (ThreadsPerCore in slurm.conf, "
+        "e.g. 4 on KNL): --cpus-per-task and srun -c count them, OMP_NUM_THREADS counts cores",
+    )
     cpus_per_rank: PositiveInt | None = Field(
         None,
         le=MAX_CORES,
@@ -216,13 +222,22 @@ class Node(StrictModel):
         """Ranks one node takes: ranks_per_node, else one per GPU, else one per core."""
         return self.ranks_per_node or self.gpus or self.cores
 
+    @property
+    def fixed_ranks(self) -> int | None:
+        """Ranks per node SLURM must be told (srun --ntasks-per-node): ranks_per_node, else one per GPU;
+        None on a CPU site without ranks_per_node (SLURM places by CPUs)."""
+        return self.ranks_per_node or self.gpus or None
+
     def cpus_for(self, ranks_per_node: int) -> int:
-        """CPUs per rank when `ranks_per_node` ranks share a node: cpus_per_rank, else the cores shared out.
+        """CPUs per rank (as SLURM counts them) when `ranks_per_node` ranks share a node: cpus_per_rank,
+        else the node's hardware threads shared out.
 
         >>> Node(cores=96, gpus=8).cpus_for(8), Node(cores=2).cpus_for(4)
         (12, 1)
+        >>> Node(cores=68, threads_per_core=4).cpus_for(1)  # KNL: SLURM counts 272 CPUs
+        272
         """
-        return self.cpus_per_rank or max(1, self.cores // ranks_per_node)
+        return self.cpus_per_rank or max(1, self.cores * self.threads_per_core // ranks_per_node)
 
 
 class Network(StrictModel):
@@ -335,6 +350,11 @@ class Slurm(StrictModel):
     qos: Word | None = Field(None, description="#SBATCH --qos")
     time: SlurmTime | None = Field(None, description="e.g. 02:00:00 or 1-00:00:00")
     gres: Word | None = Field(None, description="#SBATCH --gres, e.g. gpu:8")
+    mem: Word | None = Field(
+        None,
+        description="#SBATCH --mem, memory per node (e.g. 480G); default 0 (all of it) with --exclusive in "
+        "slurm.options, where SLURM would otherwise give DefMemPerCPU",
+    )
     constraint: Word | None = Field(None, description="#SBATCH --constraint (node features)")
     options: list[Word] = Field(default_factory=list, description="more #SBATCH options, e.g. --exclusive")
     modules: list[Word] = Field(default_factory=list, description="environment modules loaded before the launch")

@@ -5,8 +5,8 @@
     >>> from hpcbundle.launch import RankLayout, build_command, load_site
     >>> bundle = find_bundle(None, Path.cwd())  # this checkout: recipes/, site_configs/, ...
     >>> site = load_site("local", bundle.sites_dir)
-    >>> build_command(site, RankLayout(np=2), ["python3", "train.py"]).display()
-    'mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot python3 train.py'
+    >>> print(build_command(site, RankLayout(np=2), ["python3", "train.py"]).display())
+    mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 python3 train.py
 
 Launchers live in launchers/, container runtimes in runtimes/, one registered class per file.
 """
@@ -15,7 +15,7 @@ from ..rules.loading import load_site  # the one loader that refuses: shape, the
 from .assemble import build_command, launch_request
 from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part
-from .hostfile import hostfile_slots
+from .hostfile import parse_hostfile
 from .layout import RankLayout, parse_hosts
 
 __all__ = [
@@ -27,8 +27,8 @@ __all__ = [
     "Part",
     "Runtime",
     "build_command",
-    "hostfile_slots",
     "launch_request",
     "load_site",
+    "parse_hostfile",
     "parse_hosts",
 ]

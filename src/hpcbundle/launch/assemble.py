@@ -5,6 +5,7 @@ line naming the flag or site key, before any token is assembled."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, Sequence
 
 from ..config.sites import Site
@@ -57,7 +58,36 @@ def launch_request(
         program=tuple(program),
         environment=frozenset(environment) if environment is not None else None,
         time=time,
+        ranks_per_host=layout.ranks_per_host(),
+        nodes=layout.nodes,
     )
+
+
+def cpus_source(site: Site, per_node: int) -> str:
+    """Where a rank's CPUs come from, for --explain: node.cpus_per_rank, else the node shared out."""
+    if site.node.cpus_per_rank:
+        return "node.cpus_per_rank"
+    threads = f" x {site.node.threads_per_core} threads" if site.node.threads_per_core > 1 else ""
+    return f"node.cores {site.node.cores}{threads} / {per_node} ranks"
+
+
+def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
+    """`layout` with each rank's CPUs, derived as sbatch derives them (node.cpus_per_rank, else the node
+    shared out among the ranks on its fullest node), where the caller (a batch job) did not size them.
+
+    The ranks per node are the named hosts' (repeats added up), else all on this node, else (SLURM or
+    the allocation places them) the site's node.slots, at most --np.
+    """
+    if layout.cpus_per_rank:
+        return layout
+    placed = layout.ranks_per_host()
+    if placed:
+        per_node = max(ranks for _, ranks in placed)
+    elif launcher.takes_hosts and not layout.in_allocation and not layout.hostfile:
+        per_node = layout.np
+    else:
+        per_node = min(layout.np, site.node.slots)
+    return replace(layout, cpus_per_rank=site.node.cpus_for(per_node), cpus_source=cpus_source(site, per_node))
 
 
 def _parts_for(site: Site, request: LaunchRequest) -> tuple[Launcher, Runtime]:
@@ -90,6 +120,7 @@ def build_command(
     ['singularity', 'exec', '--nv', 'h.sif', 'python', 't.py']
     """
     launcher, runtime = _parts_for(site, launch_request(layout, program, image, environment))
+    layout = cpu_sized(site, launcher, layout)
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)
     _exports(site, launcher, runtime, image, main)
@@ -133,8 +164,8 @@ def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, e
     for key, value in set_by_site:
         how = reasons.OVERRIDES if key in derivable else reasons.OVERRIDES_LINK if key in from_link else ""
         _place(main, env, key, *_setting(site, launcher, key, value), how)
-    threads = layout.cpus_per_rank
-    if threads and not THREAD_COUNTS & (set(site.env) | set(site.export)):
+    threads = max(1, (layout.cpus_per_rank or 0) // site.node.threads_per_core)
+    if layout.cpus_per_rank and not THREAD_COUNTS & (set(site.env) | set(site.export)):
         option, assignment, _ = _setting(site, launcher, "env.OMP_NUM_THREADS", str(threads))
         _place_derived(main, env, option, assignment, layout.cpus_source, reasons.THREADS)
     if site.faults.stall_seconds and not {"PYTHONUNBUFFERED"} & (set(site.env) | set(site.export)):

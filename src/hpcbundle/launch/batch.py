@@ -20,6 +20,7 @@ from ..quoting import shell_quote
 from ..rules.loading import refuse_request
 from ..templating import strict_environment
 from . import RankLayout, build_command, elastic, launch_request
+from .assemble import cpus_source
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -66,8 +67,10 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     faults.requeue adds --requeue and --open-mode=append (a requeued run appends to the first run's output);
     faults.elastic adds --no-kill (a failed node leaves the job its other nodes, where elastic Horovod goes on).
 
-    --cpus-per-task is node.cpus_per_rank, else node.cores over the ranks per node: without it a
-    job confined by cgroups gives each rank one core (SLURM's default) and its data loading starves.
+    --cpus-per-task is node.cpus_per_rank, else the node's hardware threads (node.cores x
+    node.threads_per_core) over the ranks per node: without it a job confined by cgroups gives each rank
+    one CPU (SLURM's default) and its data loading starves. --mem is slurm.mem, else 0 (all of each node's
+    memory) with --exclusive in slurm.options, where SLURM would otherwise hand out DefMemPerCPU.
     """
     slurm = site.slurm
     time = job.time or slurm.time
@@ -82,6 +85,7 @@ def directives(site: Site, job: BatchJob) -> list[str]:
         "nodes": str(job.nodes),
         "ntasks-per-node": str(per_node),
         "cpus-per-task": str(site.node.cpus_for(per_node)),
+        "mem": slurm.mem or ("0" if "--exclusive" in slurm.options else None),
         "time": time,
         "partition": slurm.partition,
         "account": slurm.account,
@@ -102,15 +106,13 @@ def job_layout(site: Site, job: BatchJob) -> RankLayout:
     """The ranks a batch job runs: nodes x tasks per node, inside the allocation, each asking SLURM for
     its CPUs (node.cpus_per_rank, else node.cores over the ranks per node)."""
     per_node = job.tasks_per_node or site.node.slots
-    cpus_source = (
-        "node.cpus_per_rank" if site.node.cpus_per_rank else f"node.cores {site.node.cores} / {per_node} ranks"
-    )
     return RankLayout(
         np=job.nodes * per_node,
         in_allocation=True,
         np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
         cpus_per_rank=site.node.cpus_for(per_node),
-        cpus_source=cpus_source,
+        cpus_source=cpus_source(site, per_node),
+        tasks_per_node=job.tasks_per_node,
     )
 
 
@@ -136,7 +138,7 @@ def sbatch_script(
     ...     print(line)
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
-        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 \
+        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 \
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py &
     """

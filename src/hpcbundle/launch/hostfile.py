@@ -84,12 +84,3 @@ def parse_hostfile(text: str, where: str) -> tuple[tuple[str, int], ...]:
     if not hosts:
         raise UserError.at(where, "", "names no host", "write one `host slots=N` or `host:N` line per node")
     return tuple(hosts)
-
-
-def hostfile_slots(text: str, where: str) -> int:
-    """The slots a hostfile names in all (what `launch` checks --np against).
-
-    >>> hostfile_slots("f1 slots=2\\n# spare\\nf2:4\\nf3\\n", "hosts.txt")
-    7
-    """
-    return sum(slots for _, slots in parse_hostfile(text, where))

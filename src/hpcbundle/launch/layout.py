@@ -31,6 +31,8 @@ class RankLayout:
     the launcher takes the nodes from SLURM. `np_source` names where np came from, for --explain.
     `cpus_per_rank` (batch jobs) is what each rank asked SLURM for, and `cpus_source` where it came from.
     `discovery_script` is where an elastic site's host discovery script is (hpcbundle.launch.elastic).
+    `hostfile_hosts` are the (host, slots) lines of the hostfile; `nodes` the nodes of the SLURM job
+    when known (sbatch --nodes, SLURM_JOB_NUM_NODES); `tasks_per_node` a batch job's --tasks-per-node.
     """
 
     np: int
@@ -42,6 +44,9 @@ class RankLayout:
     cpus_per_rank: int | None = None
     cpus_source: str = ""
     discovery_script: str | None = None
+    hostfile_hosts: tuple[tuple[str, int], ...] = ()
+    nodes: int | None = None
+    tasks_per_node: int | None = None
 
     @property
     def slots(self) -> int | None:
@@ -60,6 +65,25 @@ class RankLayout:
         if self.hosts or self.hostfile or self.in_allocation:
             return self.hosts
         return ((here, self.np),)
+
+    def ranks_per_host(self) -> tuple[tuple[str, int], ...]:
+        """The ranks each named host gets, every source merged: --hosts or the hostfile, a repeated host's
+        slots added up, then filled in order as mpirun and hydra place ranks by slot (at most `np` in all).
+
+        >>> RankLayout(np=8, hosts=(("f1", 2), ("f2", 4), ("f1", 2))).ranks_per_host()
+        (('f1', 4), ('f2', 4))
+        >>> RankLayout(np=8, hostfile="h", hostfile_hosts=(("f1", 8), ("f2", 8))).ranks_per_host()
+        (('f1', 8),)
+        """
+        merged: dict[str, int] = {}
+        for host, slots in self.hosts or self.hostfile_hosts:
+            merged[host] = merged.get(host, 0) + slots
+        placed, left = [], self.np
+        for host, slots in merged.items():
+            if left > 0:
+                placed.append((host, min(slots, left)))
+                left -= slots
+        return tuple(placed)
 
     def host_list(self) -> str:
         """'f1:2,f2:2', the form mpirun -H, hydra -hosts and horovodrun -H all read."""

@@ -55,11 +55,16 @@ SRUN_CPUS = (
     "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun no longer inherits it from the batch "
     "job (SLURM >= 22.05), so without -c each rank would get one CPU"
 )
+SRUN_PER_GPU = (
+    "one rank per GPU on each node: without it SLURM spreads the ranks by CPUs, and two ranks on one GPU "
+    "stop NCCL (Duplicate GPU detected)"
+)
 THREADS = (
-    "threads per rank to match the CPUs each rank gets (the examples size their intra-op threads by it); "
-    "mpirun keeps --bind-to none (Horovod's advice: a rank pinned to one core starves its background "
-    "thread), so it does not map ranks to CPUs itself (--map-by slot:PE=N would bind them); the gpu-numa "
-    "wrapper (node.gpu_numa) binds per NUMA node instead"
+    "threads per rank to match the CPUs each rank gets (the examples size their intra-op threads by it): "
+    "without it OpenMP starts one thread per core in every rank, ranks x cores threads on a node; the ranks "
+    "are not pinned to CPUs (mpirun keeps --bind-to none, Horovod's advice: a rank pinned to one core starves "
+    "its background thread; --map-by slot:PE=N would bind them), the gpu-numa wrapper (node.gpu_numa) binds "
+    "per NUMA node instead"
 )
 UNBUFFERED = (
     "the stall watchdog (launch --exec and the sbatch relay) counts lines as they are written: a Python "

@@ -99,6 +99,8 @@ class LaunchRequest:
     environment the names the launching shell has set, when it is known (launch --exec, doctor)
     time        the batch job's --time (sbatch)
     knobs       the knobs a tune run is to sweep (tune --knobs)
+    ranks_per_host  the ranks each named host gets, --hosts (repeats added up) or --hostfile, filled by slot
+    nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
     4
@@ -114,6 +116,8 @@ class LaunchRequest:
     environment: frozenset[str] | None = None
     time: str | None = None
     knobs: tuple[str, ...] = ()
+    ranks_per_host: tuple[tuple[str, int], ...] = ()
+    nodes: int | None = None
 
     @property
     def slots(self) -> int | None:

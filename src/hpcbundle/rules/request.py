@@ -184,6 +184,65 @@ def np_slots(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
+@rule("ranks-per-node", needs=REQUEST, on_load=True)
+def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The ranks on each named host (--hosts, a repeated host's slots added up; --hostfile's slots) fit its node.
+
+    GPU sites: one rank per GPU (NCCL refuses two ranks on one GPU: "Duplicate GPU detected").
+    CPU sites: node.ranks_per_node and node.cores, unless launcher.oversubscribe.
+    """
+    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    if request.np is None:
+        return [_skip("--np")]
+    limit = _node_limit(site)
+    if limit is None or parts is None or not parts[0].takes_hosts or _elastic_refusals(site, request):
+        return []  # hosts-launcher or the elastic rules refuse these hosts
+    most, what, fix = limit
+    over = [(host, ranks) for host, ranks in request.ranks_per_host if ranks > most]
+    if not over:
+        return []
+    given = f"--hosts {_host_list(request)}" if request.hosts else f"--hostfile {request.hostfile}"
+    evidence = ", ".join(f"{ranks} ranks on {host}" for host, ranks in over[:3]) + (", ..." if over[3:] else "")
+    return [request_refusal(given, f"{evidence} but {what}", fix)]
+
+
+def _node_limit(site: Site) -> tuple[int, str, str] | None:
+    """The most ranks one node takes, why, and the fix (None: a CPU site with launcher.oversubscribe)."""
+    node = site.node
+    if node.gpus:
+        why = f"site {site.name} nodes have {node.gpus} GPUs (NCCL refuses two ranks on one GPU)"
+        return node.gpus, why, f"give at most {node.gpus} slots per host, one rank per GPU"
+    if site.launcher.oversubscribe:
+        return None
+    if node.ranks_per_node and node.ranks_per_node < node.cores:
+        why = f"site {site.name} runs node.ranks_per_node {node.ranks_per_node}"
+        fix = f"give at most {node.ranks_per_node} slots per host, or raise node.ranks_per_node"
+        return node.ranks_per_node, why, fix
+    why = f"site {site.name} nodes have {node.cores} cores (node.cores)"
+    return node.cores, why, f"give at most {node.cores} slots per host, or set launcher.oversubscribe"
+
+
+@rule("np-nodes", needs=REQUEST, on_load=True)
+def np_nodes(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """srun's ranks fit the SLURM job's nodes x ranks per node (one per GPU), when the nodes are known.
+
+    srun is told --ntasks-per-node (node.ranks_per_node, else node.gpus): more ranks than that over the
+    allocation's nodes would make SLURM spread them by CPUs, two to a GPU.
+    """
+    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    if request.np is None:
+        return [_skip("--np")]
+    per_node = site.node.fixed_ranks
+    if request.nodes is None or parts is None or parts[0].takes_hosts or per_node is None:
+        return []  # SLURM places the ranks, told --ntasks-per-node
+    if request.np <= request.nodes * per_node:
+        return []
+    key = "node.ranks_per_node" if site.node.ranks_per_node else "node.gpus"
+    most = request.nodes * per_node
+    problem = f"more than the {request.nodes} nodes x {per_node} ranks per node ({key}) of this SLURM job"
+    return [request_refusal(f"--np {request.np}", problem, f"give --np {most} or less, or ask SLURM for more nodes")]
+
+
 def _host_list(request: LaunchRequest) -> str:
     return ",".join(f"{host}:{slots}" for host, slots in request.hosts)
 

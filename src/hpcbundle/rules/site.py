@@ -93,7 +93,7 @@ def gate_threshold(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def cpus_per_rank(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """node.cpus_per_rank CPUs for each of the node's ranks fit in node.cores (SLURM refuses the job otherwise)."""
     node = facts.site.node
-    if node.cpus_per_rank is None or node.cpus_per_rank * node.slots <= node.cores:
+    if node.cpus_per_rank is None or node.cpus_per_rank * node.slots <= node.cores * node.threads_per_core:
         return []
     return [
         refusal(

@@ -4,7 +4,7 @@
 #SBATCH --job-name=horovod
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
-#SBATCH --cpus-per-task=68
+#SBATCH --cpus-per-task=272
 #SBATCH --time=02:00:00
 #SBATCH --partition=flat-quadrant
 set -euo pipefail
