@@ -339,3 +339,24 @@ def submit_in_background(slurm: SlurmCluster, text: str, timeout: float) -> tupl
     submitted = threading.Thread(target=lambda: jobs.append(slurm.sbatch_wait(text, timeout=timeout)))
     submitted.start()
     return submitted, jobs
+
+
+# --- elastic sites ---------------------------------------------------------------------------------
+
+ELASTIC_SITE: dict[str, Any] = {
+    "name": "elastic",
+    "description": "an elastic test site",
+    "mpi": {"flavour": "openmpi", "version": "4.1.6"},
+    "launcher": {"name": "horovodrun", "gloo": True},
+    "node": {"cores": 4, "ranks_per_node": 2},
+    "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
+    "faults": {"elastic": {"min_np": 2, "max_np": 6, "discovery": "hostfile", "cooldown": [5, 60]}},
+}
+
+
+def elastic_site(directory: Path, **faults: Any) -> Path:
+    """The elastic test site with faults.elastic keys changed (None deletes one), as elastic.yaml."""
+    elastic = {
+        key: value for key, value in {**ELASTIC_SITE["faults"]["elastic"], **faults}.items() if value is not None
+    }
+    return write_site(directory, ELASTIC_SITE, faults={"elastic": elastic})

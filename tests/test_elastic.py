@@ -14,30 +14,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import hpcbundle, write_site
-
-SITE: dict[str, Any] = {
-    "name": "elastic",
-    "description": "an elastic test site",
-    "mpi": {"flavour": "openmpi", "version": "4.1.6"},
-    "launcher": {"name": "horovodrun", "gloo": True},
-    "node": {"cores": 4, "ranks_per_node": 2},
-    "network": {"fabric": "ethernet", "interfaces": ["eth0"]},
-    "faults": {"elastic": {"min_np": 2, "max_np": 6, "discovery": "hostfile", "cooldown": [5, 60]}},
-}
-
-
-def elastic_site(directory: Path, **faults: Any) -> Path:
-    """The elastic test site with faults.elastic keys changed (None deletes one), as elastic.yaml."""
-    elastic = {key: value for key, value in {**SITE["faults"]["elastic"], **faults}.items() if value is not None}
-    return write_site(directory, SITE, faults={"elastic": elastic})
+from .helpers import elastic_site, hpcbundle
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from hpcbundle.execute import MAX_ARG_BYTES, run_captured
 from hpcbundle.perf.tunerun import busbw_of
 from hpcbundle_testbed.cli import hpcbundle
 
-from .helpers import ROOT, SMALL_SITE, assert_refused_in_one_line, write_site
-from .test_elastic import elastic_site
+from .helpers import ROOT, SMALL_SITE, assert_refused_in_one_line, elastic_site, write_site
 
 TRAIN_BENCH = ROOT / "bench" / "train.py"
 ALLREDUCE_BENCH = ROOT / "bench" / "allreduce.py"
