@@ -360,3 +360,20 @@ def elastic_site(directory: Path, **faults: Any) -> Path:
         key: value for key, value in {**ELASTIC_SITE["faults"]["elastic"], **faults}.items() if value is not None
     }
     return write_site(directory, ELASTIC_SITE, faults={"elastic": elastic})
+
+
+# --- benchmarks ------------------------------------------------------------------------------------
+
+
+def run_bench(argv: list[str], timeout: float) -> tuple[dict[str, Any], str, str]:
+    """A bench script run to its end: its JSON report (the last line), its stdout and stderr; on a timeout it is sent
+    SIGTERM, which it turns into a teardown of its cluster, and the test fails naming it."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, err = proc.communicate(timeout=120)
+        pytest.fail(f"{argv[1]} took over {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, out[-4000:] + err[-4000:]
+    return json.loads(out.strip().splitlines()[-1]), out, err

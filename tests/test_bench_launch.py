@@ -3,14 +3,12 @@ and the bench says so in its table and its JSON line. Times are measured there, 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import pytest
 from bench import launch as bench  # bench/ is importable from the repository root, as tests/ is
 
-from .helpers import ROOT
+from .helpers import ROOT, run_bench
 
 BENCH = ROOT / "bench" / "launch.py"
 
@@ -18,15 +16,7 @@ BENCH = ROOT / "bench" / "launch.py"
 @pytest.mark.cluster
 def test_every_variant_runs_every_rank_on_its_node_and_the_json_line_names_them_all(cluster_tools):
     argv = [sys.executable, str(BENCH), "--repeat", "1", "--warmup", "0"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # the bench turns SIGTERM into a teardown of its cluster
-        out, err = proc.communicate(timeout=120)
-        pytest.fail(f"bench/launch.py took over 600 s\n{out[-3000:]}\n{err[-3000:]}")
-    assert proc.returncode == 0, out[-4000:] + err[-4000:]
-    report = json.loads(out.strip().splitlines()[-1])
+    report, out, err = run_bench(argv, 600)
     assert report["metric"] == "launch_overhead" and (report["nodes"], report["np"], report["repeat"]) == (2, 2, 1)
     assert list(report["variants"]) == list(bench.VARIANTS)
     for name, row in report["variants"].items():

@@ -5,12 +5,11 @@ figures. Times are measured there, never asserted here."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from .helpers import ROOT, assert_refused_in_one_line
+from .helpers import ROOT, assert_refused_in_one_line, run_bench
 
 BENCH = ROOT / "bench" / "train.py"
 
@@ -21,15 +20,7 @@ def test_horovod_untuned_tuned_and_ddp_each_train_on_every_node_through_the_same
     tuned.write_text(json.dumps({"metric": "tuned_settings", "clusters": {"2": {"env.HOROVOD_CYCLE_TIME": "0.1"}}}))
     argv = [sys.executable, str(BENCH), "--nodes", "2", "--models", "cnn", "--rounds", "2", "--iters", "1"]
     argv += ["--warmup", "1", "--tuned-from", str(tuned)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # the bench turns SIGTERM into a teardown of its cluster
-        out, err = proc.communicate(timeout=120)
-        pytest.fail(f"bench/train.py took over 900 s\n{out[-3000:]}\n{err[-3000:]}")
-    assert proc.returncode == 0, out[-4000:] + err[-4000:]
-    report = json.loads(out.strip().splitlines()[-1])
+    report, out, err = run_bench(argv, 900)
     assert report["metric"] == "train_bench" and not report["failed"]
     (cluster,) = report["clusters"]
     assert cluster["ranks"] == {"horovod": [2], "horovod-tuned": [2], "ddp": [2]}, cluster

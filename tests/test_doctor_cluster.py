@@ -92,6 +92,13 @@ def lines(out: str, status: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith(status)]
 
 
+def exec_on_three(site: Path, *program: str) -> list[str]:
+    """`launch --exec` of `program` on the site, one rank on each of the three nodes."""
+    return hpcbundle_argv(
+        "launch", "--site", str(site), "--np", "3", "--hosts", "node1:1,node2:1,node3:1", "--exec", "--", *program
+    )
+
+
 def test_doctor_passes_the_good_site_with_the_same_image_on_every_node(cluster, disks, tmp_path):
     image = put_image(disks, cluster.nodes, "good")
     res, took = doctor(cluster, site(tmp_path, cluster, "data0", disks / "agent", "charliecloud"), "--image", image)
@@ -158,22 +165,7 @@ def test_doctor_fails_an_image_that_differs_on_one_node(cluster, disks, tmp_path
 
 def test_launch_over_the_decoy_interface_stops_in_seconds_with_the_doctors_reason(cluster, tmp_path):
     start = time.monotonic()
-    res = cluster.run(
-        "node1",
-        hpcbundle_argv(
-            "launch",
-            "--site",
-            str(site(tmp_path, cluster, "mgmt0")),
-            "--np",
-            "3",
-            "--hosts",
-            "node1:1,node2:1,node3:1",
-            "--exec",
-            "--",
-            "true",
-        ),
-        timeout=60,
-    )
+    res = cluster.run("node1", exec_on_three(site(tmp_path, cluster, "mgmt0"), "true"), timeout=60)
     took = time.monotonic() - start
     print(res.stderr, f"took {took:.1f} s")
     assert res.returncode == 2, res.stdout + res.stderr
@@ -199,21 +191,7 @@ def test_site_detect_on_a_node_writes_a_site_that_runs_horovod_on_three_nodes(cl
     assert data["mpi"] == {"flavour": "openmpi", "version": "4.1.4"}
     run = cluster.run(
         "node1",
-        hpcbundle_argv(
-            "launch",
-            "--site",
-            str(out),
-            "--np",
-            "3",
-            "--hosts",
-            "node1:1,node2:1,node3:1",
-            "--exec",
-            "--",
-            str(VENV_PYTHON),
-            str(ROOT / "examples" / "allreduce_check.py"),
-            "--framework",
-            "torch",
-        ),
+        exec_on_three(out, str(VENV_PYTHON), str(ROOT / "examples" / "allreduce_check.py"), "--framework", "torch"),
         env={"OMP_NUM_THREADS": "1"},
         timeout=150,
     )

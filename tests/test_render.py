@@ -5,6 +5,7 @@ Regenerate the golden files after a deliberate change with `make golden`, then r
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -39,15 +40,34 @@ from .helpers import SHIPPED_RECIPES as RECIPES
 FORMATS = sorted(SUFFIXES)
 
 
+TEST_RECIPE_BASE = "cpu-local"
+"""The shipped recipe every test recipe extends: a test recipe's golden file is its diff against it."""
+
+
+def golden_name(name: str, fmt: str) -> str:
+    """A shipped recipe's golden file is its rendering; a test recipe's, the diff against TEST_RECIPE_BASE."""
+    return f"{name}{SUFFIXES[fmt]}" + ("" if name in RECIPES else ".diff")
+
+
+def golden_text(name: str, fmt: str) -> str:
+    """What golden_name(name, fmt) holds: what a test recipe adds shows as exactly the lines it adds."""
+    if name in RECIPES:
+        return rendered(name, fmt)
+    base, suffix = rendered(TEST_RECIPE_BASE, fmt).splitlines(keepends=True), SUFFIXES[fmt]
+    own = rendered(name, fmt).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(base, own, f"{TEST_RECIPE_BASE}{suffix}", f"{name}{suffix}"))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", RENDERED_RECIPES)
 def test_rendered_image_matches_its_golden_file(name: str, fmt: str) -> None:
-    assert_golden(GOLDEN / f"{name}{SUFFIXES[fmt]}", rendered(name, fmt))
+    assert_golden(GOLDEN / golden_name(name, fmt), golden_text(name, fmt))
 
 
 def test_every_golden_file_belongs_to_a_shipped_or_test_recipe() -> None:
-    expected = {f"{name}{SUFFIXES[fmt]}" for name in RENDERED_RECIPES for fmt in FORMATS}
-    assert {path.name for path in GOLDEN.iterdir() if path.suffix in (".Dockerfile", ".def", ".sh")} == expected
+    expected = {golden_name(name, fmt) for name in RENDERED_RECIPES for fmt in FORMATS}
+    rendered_goldens = (".Dockerfile", ".def", ".sh", ".diff")
+    assert {path.name for path in GOLDEN.iterdir() if path.suffix in rendered_goldens} == expected
 
 
 @pytest.mark.parametrize("name", RENDERED_RECIPES)
