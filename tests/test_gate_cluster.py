@@ -73,7 +73,7 @@ def test_gate_on_the_decoy_interface_fails_within_its_timeout_and_leaves_nothing
     result = _launch_with_gate(shaped, site, tmp_path / "ran")
     assert result.returncode == 124, result.stdout + result.stderr
     assert ran_on(tmp_path / "ran") == []
-    assert f"hpcbundle gate: FAIL: no answer within 10 s: {site}: network.interfaces" in result.stderr
+    assert f"hpcbundle gate: FAIL: no rank started within 10 s: {site}: network.interfaces" in result.stderr
     assert wait_until(lambda: all(not shaped.pids(node) for node in shaped.nodes), timeout=20), {
         node: shaped.pids(node) for node in shaped.nodes
     }

@@ -142,11 +142,11 @@ def _report(verdict: str) -> str:
     return "mpirun noise\n" + json.dumps({REPORT_KEY: verdict, "line": f"hpcbundle gate: {verdict}: x"}) + "\n"
 
 
-def test_a_gate_whose_ranks_never_started_blames_the_start_time_not_the_interface():
+def test_a_gate_whose_ranks_never_started_names_the_wire_up_and_the_start_time_not_the_transfer():
     slow = _gate_answers(Captured(None, "mpirun noise\n", ""))
     assert slow.status == 124 and slow.line.startswith(
-        "hpcbundle gate: FAIL: no rank started within 30 s: site local: gate.timeout (the launch or its containers "
-        "start slower than it allows"
+        "hpcbundle gate: FAIL: no rank started within 30 s: site local: network.interfaces or gate.timeout "
+        "(the launcher did not get its ranks running"
     )
 
 

@@ -266,12 +266,15 @@ STARTED = "hpcbundle gate: rank started on"
 def hang_line(where: str, timeout: int, started: bool) -> str:
     """The verdict when the gate did not answer within gate.timeout s. `started`: a rank printed STARTED,
     so the transfer hung (ranks that cannot reach each other over the site's interface wait rather than
-    fail); else no rank started in time (containers unpacked on each node, a slow file system)."""
+    fail); else no rank started in time: the launcher's own wire-up hung on the interface (mpirun's daemons
+    over a decoy), or the start is slow (containers unpacked on each node, a slow file system)."""
     if not started:
         return (
-            f"hpcbundle gate: FAIL: no rank started within {timeout} s: {where}: gate.timeout (the launch or its "
-            f"containers start slower than it allows: an image unpacked on every node, a slow shared file system; "
-            f"raise gate.timeout, or run the launch line alone to time its start)"
+            f"hpcbundle gate: FAIL: no rank started within {timeout} s: {where}: network.interfaces or gate.timeout "
+            f"(the launcher did not get its ranks running: its wire-up hangs on an interface that does not route "
+            f"between the nodes, or the start is slower than gate.timeout allows: an image unpacked on every node, "
+            f"a slow shared file system; check network.interfaces against ip -br addr on the nodes, and time the "
+            f"launch line alone before raising gate.timeout)"
         )
     return (
         f"hpcbundle gate: FAIL: no answer within {timeout} s: {where}: network.interfaces (the ranks started "
