@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.image import images
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.imagespec import image_spec, recipe_record
 from hpcbundle.image.layout import EXAMPLES
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.labels import MANIFEST
@@ -137,7 +137,7 @@ def test_image_labels_and_manifest_carry_the_recipe(cpu_local: Built, docker_eng
     assert ours["org.hpcbundle.mpi.version"] == recipe.mpi.version
     assert ours["org.hpcbundle.manifest"] == MANIFEST
     manifest = images.read_json(docker_engine.client(), RUNTIME_TAG, MANIFEST)
-    assert manifest["recipe"] == recipe.model_dump(mode="json")
+    assert manifest["recipe"] == recipe_record(recipe)
     assert manifest["labels"] == spec.labels
     assert manifest == json.loads(spec.manifest)
 

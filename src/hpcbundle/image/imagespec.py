@@ -109,8 +109,16 @@ def _manifest(recipe: Recipe, labels: dict[str, str]) -> str:
         "ucx_prefix": UCX_PREFIX if recipe.ucx else None,
         "examples": EXAMPLES,
     }
+    return json.dumps(
+        {"hpcbundle_version": __version__, "recipe": recipe_record(recipe), "layout": layout, "labels": labels}
+    )
+
+
+def recipe_record(recipe: Recipe) -> dict[str, object]:
+    """The recipe as the manifest records it: every key, the user's package keys only where given, and the
+    requirements file's pins (the file itself is not in the image)."""
     unset = {key for key in ("python_packages", "requirements_file") if not getattr(recipe, key)}
-    dumped = recipe.model_dump(mode="json", exclude=unset)
+    record = recipe.model_dump(mode="json", exclude=unset)
     if recipe.requirements_file:
-        dumped["requirements_file_packages"] = [pin for key, pin in recipe.user_packages if key == "requirements_file"]
-    return json.dumps({"hpcbundle_version": __version__, "recipe": dumped, "layout": layout, "labels": labels})
+        record["requirements_file_packages"] = [pin for key, pin in recipe.user_packages if key == "requirements_file"]
+    return record
