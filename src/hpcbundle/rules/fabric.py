@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from ..config.fields import parse_version
+from ..config.sites import Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
 from ..knowledge.network import MAX_SOCKET_THREADS, MAX_SOCKETS, SOCKET_KEYS, interface_settings, named_interfaces
@@ -499,11 +500,9 @@ def ethernet_gpu_interface(facts: Facts, kb: KnowledgeBase) -> Verdict:
     site = facts.site
     if site.network.fabric != "ethernet" or not site.node.gpus:
         return Verdict("SKIP", "no GPU site on Ethernet")
-    setting = interface_settings(site).get("env.NCCL_SOCKET_IFNAME")
-    if setting is not None:
-        return Verdict("PASS", f"NCCL_SOCKET_IFNAME={setting.value} (from {setting.source})")
-    return Verdict(
-        "WARN",
+    return _names_interface(
+        site,
+        "env.NCCL_SOCKET_IFNAME",
         "a GPU site on Ethernet names no interface: NCCL moves the gradients over the first one it finds up",
         "set network.interfaces to the data network (`ip -br addr` on a node; `hpcbundle site detect` proposes one)",
     )
@@ -520,14 +519,20 @@ def oob_interfaces(facts: Facts, kb: KnowledgeBase) -> Verdict:
     site = facts.site
     if site.mpi.flavour != "openmpi" or site.launcher.name not in DAEMON_LAUNCHERS or site.network.fabric == "loopback":
         return Verdict("SKIP", "no Open MPI daemons between nodes")
-    setting = interface_settings(site).get("mca.oob_tcp_if_include")
-    if setting is not None:
-        return Verdict("PASS", f"oob_tcp_if_include={setting.value} (from {setting.source})")
-    return Verdict(
-        "WARN",
+    return _names_interface(
+        site,
+        "mca.oob_tcp_if_include",
         "mpirun's daemons (oob) may use any interface: a bridge or an unrouted network hangs the wire-up",
         "set network.interfaces (it derives oob_tcp_if_include and btl_tcp_if_include)",
     )
+
+
+def _names_interface(site: Site, key: str, unnamed: str, fix: str) -> Verdict:
+    """PASS naming the interface setting `key` ('env.X' or 'mca.x') and where it came from, else WARN."""
+    setting = interface_settings(site).get(key)
+    if setting is None:
+        return Verdict("WARN", unnamed, fix)
+    return Verdict("PASS", f"{key.split('.', 1)[1]}={setting.value} (from {setting.source})")
 
 
 @rule("nccl-hca-present", needs=("site", "nodes", "observed"))
