@@ -252,6 +252,13 @@ def stop_on_signal(signum: int = signal.SIGUSR1) -> None:
     signal.signal(signum, lambda *_: _stop.update(asked=True))
 
 
+def ignore_late_stop(signum: int = signal.SIGUSR1) -> None:
+    """Ignore `signum` from here on: the training is done and its checkpoint written, so a signal that
+    comes now (while Horovod shuts down, or after Python reset its handlers on exit) must not end the
+    rank with status 128+signum and fail a job that finished."""
+    signal.signal(signum, signal.SIG_IGN)
+
+
 def stop_asked() -> float:
     """1.0 once this rank got the stop signal, else 0.0: the vote each rank adds to the epoch's allreduce."""
     return 1.0 if _stop["asked"] else 0.0

@@ -153,9 +153,10 @@ def train_epochs(state, args, model, optimizer, x_tr, y_tr, x_te, y_te, device, 
     )
     if state.epoch >= args.epochs:
         log_rank0(f"nothing to do: {state.epoch} epochs already completed (--epochs {args.epochs})")
+        return
 
     epoch_stats = []  # (images, seconds) per epoch, over all ranks
-    val_loss, val_acc = evaluate(model, x_te, y_te, device) if state.epoch >= args.epochs else (None, None)
+    val_loss = val_acc = None
     while state.epoch < args.epochs:
         epoch = state.epoch
         steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
@@ -200,6 +201,7 @@ def train_epochs(state, args, model, optimizer, x_tr, y_tr, x_te, y_te, device, 
             return
         state.commit()
 
+    common.ignore_late_stop()
     if args.final_params_out:
         flat = torch.cat([p.detach().cpu().reshape(-1) for p in model.parameters()]).numpy()
         common.save_rank_params(args.final_params_out, hvd.rank(), flat)
