@@ -151,7 +151,8 @@ def main():
     progress = ProgressLogger(args.epochs, len(x_tr))  # every sample once per epoch, over all ranks
 
     def fit(state):
-        """Train from the epoch after state.epoch; in elastic mode again after every change of ranks."""
+        """Train from the epoch after state.epoch (in elastic mode again after every change of ranks);
+        False when every epoch was already done."""
         # 5. Each rank takes its own shard: steps per epoch = data / size / batch.
         steps = common.steps_per_epoch(len(x_tr), hvd.size(), args.batch_size)
         tf.keras.backend.set_value(opt.lr, common.warmup_lr(args.lr, hvd.size(), state.epoch, args.warmup_epochs))
@@ -181,7 +182,7 @@ def main():
         )
         if state.epoch >= args.epochs:
             log_rank0(f"nothing to do: {state.epoch} epochs already completed (--epochs {args.epochs})")
-            return
+            return False
         model.fit(
             train_batches(),
             steps_per_epoch=steps,
@@ -191,6 +192,7 @@ def main():
             callbacks=callbacks,
             verbose=0,
         )
+        return True
 
     def val_idx():
         return common.shard_indices(len(x_te), hvd.rank(), hvd.size(), shuffle=False)
@@ -206,7 +208,7 @@ def main():
         state.register_reset_callbacks(
             [lambda: log_rank0(f"ranks changed: now {hvd.size()}; going on after epoch {state.epoch}")]
         )
-        hvd.elastic.run(fit)(state)
+        trained = hvd.elastic.run(fit)(state)
     else:
         resume_epoch = int(hvd.broadcast(resume_epoch, root_rank=0, name="resume_epoch"))
         if resume_epoch:
@@ -216,7 +218,9 @@ def main():
         # which broadcasts only after the first batch, whose update already averaged gradients of
         # unsynchronised replicas (and would make a resumed run differ from an uninterrupted one).
         broadcast_variables(model.variables + opt.variables(), root_rank=0)
-        fit(common.Epoch(resume_epoch))
+        trained = fit(common.Epoch(resume_epoch))
+    if not trained:
+        return
 
     # Final metrics over the whole test set: each rank scores its shard, sums are allreduced.
     shard = val_idx()

@@ -406,7 +406,8 @@ def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, scri
     """2 ranks, 3 epochs on digits: loss falls, accuracy beats the bar, both ranks end with
     bit-identical parameters. Then the job is restarted as if it had been killed while writing the
     epoch-3 checkpoint (that checkpoint missing, a stray temp file left): it must resume at epoch 3
-    from the epoch-2 checkpoint and end with exactly the parameters of the uninterrupted run."""
+    from the epoch-2 checkpoint and end with exactly the parameters of the uninterrupted run. A run
+    started once more (a requeue after the last epoch) says there is nothing to do and trains nothing."""
     require_horovod("horovod.torch" if ext == "pt" else "horovod.tensorflow.keras")
     ckpt = tmp_path / "ckpt"
     straight = run_mpi(
@@ -426,6 +427,10 @@ def test_trainer_two_ranks_learns_identically_and_resumes_exactly(tmp_path, scri
     params = assert_identical_params(tmp_path / "resumed.npy")
     assert params.tobytes() == reference.tobytes(), "resumed run diverged from the uninterrupted run"
     assert common.latest_checkpoint(ckpt, ext)[0] == 3 and _leftovers(ckpt) == []
+
+    again = run_mpi(script, "--epochs", "3", "--checkpoint-dir", str(ckpt))  # a requeue after the last epoch
+    assert "nothing to do: 3 epochs already completed (--epochs 3)" in again, again
+    assert not FINAL_RE.search(again) and not EPOCH_RE.search(again), again
 
 
 @pytest.mark.full_setup
