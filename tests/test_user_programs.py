@@ -12,7 +12,9 @@ its data from a directory on the site's shared storage (a container bind of the 
 directory is the same path on every node (shared storage, as on a cluster's home or project file
 system): every rank reports it as its cwd, and rank 0's checkpoint lands there, seen from the
 launching node. Each program is copied into the working directory and started by a relative path,
-as a user starts their own script. Docker is left out: its runtime runs one container on one node
+as a user starts their own script. A torchvision model in the style of Horovod's synthetic benchmark
+runs on the CUDA recipe's stack (its SIF, and the host venv its install script made): on the CPU here,
+since the CPU stack cannot carry torchvision (below). Docker is left out: its runtime runs one container on one node
 and does not mount the working directory today (docs/running.md).
 """
 
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from hpcbundle_testbed import SshCluster
+from hpcbundle_testbed.gpu_plugin import HostInstall
 from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sif import SifBuild
 from hpcbundle_testbed.sites import sif_site, site_data, ssh_site, write_site
@@ -50,9 +53,9 @@ def cluster(cluster_tools: None) -> Iterator[SshCluster]:
         yield c
 
 
-def shell() -> dict[str, str]:
-    """The user's launching shell: the venv activated (its python3, and apptainer, on PATH)."""
-    return {"PATH": f"{Path(sys.prefix) / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": sys.prefix}
+def shell(venv: Path = Path(sys.prefix)) -> dict[str, str]:
+    """The user's launching shell: a venv activated (its python3, and apptainer, on PATH)."""
+    return {"PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
 
 
 def user_files(tmp_path: Path, program: str) -> tuple[Path, Path]:
@@ -109,11 +112,14 @@ def program_argv(data_dir: str) -> list[str]:
     return ["python3", "train.py", "--data", data_dir] if data_dir else ["python3", "train.py"]
 
 
-def launch_from(cluster: SshCluster, work: Path, site: Path, image: list[str], program: list[str]) -> str:
-    """`hpcbundle launch --exec` on node1 from the user's working directory; its output, exit 0 asserted."""
+def launch_from(
+    cluster: SshCluster, work: Path, site: Path, image: list[str], program: list[str], venv: Path = Path(sys.prefix)
+) -> str:
+    """`hpcbundle launch --exec` on node1 from the user's working directory, `venv` activated; its
+    output, exit 0 asserted."""
     argv = hpcbundle_argv("launch", "--site", str(site), *image, "--np", str(RANKS), "--hosts", HOSTS)
     try:
-        res = cluster.run("node1", [*argv, "--exec", "--", *program], timeout=600, env=shell(), cwd=work)
+        res = cluster.run("node1", [*argv, "--exec", "--", *program], timeout=600, env=shell(venv), cwd=work)
     except subprocess.TimeoutExpired:
         pytest.fail("the launch outlived its own bound and the test's 600 s")
     out = res.stdout + res.stderr
@@ -147,6 +153,25 @@ def test_users_program_runs_from_their_working_directory_in_the_sif_on_three_nod
     check(out, work, RANKS)
 
 
+def sbatch_from(
+    slurm: SlurmCluster, work: Path, tmp_path: Path, program: list[str], venv: Path = Path(sys.prefix)
+) -> str:
+    """`hpcbundle sbatch` of `program` (run by `venv`'s python3) for two SLURM nodes, made in the user's
+    working directory and submitted from there, `venv` activated; the job's output, exit 0 asserted."""
+    site = write_site(
+        tmp_path, site_data("slurm-user", launcher="srun", interfaces=[NetnsCluster.DATA_IFACE], ranks_per_node=1)
+    )
+    script = tmp_path / "job.sh"
+    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "-o", str(script))
+    python = str(venv / "bin" / "python3")
+    made = subprocess.run([*argv, "--", python, *program], capture_output=True, text=True, timeout=60, cwd=work)
+    assert made.returncode == 0, made.stderr
+    job = slurm.sbatch_wait(script.read_text(), timeout=600, sbatch_args=[f"--chdir={work}"], env=shell(venv))
+    out = job.output + job.error
+    assert job.returncode == 0, f"job exit {job.returncode}\n{out[-4000:]}"
+    return out
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_users_program_runs_from_their_working_directory_under_sbatch_on_two_slurm_nodes(
     netns_slurm: SlurmCluster, case: str, tmp_path: Path
@@ -155,21 +180,53 @@ def test_users_program_runs_from_their_working_directory_under_sbatch_on_two_slu
     here because the test cluster's submit helper sets its own), and srun starts every rank there."""
     program, check = CASES[case]
     work, data = user_files(tmp_path, program)
-    site = write_site(
-        tmp_path, site_data("slurm-user", launcher="srun", interfaces=[NetnsCluster.DATA_IFACE], ranks_per_node=1)
-    )
-    script = tmp_path / "job.sh"
-    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "-o", str(script))
-    python = str(Path(sys.prefix) / "bin" / "python3")
-    made = subprocess.run(
-        [*argv, "--", python, *program_argv(str(data) if "data" in case else "")[1:]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=work,
-    )
-    assert made.returncode == 0, made.stderr
-    job = netns_slurm.sbatch_wait(script.read_text(), timeout=600, sbatch_args=[f"--chdir={work}"], env=shell())
-    out = job.output + job.error
-    assert job.returncode == 0, f"job exit {job.returncode}\n{out[-4000:]}"
+    out = sbatch_from(netns_slurm, work, tmp_path, program_argv(str(data) if "data" in case else "")[1:])
     check(out, work, 2)
+
+
+# ------------------------------------------------------------------ a torchvision model, on the CUDA stack
+# The program users bring first (Horovod's own pytorch_synthetic_benchmark.py imports torchvision). The
+# CPU stack here cannot carry torchvision (PyPI's torchvision is the CUDA build and needs PyPI's torch;
+# torch's CPU index is out of reach), but the CUDA stack (torch 2.11.0+cu130, torchvision 0.26.0+cu130,
+# Horovod built with NCCL) runs on a node without a GPU, on the CPU: that is what runs here, across the
+# nodes, in the recipe's SIF and in the host venv its install script made.
+
+
+def assert_torchvision_trained(out: str, work: Path, ranks: int) -> None:
+    for rank in range(ranks):
+        line = rf"rank {rank}/{ranks}: resnet18 loss=[\d.]+ cwd={re.escape(str(work))}{LINE_END}"
+        assert re.search(line, out, re.M), out[-3000:]
+    assert re.search(rf"total images/sec: [\d.]+ on {ranks} ranks$", out, re.M), out[-3000:]
+
+
+@pytest.mark.gpu_build
+def test_torchvision_model_trains_on_three_nodes_in_the_cuda_recipes_host_venv(
+    cluster: SshCluster, gpu_host_install: HostInstall, tmp_path: Path
+) -> None:
+    """The venv the CUDA recipe's install script made, activated as the user would, no container."""
+    work, _ = user_files(tmp_path, "torchvision_benchmark.py")
+    site = ssh_site(tmp_path, cluster, "ssh-torchvision", export=["PATH", "VIRTUAL_ENV"])
+    out = launch_from(cluster, work, site, [], program_argv(""), venv=gpu_host_install.venv)
+    assert_torchvision_trained(out, work, RANKS)
+
+
+@pytest.mark.apptainer
+@pytest.mark.gpu_build
+def test_torchvision_model_trains_on_three_nodes_in_the_cuda_sif(
+    cluster: SshCluster, gpu_sif: SifBuild, tmp_path: Path
+) -> None:
+    """One `apptainer exec` of the CUDA recipe's SIF per rank (no --nv: no GPU here); doctor's program
+    probe, run by --exec before the launch, finds torchvision in the image."""
+    work, _ = user_files(tmp_path, "torchvision_benchmark.py")
+    site = sif_site(tmp_path, cluster, "sif-torchvision", export=["PATH"])
+    out = launch_from(cluster, work, site, ["--image", str(gpu_sif.path)], program_argv(""))
+    assert_torchvision_trained(out, work, RANKS)
+
+
+@pytest.mark.gpu_build
+def test_torchvision_model_trains_under_sbatch_on_two_slurm_nodes_in_the_cuda_recipes_host_venv(
+    netns_slurm: SlurmCluster, gpu_host_install: HostInstall, tmp_path: Path
+) -> None:
+    work, _ = user_files(tmp_path, "torchvision_benchmark.py")
+    out = sbatch_from(netns_slurm, work, tmp_path, program_argv("")[1:], venv=gpu_host_install.venv)
+    assert_torchvision_trained(out, work, 2)
