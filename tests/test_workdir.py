@@ -118,6 +118,16 @@ def test_sbatch_starts_the_job_in_the_working_directory_quoted_for_slurms_parser
     assert not any(word.startswith("--chdir") for word in directives(site, BatchJob(1)))
 
 
+def test_sbatch_refuses_a_working_directory_an_sbatch_line_cannot_quote(tmp_path):
+    out = tmp_path / "job.sh"
+    result = hpcbundle("sbatch", "--nodes", "1", "--workdir", '/home/a"b', "-o", str(out), "--", "python3", "t.py")
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr == (
+        "hpcbundle: error: --workdir: '/home/a\"b' has a double quote, which an #SBATCH line cannot carry "
+        "(use a directory without '\"')\n"
+    )
+
+
 # Absolute paths with the characters a shell or a mount spec would split or expand (never ':' or ','
 # where the runtime mounts it: workdir-path refuses those, so docker and pyxis get them without).
 SEGMENT = st.text(alphabet=st.sampled_from(list("abc XYZ019 '\"$`\\!*?;&|(){}[]<>~#=%-_.")), min_size=1, max_size=12)
