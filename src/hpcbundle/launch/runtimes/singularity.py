@@ -23,7 +23,10 @@ class Singularity(Runtime):
     """
 
     name = "singularity"
-    summary = "one container per rank: the launcher starts it on every node, MPI wires the ranks from outside"
+    summary = (
+        "one container per rank: the launcher starts it on every node and wires the ranks from outside "
+        "(MPI, or Gloo under horovodrun)"
+    )
 
     def parts(self, site: Site, image: str | None, workdir: WorkDir | None, out: Parts) -> None:
         self.start(site, out, "exec")
