@@ -41,6 +41,8 @@ VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 """The project venv's Python: Horovod, torch and mpi4py there after `make setup`."""
 SHIPPED = sorted(p.stem for p in SITES.glob("*.yaml"))
 """The shipped sites' names."""
+WORKDIR = "/home/user/project"
+"""The working directory golden launch lines and batch scripts start every rank in (--workdir)."""
 SHIPPED_RECIPES = sorted(path.stem for path in RECIPES.glob("*.yaml"))
 """The shipped recipes' names."""
 TEST_RECIPES = Path(__file__).resolve().parent / "data" / "recipes"

@@ -15,7 +15,7 @@ import yaml
 
 from hpcbundle_testbed import parse_allreduce
 
-from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, assert_golden, hpcbundle, need_mpirun
+from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, WORKDIR, assert_golden, hpcbundle, need_mpirun
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
@@ -49,7 +49,7 @@ def test_every_shipped_site_has_a_golden_job():
 
 @pytest.mark.parametrize("site", SHIPPED)
 def test_sbatch_script_matches_its_golden_file_and_passes_shellcheck(site, tmp_path):
-    result = hpcbundle("sbatch", "--site", site, *SITE_JOBS[site])
+    result = hpcbundle("sbatch", "--site", site, "--workdir", WORKDIR, *SITE_JOBS[site])
     assert result.returncode == 0, result.stderr
     assert_golden(GOLDEN / "sbatch" / f"{site}.sh", result.stdout)
     script = tmp_path / "job.sh"

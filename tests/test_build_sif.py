@@ -1,6 +1,6 @@
 """`make build-sif` picks the way to build that works on the host (scripts/sif-build-flags.sh): root builds
 as itself, a user with /etc/subuid and /etc/subgid entries with --fakeroot, anyone else gets one line
-saying what to pass. And the README's cluster workflow runs its `make build-sif` line as printed."""
+saying what to pass. And the README's cluster workflow runs its `make build-sif` lines as printed."""
 
 from __future__ import annotations
 
@@ -58,22 +58,31 @@ def test_make_build_sif_passes_the_chosen_flags_unless_sif_flags_is_given():
     assert '"$builder" build $flags "$partial" build/cpu-local.def' in dry_run("SIF_FLAGS=--fakeroot")
 
 
-def readme_workflow_build_line() -> str:
-    """The `make build-sif` line of the README's "## The cluster workflow" block, without its comment."""
+def readme_workflow_lines(prefix: str) -> list[str]:
+    """The lines starting with `prefix` in the ```bash blocks of the README's "## The cluster workflow"
+    section (the workflow and "### Your own packages"), without their comments."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n```bash\n", readme.index("## The cluster workflow"))
-    block = readme[start : readme.index("\n```\n", start + 1)]
-    (line,) = [line for line in block.splitlines() if line.startswith("make build-sif ")]
-    return line.split("#")[0].strip()
+    start = readme.index("## The cluster workflow")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    blocks = [block.split("\n```", 1)[0] for block in section.split("```bash\n")[1:]]
+    lines = [line for block in blocks for line in block.splitlines() if line.startswith(prefix)]
+    return [line.split("#")[0].strip() for line in lines]
+
+
+def test_the_readme_workflow_builds_a_shipped_recipe_and_the_users_own():
+    assert readme_workflow_lines("make build-sif ") == [
+        "make build-sif RECIPE=cuda11.8-tf2.14-torch2.1",
+        "make build-sif RECIPE=tests/data/recipes/cpu-packages.yaml",
+    ]
 
 
 @pytest.mark.apptainer
-def test_readme_workflow_build_sif_line_starts_apptainers_build_with_the_hosts_flags(apptainer: str):
-    """The workflow's line as printed, from the repository root, until Apptainer starts building: no
+@pytest.mark.parametrize("line", readme_workflow_lines("make build-sif "))
+def test_readme_workflow_build_sif_line_starts_apptainers_build_with_the_hosts_flags(apptainer: str, line: str):
+    """The workflow's lines as printed, from the repository root, until Apptainer starts building: no
     `could not use fakeroot`, and the flags scripts/sif-build-flags.sh picks for this host. (The whole CUDA
     image needs its registry and an hour; tests/test_sif.py builds a whole SIF the same way, from a local base.)"""
-    line = readme_workflow_build_line()
-    assert re.fullmatch(r"make build-sif RECIPE=[\w.-]+", line), line
+    assert re.fullmatch(r"make build-sif RECIPE=[\w./-]+", line), line
     env = dict(os.environ, PATH=f"{Path(apptainer).parent}:{os.environ['PATH']}")  # the set-up's, as make finds it
     expected = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30).stdout.strip()
     build = subprocess.Popen(

@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,9 +65,14 @@ def launch(site: Path, image: Path, np_: int, hosts: str, *program: str) -> list
     )
 
 
+RUN_DIR = Path(tempfile.gettempdir())
+"""Where the launches run from: ch-run binds the working directory (-b DIR), and a read-only directory image
+has the mount point only for directories it holds, such as /tmp, which ch-run shares with the host anyway."""
+
+
 def run_on_node1(cluster: NetnsCluster, argv: list[str], timeout: float) -> tuple[int, str]:
     try:
-        res = cluster.run("node1", argv, timeout=timeout, env=RUN_ENV)
+        res = cluster.run("node1", argv, timeout=timeout, env=RUN_ENV, cwd=RUN_DIR)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the launch outlived its own bound and the test's {timeout:.0f} s")
     return res.returncode, res.stdout + res.stderr

@@ -24,6 +24,7 @@ from .helpers import (
     ROOT,
     SHIPPED,
     SITES,
+    WORKDIR,
     assert_golden,
     hpcbundle,
     make_site,
@@ -228,7 +229,7 @@ def test_every_shipped_site_has_a_golden_invocation():
 def test_golden_launch_command_and_explanation(site, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # an elastic site writes its discovery script here
     args, env = SITE_INVOCATIONS[site]
-    result = launch("--site", site, "--explain", *args, env=env)
+    result = launch("--site", site, "--explain", "--workdir", WORKDIR, *args, env=env)
     assert result.exit_code == 0, result.output
     assert_golden(GOLDEN / "launch" / f"{site}.txt", result.stdout)
 

@@ -154,7 +154,7 @@ def judge(nodes: dict, required=("torch", "torchvision"), optional=(), problem="
     runtime = "singularity" if image else "none"
     data = {**copy.deepcopy(SITE), "container": {"runtime": runtime}}
     found = {"program": "train.py", "required": list(required), "optional": list(optional), "problem": problem}
-    here = nodes["node1"]
+    here = next(iter(nodes.values()))  # the launching node: the first
     probe = {"argv0": "python3", "reference": "this node", "launching": here, "nodes": nodes, "imports": found}
     facts = Facts(site=Site.model_validate(data), observed=True, program=probe, image_path=image)
     return next(r.line() for r in evaluate(facts, knowledge_base()) if r.rule == "program-imports")
@@ -194,3 +194,12 @@ def test_every_import_found_passes_and_other_interpreters_are_left_to_program_en
     assert judge({"node1": rank("node1", []), "node2": rank("node2", []), "node3": other}) == (
         "PASS  program-imports      train.py's imports (torch, torchvision) resolve on node1, node2"
     )
+
+
+def test_the_readme_shows_the_missing_module_row_as_doctor_prints_it():
+    """The README's "### Your own packages" row: `timm` missing from the image on f1 and f2."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Your own packages") : readme.index("### What every node must have")]
+    (shown,) = [line for line in section.splitlines() if line.startswith("FAIL  program-imports")]
+    in_image = {h: rank(h, ["timm"], "/opt/venv/bin/python3") for h in ("f1", "f2")}
+    assert shown == judge(in_image, required=("timm", "torch"), image="horovod.sif")

@@ -17,6 +17,7 @@ from hpcbundle.config.limits import MAX_CORES, MAX_NODES, MAX_RANKS
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, launch_request
+from hpcbundle.launch.workdir import WorkDir
 from hpcbundle.rules import engine
 from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, registered
 from hpcbundle.rules.facts import check_declared
@@ -200,7 +201,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 
 def test_every_request_rule_has_a_bad_case():
-    covered = {case[0] for case in CASES} | {"knob-site"}
+    covered = {case[0] for case in CASES} | {"knob-site", "workdir-path"}  # workdir-path: test_workdir.py
     assert covered == {r.name for r in registered() if "request" in r.needs}
     assert all(r.on_load for r in registered() if "request" in r.needs)
 
@@ -223,7 +224,7 @@ def test_without_the_request_rules_every_bad_request_builds_a_line(tmp_path, mon
 def test_a_request_that_fits_passes_every_request_rule_and_one_not_given_skips_them():
     site = load_site("ib-v100", SITES)
     shell = {"PATH": "", "LD_LIBRARY_PATH": ""}
-    request = launch_request(RankLayout(4, (("f1", 2), ("f2", 2))), PROGRAM, "h.sif", shell)
+    request = launch_request(RankLayout(4, (("f1", 2), ("f2", 2))), PROGRAM, "h.sif", shell, workdir=WorkDir("/home/u"))
     request = dataclasses.replace(request, knobs=("algorithm",))
     judged = engine.evaluate(Facts(site=site, request=request), knowledge_base())
     results = [r for r in judged if r.rule in _request_rules()]

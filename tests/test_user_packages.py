@@ -4,6 +4,7 @@ without running anything, refused in one line naming the recipe and the key wher
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,15 @@ def test_numpy_and_the_stacks_own_stay_held_at_their_built_version_when_pinned_t
     out = tmp_path / "install.sh"
     assert hpcbundle("render", str(path), "--format", "shell", "-o", str(out)).returncode == 0
     assert "list --format=freeze | grep -viE '^(tqdm)==' >> " in out.read_text()
+
+
+def test_the_readmes_own_recipe_check_runs_as_written():
+    """The README's "### Your own packages" check line, run by bash from the repository root."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Your own packages") : readme.index("### What every node must have")]
+    (line,) = [line for line in section.splitlines() if line.startswith("hpcbundle ")]
+    assert line.split("#")[0].strip() == "hpcbundle check tests/data/recipes/cpu-packages.yaml"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    done = subprocess.run(["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("recipe cpu-packages: OK (24 rules)\n") and "PASS  user-packages" in done.stdout

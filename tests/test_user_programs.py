@@ -3,6 +3,9 @@ run for real by the generated lines from the user's working directory, not the r
 
 - `hpcbundle launch --exec` across the 3-node ssh cluster, with no container and with the cpu-local
   SIF (`apptainer exec`, one container per rank);
+- `hpcbundle launch --exec` with the cpu-local Docker image (`docker run` from the image `make test` builds,
+  on the private engine): Docker's runtime is one container per node holding the launcher and all its
+  ranks, so 2 ranks on one node, in the working directory the line mounts (`-v DIR:DIR`) and starts in (`-w DIR`);
 - `hpcbundle sbatch` submitted to the real SLURM on two namespace nodes (`srun --mpi=pmix`).
 
 The programs: a keras.applications benchmark (MobileNetV2, DistributedGradientTape, variables
@@ -14,8 +17,7 @@ system): every rank reports it as its cwd, and rank 0's checkpoint lands there, 
 launching node. Each program is copied into the working directory and started by a relative path,
 as a user starts their own script. A torchvision model in the style of Horovod's synthetic benchmark
 runs on the CUDA recipe's stack (its SIF, and the host venv its install script made): on the CPU here,
-since the CPU stack cannot carry torchvision (below). Docker is left out: its runtime runs one container on one node
-and does not mount the working directory today (docs/running.md).
+since the CPU stack cannot carry torchvision (below).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pathlib import Path
 import pytest
 
 from hpcbundle_testbed import SshCluster
+from hpcbundle_testbed.docker_engine.engine import DockerEngine
+from hpcbundle_testbed.docker_plugin import RUNTIME_TAG, Built
 from hpcbundle_testbed.gpu_plugin import HostInstall
 from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sif import SifBuild
@@ -43,7 +47,7 @@ pytestmark = pytest.mark.cluster
 
 PROGRAMS = Path(__file__).resolve().parent / "data" / "user_programs"
 DATASET_IN_SIF = "/datasets"
-"""Where the SIF site binds the shared data directory (container.binds SRC:DST)."""
+"""Where the SIF and Docker sites bind the shared data directory (container.binds SRC:DST)."""
 HOSTS, RANKS = "node1:1,node2:1,node3:1", 3
 
 
@@ -151,6 +155,33 @@ def test_users_program_runs_from_their_working_directory_in_the_sif_on_three_nod
     image = ["--image", str(cpu_local_sif.path)]
     out = launch_from(cluster, work, site, image, program_argv(DATASET_IN_SIF if "data" in case else ""))
     check(out, work, RANKS)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("case", CASES)
+def test_users_program_runs_from_their_working_directory_in_docker_with_two_ranks(
+    docker_engine: DockerEngine, cpu_local: Built, case: str, tmp_path: Path
+) -> None:
+    """The generated `docker run` line, started from the user's working directory: it mounts the directory
+    at its own path and starts the launcher there, so every rank's cwd is the user's and rank 0's checkpoint
+    lands in it on the host; the data comes in by the site's bind."""
+    program, check = CASES[case]
+    work, data = user_files(tmp_path, program)
+    site_yaml = site_data("docker-user")
+    site_yaml["mca"]["btl"] = "self,vader,tcp"  # both ranks in one container: shared memory between them
+    # Docker's default seccomp profile refuses vader's single copy (CMA: `Read -1, expected N, errno = 1`).
+    site_yaml["mca"]["btl_vader_single_copy_mechanism"] = "none"
+    site_yaml["container"] = {"runtime": "docker", "binds": [f"{data}:{DATASET_IN_SIF}"]}
+    site = write_site(tmp_path, site_yaml)
+    argv = hpcbundle_argv("launch", "--site", str(site), "--image", RUNTIME_TAG, "--np", "2", "--exec", "--")
+    program_words = program_argv(DATASET_IN_SIF if "data" in case else "")
+    env = {**os.environ, **shell(), **docker_engine.env()}
+    res = subprocess.run([*argv, *program_words], capture_output=True, text=True, timeout=600, cwd=work, env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "killed after" not in out, out[-4000:]
+    line = launched_command(res.stderr)
+    assert line.startswith("docker run ") and f" -v {work}:{work} -w {work} " in line, line
+    check(out, work, 2)
 
 
 def sbatch_from(

@@ -26,6 +26,7 @@ from ..diagnose.watchdog import (
 from ..launch import Command, RankLayout, build_command, launch_request, load_site
 from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
+from ..launch.workdir import WorkDir
 from . import main, pass_bundle
 from .options import (
     NODES,
@@ -40,6 +41,8 @@ from .options import (
     seconds,
     site_for,
     site_option,
+    workdir_from,
+    workdir_option,
 )
 from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
 from .preflight import declared_first, doctor_first, fast_doctor, planned_ranks
@@ -74,6 +77,7 @@ def sites_command(bundle) -> None:
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
+@workdir_option
 @no_doctor_option
 @gate_option
 @program_argument
@@ -90,6 +94,7 @@ def launch_command(
     explain: bool,
     execute: bool,
     timeout: int | None,
+    workdir: str | None,
     no_doctor: bool,
     gate: bool,
     program: tuple[str, ...],
@@ -112,7 +117,8 @@ def launch_command(
     if model.faults.elastic is not None:
         layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else BATCH_SCRIPT)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
-    command = build_command(model, layout, program, image, os.environ if execute else None)
+    start_in = workdir_from(workdir)
+    command = build_command(model, layout, program, image, os.environ if execute else None, start_in)
     warned = declared_first(
         model,
         launch_request(layout, program, image),
@@ -125,7 +131,7 @@ def launch_command(
         click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
     if not execute:
         if gate:
-            gate_first(ctx, model, layout, image, program)
+            gate_first(ctx, model, layout, image, program, start_in)
         click.echo(command.display())
         for line in command.explain() if explain else ():
             click.echo(line)
@@ -135,7 +141,7 @@ def launch_command(
     if not no_doctor:
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
     if gate:
-        gate_first(ctx, model, layout, image, program)
+        gate_first(ctx, model, layout, image, program, start_in)
     execute_job(ctx, model, image, layout, command, program, timeout)
 
 
@@ -193,11 +199,13 @@ def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateS
 
 
 def gate_first(
-    ctx: click.Context, model: Site, layout: RankLayout, image: str | None, program: tuple[str, ...]
+    ctx: click.Context, model: Site, layout: RankLayout, image: str | None, program: tuple[str, ...], workdir: WorkDir
 ) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
-    outcome = run_gate(model, lambda words: build_command(model, layout, words, image).argv, image, program)
+    outcome = run_gate(
+        model, lambda words: build_command(model, layout, words, image, workdir=workdir).argv, image, program
+    )
     click.echo(outcome.line, err=True)
     if outcome.status:
         ctx.exit(outcome.status)
@@ -220,6 +228,7 @@ def gate_first(
     help=f"Write the script here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
+@workdir_option
 @no_doctor_option
 @gate_option
 @program_argument
@@ -235,6 +244,7 @@ def sbatch_command(
     time_: str | None,
     output: Path | None,
     submit: bool,
+    workdir: str | None,
     no_doctor: bool,
     gate: bool,
     program: tuple[str, ...],
@@ -255,7 +265,7 @@ def sbatch_command(
     )
     text = sbatch_script(
         model,
-        BatchJob(nodes, tasks_per_node, time_),
+        BatchJob(nodes, tasks_per_node, time_, workdir=workdir_from(workdir)),
         program,
         image,
         script_environment(bundle.get().scripts_dir),

@@ -15,6 +15,7 @@ from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECO
 from ..config.loading import read_text
 from ..config.sites import Site
 from ..launch import RankLayout, load_site, parse_hostfile, parse_hosts
+from ..launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 
 
 class Count(click.IntRange):
@@ -69,6 +70,25 @@ gate_option = click.option(
     help="First run a short allreduce through the same launch line (the launch gate) and stop, exit 2, when "
     "its transport is not the site's network.fabric or its busbw is below gate.threshold x network.link_gbps.",
 )
+
+workdir_option = click.option(
+    "--workdir",
+    metavar="DIR",
+    help="The directory every rank starts in, mounted at the same path in the container (absolute; "
+    "default: this shell's working directory). For a line written here to run from another directory.",
+)
+
+
+def workdir_from(flag: str | None) -> WorkDir:
+    """The user's working directory, read at the edge: --workdir, else this shell's (the rules judge its form)."""
+    if flag is not None:
+        return WorkDir(flag, FLAG_SOURCE)
+    try:
+        return WorkDir(os.getcwd(), SHELL_SOURCE)
+    except FileNotFoundError:
+        raise UserError.at(
+            "", "--workdir", "this shell's working directory was removed", "cd to one that exists"
+        ) from None
 
 
 def site_for(bundle, ref: str) -> Site:

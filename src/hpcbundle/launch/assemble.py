@@ -20,6 +20,7 @@ from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
 from .placement import gpu_numa_placement
+from .workdir import WorkDir
 
 _WRAPPER_WHY = {
     "host": "per-rank wrapper: each rank's program runs under it",
@@ -45,9 +46,11 @@ def launch_request(
     image: str | None = None,
     environment: Mapping[str, str] | None = None,
     time: str | None = None,
+    workdir: WorkDir | None = None,
 ) -> LaunchRequest:
     """The facts the rules judge a launch by: `layout`'s ranks and hosts, the image, the program, the names
-    set in the launching shell (`environment`, None when the line may run elsewhere), a batch job's --time."""
+    set in the launching shell (`environment`, None when the line may run elsewhere), a batch job's --time,
+    the user's working directory."""
     return LaunchRequest(
         np=layout.np,
         hosts=layout.hosts,
@@ -60,6 +63,7 @@ def launch_request(
         time=time,
         ranks_per_host=layout.ranks_per_host(),
         nodes=layout.nodes,
+        workdir=workdir.path if workdir else None,
     )
 
 
@@ -105,9 +109,12 @@ def build_command(
     program: Sequence[str],
     image: str | None = None,
     environment: Mapping[str, str] | None = None,
+    workdir: WorkDir | None = None,
 ) -> Command:
     """The launch command for `program` on `site`, every token explained. With `environment`
-    (the launching shell's, read by the caller), every variable the site exports must be set there.
+    (the launching shell's, read by the caller), every variable the site exports must be set there;
+    with `workdir` (read by the caller too), every rank starts in that directory, mounted where the runtime
+    would not see it.
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
@@ -119,7 +126,7 @@ def build_command(
     >>> command.argv[-6:]
     ['singularity', 'exec', '--nv', 'h.sif', 'python', 't.py']
     """
-    launcher, runtime = _parts_for(site, launch_request(layout, program, image, environment))
+    launcher, runtime = _parts_for(site, launch_request(layout, program, image, environment, workdir=workdir))
     layout = cpu_sized(site, launcher, layout)
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)
@@ -129,7 +136,7 @@ def build_command(
     if site.launcher.args:
         main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
     _env_in_front(launcher, env)
-    container = _container(site, runtime, image, env)
+    container = _container(site, runtime, image, env, workdir)
     in_container = bool(image) and runtime.wraps_launcher
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     wrappers = _wrappers(site, place)
@@ -198,11 +205,11 @@ def _env_in_front(launcher: Launcher, env: Parts) -> None:
         )
 
 
-def _container(site: Site, runtime: Runtime, image: str | None, env: Parts) -> Parts:
+def _container(site: Site, runtime: Runtime, image: str | None, env: Parts, workdir: WorkDir | None) -> Parts:
     """The words that start the container (none without an image: the program runs on the host)."""
     container = Parts(site, "runtime")
     if image or not runtime.needs_image:
-        runtime.parts(site, image, container)
+        runtime.parts(site, image, workdir, container)
         runtime.environment(site, [part.tokens[0].split("=", 1)[0] for part in env.items[1:]], container)
     else:
         container.add(

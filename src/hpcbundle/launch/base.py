@@ -23,6 +23,7 @@ from ..registry import Registry
 from . import reasons
 from .command import Parts
 from .layout import RankLayout
+from .workdir import WorkDir, bind_covering
 
 
 def _take_known(cls: type, known: Any) -> None:
@@ -119,8 +120,9 @@ class Runtime:
         super().__init_subclass__(**kwargs)
         _take_known(cls, RUNTIMES_KNOWN[cls.name])
 
-    def parts(self, site: Site, image: str | None, out: Parts) -> None:
-        """The words before the program: command, options, image (None only for runtime none)."""
+    def parts(self, site: Site, image: str | None, workdir: WorkDir | None, out: Parts) -> None:
+        """The words before the program: command, options, image (None only for runtime none); with
+        `workdir`, the words that start the program in the user's working directory."""
         raise NotImplementedError
 
     def environment(self, site: Site, names: list[str], out: Parts) -> None:
@@ -135,6 +137,16 @@ class Runtime:
         for index, bind in enumerate(site.container.binds):
             value = bind if ":" in bind or not both_sides else f"{bind}:{bind}"
             out.site(f"container.binds[{index}]", [flag, value], "host directory visible inside the container")
+
+    def add_workdir_bind(self, site: Site, workdir: WorkDir, out: Parts, flag: str, both_sides: bool = True) -> None:
+        """`flag DIR:DIR` (or `flag DIR`) for the working directory, unless a site bind holds it already."""
+        covering = bind_covering(site, workdir.path)
+        if covering is not None:
+            why = f"{self.name} mounts nothing more: container.binds[{covering}] holds it already"
+            out.add([], workdir.source, why)
+            return
+        value = f"{workdir.path}:{workdir.path}" if both_sides else workdir.path
+        out.add([flag, value], workdir.source, "the user's working directory, at the same path inside")
 
     def add_args(self, site: Site, out: Parts) -> None:
         if site.container.args:

@@ -21,6 +21,7 @@ from ..rules.loading import refuse_request
 from ..templating import strict_environment
 from . import RankLayout, build_command, elastic, launch_request
 from .assemble import cpus_source
+from .workdir import WorkDir
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -30,7 +31,8 @@ class BatchJob:
     """What the sbatch flags ask for; `tasks_per_node` None means the site's node.slots.
 
     `job_name` replaces the site's slurm.job_name, `output` is the job's output file (SLURM's
-    default, slurm-%j.out in the submit directory, when None), `dependency` e.g. "singleton".
+    default, slurm-%j.out in the submit directory, when None), `dependency` e.g. "singleton", `workdir`
+    the directory the job and every rank start in (--chdir; SLURM's default, the submit directory, when None).
     """
 
     nodes: int
@@ -39,6 +41,7 @@ class BatchJob:
     job_name: str | None = None
     output: str | None = None
     dependency: str | None = None
+    workdir: WorkDir | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     node.threads_per_core) over the ranks per node: without it a job confined by cgroups gives each rank
     one CPU (SLURM's default) and its data loading starves. --mem is slurm.mem, else 0 (all of each node's
     memory) with --exclusive in slurm.options, where SLURM would otherwise hand out DefMemPerCPU.
+    --chdir is the user's working directory (in double quotes where it has spaces: SLURM's #SBATCH parser
+    keeps a quoted word whole).
     """
     slurm = site.slurm
     time = job.time or slurm.time
@@ -79,6 +84,10 @@ def directives(site: Site, job: BatchJob) -> list[str]:
             "", "--time", f"{clip(time)} is not a SLURM time of at most a year", "e.g. 30, 02:00:00 or 1-00:00:00"
         )
     lead = site.faults.signal_before_end
+    chdir = job.workdir.path if job.workdir else None
+    if chdir and '"' in chdir:
+        problem = f"{clip(chdir)} has a double quote, which an #SBATCH line cannot carry"
+        raise UserError.at("", "--workdir", problem, "use a directory without '\"'")
     per_node = job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
@@ -94,6 +103,7 @@ def directives(site: Site, job: BatchJob) -> list[str]:
         "constraint": slurm.constraint,
         "output": job.output,
         "dependency": job.dependency,
+        "chdir": f'"{chdir}"' if chdir and re.search(r"\s", chdir) else chdir,
         "signal": f"B:USR1@{lead}" if lead is not None else None,
     }
     requeue = ["--requeue", "--open-mode=append"] if site.faults.requeue else []
@@ -147,9 +157,9 @@ def sbatch_script(
     if site.faults.elastic:
         layout = replace(layout, discovery_script=elastic.BATCH_SCRIPT)
         discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
-    refuse_request(site, launch_request(layout, program, image, time=job.time))  # the job's --time too
-    command = build_command(site, layout, program, image)
-    gate_segments = build_command(site, layout, gate.program, image).segments() if gate else None
+    refuse_request(site, launch_request(layout, program, image, time=job.time, workdir=job.workdir))
+    command = build_command(site, layout, program, image, workdir=job.workdir)
+    gate_segments = build_command(site, layout, gate.program, image, workdir=job.workdir).segments() if gate else None
     return env.get_template(TEMPLATE).render(
         site=site,
         directives=directives(site, job),

@@ -101,6 +101,7 @@ class LaunchRequest:
     knobs       the knobs a tune run is to sweep (tune --knobs)
     ranks_per_host  the ranks each named host gets, --hosts (repeats added up) or --hostfile, filled by slot
     nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
+    workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
     4
@@ -118,6 +119,7 @@ class LaunchRequest:
     knobs: tuple[str, ...] = ()
     ranks_per_host: tuple[tuple[str, int], ...] = ()
     nodes: int | None = None
+    workdir: str | None = None
 
     @property
     def slots(self) -> int | None:

@@ -142,6 +142,31 @@ def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("--image", problem, "drop --image or pick a site with a container runtime")]
 
 
+_MOUNT_SEPARATORS = {"docker": ":", "podman": ":", "charliecloud": ":", "pyxis": ":,"}
+"""The characters that split a mount spec, for the runtimes that mount the working directory
+(docker -v SRC:DST, ch-run -b SRC:DST, pyxis --container-mounts=SRC:DST,SRC:DST)."""
+
+
+@rule("workdir-path", needs=REQUEST, on_load=True)
+def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The working directory every rank starts in is an absolute path without control characters, and
+    without the characters that split the site runtime's mount spec (':' for docker, podman and ch-run,
+    also ',' for pyxis), which would mount another directory."""
+    workdir, runtime = facts.request.workdir, facts.site.container.runtime
+    if workdir is None:
+        return [_skip("working directory")]
+    shown = repr(workdir[:80])
+    if not workdir.startswith("/"):
+        return [request_refusal("--workdir", f"{shown} is not an absolute path", "give it from /, e.g. $PWD/run")]
+    if any(ord(char) < 32 or ord(char) == 127 for char in workdir):
+        return [request_refusal("--workdir", f"{shown} has a control character", "use a plain directory name")]
+    split = [char for char in _MOUNT_SEPARATORS.get(runtime, "") if char in workdir]
+    if not split:
+        return []
+    problem = f"{shown} has {split[0]!r}, which splits {runtime}'s mount of the working directory"
+    return [request_refusal("--workdir", problem, f"run from (or give --workdir) a directory without {split[0]!r}")]
+
+
 @rule("hosts-launcher", needs=REQUEST, on_load=True)
 def hosts_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """--hosts and --hostfile go to a launcher that takes hosts; srun places the ranks on the nodes SLURM allocated."""

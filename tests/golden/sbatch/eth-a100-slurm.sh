@@ -10,6 +10,7 @@
 #SBATCH --partition=gpu
 #SBATCH --account=ml
 #SBATCH --gres=gpu:4
+#SBATCH --chdir=/home/user/project
 #SBATCH --signal=B:USR1@600
 #SBATCH --requeue
 #SBATCH --open-mode=append

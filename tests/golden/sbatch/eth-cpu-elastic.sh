@@ -7,6 +7,7 @@
 #SBATCH --cpus-per-task=48
 #SBATCH --time=12:00:00
 #SBATCH --partition=cpu
+#SBATCH --chdir=/home/user/project
 #SBATCH --no-kill
 set -euo pipefail
 

@@ -8,6 +8,7 @@
 #SBATCH --time=02:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:2
+#SBATCH --chdir=/home/user/project
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

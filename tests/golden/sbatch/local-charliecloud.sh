@@ -7,11 +7,12 @@
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
+#SBATCH --chdir=/home/user/project
 set -euo pipefail
 
 # 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1 \
-    ch-run --set-env /var/tmp/cpu-local -- \
+    ch-run -b /home/user/project --cd=/home/user/project --set-env /var/tmp/cpu-local -- \
     python3 /examples/pytorch_train.py

@@ -7,6 +7,7 @@
 #SBATCH --cpus-per-task=1
 #SBATCH --time=00:10:00
 #SBATCH --partition=debug
+#SBATCH --chdir=/home/user/project
 set -euo pipefail
 
 # 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are

@@ -8,6 +8,7 @@
 #SBATCH --time=08:00:00
 #SBATCH --partition=h100
 #SBATCH --gres=gpu:8
+#SBATCH --chdir=/home/user/project
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

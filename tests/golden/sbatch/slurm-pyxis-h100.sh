@@ -9,6 +9,7 @@
 #SBATCH --time=04:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:8
+#SBATCH --chdir=/home/user/project
 #SBATCH --exclusive
 set -euo pipefail
 
@@ -17,5 +18,5 @@ set -euo pipefail
 # shellcheck disable=SC2016
 env PMIX_MCA_gds=hash OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=14 OMPI_MCA_btl_tcp_if_include=ib0 NCCL_SOCKET_IFNAME=ib0 NCCL_NET=IB \
     srun --mpi=pmix -n 16 --kill-on-bad-exit=1 -c 14 --ntasks-per-node=8 \
-    '--container-image=registry.example.org#team/horovod:cuda13' --container-mounts=/scratch:/scratch --no-container-mount-home --container-env=PMIX_MCA_gds,OMPI_MCA_pml,OMPI_MCA_btl,OMPI_MCA_btl_vader_single_copy_mechanism,OMP_NUM_THREADS,OMPI_MCA_btl_tcp_if_include,NCCL_SOCKET_IFNAME,NCCL_NET \
+    '--container-image=registry.example.org#team/horovod:cuda13' --container-mounts=/scratch:/scratch,/home/user/project:/home/user/project --container-workdir=/home/user/project --no-container-mount-home --container-env=PMIX_MCA_gds,OMPI_MCA_pml,OMPI_MCA_btl,OMPI_MCA_btl_vader_single_copy_mechanism,OMP_NUM_THREADS,OMPI_MCA_btl_tcp_if_include,NCCL_SOCKET_IFNAME,NCCL_NET \
     python train.py

@@ -7,6 +7,7 @@
 #SBATCH --cpus-per-task=272
 #SBATCH --time=02:00:00
 #SBATCH --partition=flat-quadrant
+#SBATCH --chdir=/home/user/project
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

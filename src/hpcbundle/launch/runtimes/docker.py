@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
+from ..workdir import WorkDir
 
 
 @RUNTIMES.register
@@ -16,12 +17,13 @@ class Docker(Runtime):
     A container is a child of the daemon, not of the launcher, so a per-rank container could not
     be wired by a host MPI, nor inherit host-side affinity: everything runs inside. Variables
     the site exports are passed in with -e; those it sets are set inside, in front of the launcher.
+    The user's working directory is mounted at its own path (-v DIR:DIR) and the container starts there (-w DIR).
     """
 
     name = "docker"
     summary = "one container on this node holds the launcher and all its ranks"
 
-    def parts(self, site: Site, image: str | None, out: Parts) -> None:
+    def parts(self, site: Site, image: str | None, workdir: WorkDir | None, out: Parts) -> None:
         self.start(site, out, "run", "--rm")
         out.add(
             ["--init"],
@@ -36,6 +38,10 @@ class Docker(Runtime):
         if site.container.gpu:
             out.site("container.gpu", ["--gpus=all"], "expose the host's GPUs and driver")
         self.add_binds(site, out, "-v", both_sides=True)
+        if workdir is not None:
+            self.add_workdir_bind(site, workdir, out, "-v")
+            why = "the launcher and every rank start in the user's working directory, not the image's WORKDIR"
+            out.add(["-w", workdir.path], workdir.source, why)
         for index, name in enumerate(site.export):
             out.site(f"export[{index}]", ["-e", name], "the container does not inherit the host environment")
         self.add_args(site, out)

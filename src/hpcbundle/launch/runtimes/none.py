@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
+from ..workdir import WorkDir
 
 
 @RUNTIMES.register
@@ -14,5 +15,5 @@ class NoRuntime(Runtime):
     name = "none"
     summary = "no container: the program runs with the host's own Python and libraries"
 
-    def parts(self, site: Site, image: str | None, out: Parts) -> None:
+    def parts(self, site: Site, image: str | None, workdir: WorkDir | None, out: Parts) -> None:
         out.site("container.runtime", [], self.summary)

@@ -1,0 +1,46 @@
+"""The user's working directory, where every rank starts: read at the edge (the launching shell's, or
+--workdir), carried into the runtime's words so relative data and checkpoint paths mean the same inside.
+
+A runtime that starts the program elsewhere (pyxis: `/` of a read-only image; docker: the image's WORKDIR;
+ch-run: `/` when the directory is not in the image) mounts it at the same path and starts the program there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ..config.sites import Site
+
+FLAG_SOURCE = "flag --workdir"
+SHELL_SOURCE = "the launching shell's working directory"
+
+
+@dataclass(frozen=True)
+class WorkDir:
+    """An absolute directory and where it came from (FLAG_SOURCE or SHELL_SOURCE), for --explain.
+
+    >>> WorkDir("/home/user/project", FLAG_SOURCE).path
+    '/home/user/project'
+    """
+
+    path: str
+    source: str = SHELL_SOURCE
+
+
+def bind_covering(site: Site, path: str) -> int | None:
+    """The index of the site bind whose destination holds `path` (it is visible already), else None.
+
+    >>> from hpcbundle.config.sites import Site
+    >>> site = Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
+    ...     "version": "4.1.5"}, "launcher": {"name": "mpirun"}, "container": {"binds": ["/data:/scratch"]}})
+    >>> bind_covering(site, "/scratch/me/run"), bind_covering(site, "/data/me")
+    (0, None)
+    """
+    inside = PurePosixPath(path)
+    for index, bind in enumerate(site.container.binds):
+        parts = bind.split(":")
+        destination = PurePosixPath(parts[1] if len(parts) > 1 else parts[0])
+        if inside == destination or destination in inside.parents:
+            return index
+    return None

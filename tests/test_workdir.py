@@ -1,0 +1,149 @@
+"""The user's working directory in every runtime: each rank starts in it, mounted at its own path where
+the runtime would not see it (pyxis, docker, podman, ch-run), nothing added where it is bound by default
+(apptainer, singularity); --workdir overrides this shell's directory, and a path the runtime cannot
+mount is refused in one line (rule workdir-path), exit 2, nothing written."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcbundle.launch import RankLayout, build_command, load_site
+from hpcbundle.launch.batch import BatchJob, directives
+from hpcbundle.launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
+
+from .helpers import ROOT, hpcbundle, make_site
+
+SITES = ROOT / "site_configs"
+PROGRAM = ["python3", "train.py"]
+PROJECT = WorkDir("/home/user/my project", FLAG_SOURCE)
+DOCKER = make_site("local", {"container": {"runtime": "docker"}}, name="dock")
+PODMAN = make_site("local", {"container": {"runtime": "podman"}}, name="pod")
+
+
+def argv(site_name: str, workdir: WorkDir | None, image: str | None = "h.sif", np_: int = 2) -> list[str]:
+    site = load_site(site_name, SITES)
+    return build_command(site, RankLayout(np_, in_allocation=True), PROGRAM, image, workdir=workdir).argv
+
+
+def test_pyxis_mounts_the_working_directory_beside_the_binds_and_starts_every_rank_there():
+    words = argv("slurm-pyxis-h100", PROJECT, "/scratch/h.sqsh", 16)
+    assert "--container-mounts=/scratch:/scratch,/home/user/my project:/home/user/my project" in words
+    assert "--container-workdir=/home/user/my project" in words
+
+
+def test_a_working_directory_under_a_bind_is_not_mounted_twice():
+    words = argv("slurm-pyxis-h100", WorkDir("/scratch/me/run"), "/scratch/h.sqsh", 16)
+    assert "--container-mounts=/scratch:/scratch" in words and "--container-workdir=/scratch/me/run" in words
+    docker = build_command(
+        make_site("local", {"container": {"runtime": "docker", "binds": ["/data"]}}, name="d"),
+        RankLayout(2),
+        PROGRAM,
+        "img",
+        workdir=WorkDir("/data/me"),
+    ).argv
+    assert docker.count("-v") == 1 and docker[docker.index("-w") + 1] == "/data/me"
+
+
+@pytest.mark.parametrize("site", [DOCKER, PODMAN], ids=["docker", "podman"])
+def test_docker_and_podman_mount_it_and_start_the_launcher_there(site):
+    words = build_command(site, RankLayout(2), PROGRAM, "img", workdir=PROJECT).argv
+    assert words[:2] == [site.container.runtime, "run"]
+    assert words[words.index("-v") + 1] == "/home/user/my project:/home/user/my project"
+    assert words[words.index("-w") + 1] == "/home/user/my project"
+    assert words.index("-w") < words.index("img") < words.index("mpirun")
+
+
+def test_charliecloud_binds_it_and_cds_into_it():
+    words = argv("local-charliecloud", PROJECT, "/var/tmp/img")
+    assert words[words.index("-b") + 1] == "/home/user/my project"
+    assert "--cd=/home/user/my project" in words and words.index("--cd=/home/user/my project") < words.index("--")
+
+
+def test_apptainer_adds_no_word_and_explains_its_default():
+    plain, with_dir = argv("eth-a100-slurm", None), argv("eth-a100-slurm", PROJECT)
+    assert plain == with_dir
+    site = load_site("eth-a100-slurm", SITES)
+    lines = build_command(site, RankLayout(8, in_allocation=True), PROGRAM, "h.sif", workdir=WorkDir("/w")).explain()
+    assert any(
+        line.startswith("(nothing)")
+        and f"<- {SHELL_SOURCE} /w: apptainer binds the working directory and starts the program in it" in line
+        for line in lines
+    )
+
+
+def test_the_cli_reads_this_shells_directory_and_the_flag_overrides_it(tmp_path):
+    args = ["launch", "--site", "local-charliecloud", "--image", "/var/tmp/img", "--np", "2"]
+    here = hpcbundle(*args, "--explain", "--", *PROGRAM, cwd=tmp_path)
+    assert f"--cd={tmp_path}" in here.stdout and f"<- {SHELL_SOURCE}: every rank starts" in here.stdout
+    there = hpcbundle(*args, "--workdir", "/home/user/project", "--explain", "--", *PROGRAM, cwd=tmp_path)
+    assert "--cd=/home/user/project" in there.stdout and f"<- {FLAG_SOURCE}: every rank starts" in there.stdout
+
+
+@pytest.mark.parametrize(
+    ("site", "workdir", "line"),
+    [
+        ("local", "run", "--workdir: 'run' is not an absolute path (give it from /, e.g. $PWD/run)"),
+        (
+            "slurm-pyxis-h100",
+            "/home/a,b",
+            "--workdir: '/home/a,b' has ',', which splits pyxis's mount of the working directory "
+            "(run from (or give --workdir) a directory without ',')",
+        ),
+        (
+            "local-charliecloud",
+            "/home/a:b",
+            "--workdir: '/home/a:b' has ':', which splits charliecloud's mount of the working directory "
+            "(run from (or give --workdir) a directory without ':')",
+        ),
+    ],
+)
+def test_a_working_directory_the_runtime_cannot_mount_is_refused_in_one_line(tmp_path, site, workdir, line):
+    out = tmp_path / "job.sh"
+    for command in (["launch", "--np", "2"], ["sbatch", "--nodes", "1", "-o", str(out)]):
+        image = [] if site == "local" else ["--image", "/scratch/h.sqsh"]
+        result = hpcbundle(*command, "--site", site, *image, "--workdir", workdir, "--", "x")
+        assert result.returncode == 2 and result.stdout == "", result.stderr
+        assert result.stderr == f"hpcbundle: error: {line}\n"
+    assert not out.exists()
+
+
+def test_sbatch_starts_the_job_in_the_working_directory_quoted_for_slurms_parser():
+    site = load_site("local", SITES)
+    assert "--chdir=/home/user/project" in directives(site, BatchJob(1, workdir=WorkDir("/home/user/project")))
+    assert '--chdir="/home/user/my project"' in directives(site, BatchJob(1, workdir=PROJECT))
+    assert not any(word.startswith("--chdir") for word in directives(site, BatchJob(1)))
+
+
+def test_sbatch_refuses_a_working_directory_an_sbatch_line_cannot_quote(tmp_path):
+    out = tmp_path / "job.sh"
+    result = hpcbundle("sbatch", "--nodes", "1", "--workdir", '/home/a"b', "-o", str(out), "--", "python3", "t.py")
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr == (
+        "hpcbundle: error: --workdir: '/home/a\"b' has a double quote, which an #SBATCH line cannot carry "
+        "(use a directory without '\"')\n"
+    )
+
+
+# Absolute paths with the characters a shell or a mount spec would split or expand (never ':' or ','
+# where the runtime mounts it: workdir-path refuses those, so docker and pyxis get them without).
+SEGMENT = st.text(alphabet=st.sampled_from(list("abc XYZ019 '\"$`\\!*?;&|(){}[]<>~#=%-_.")), min_size=1, max_size=12)
+WORKDIRS = st.lists(SEGMENT, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=60, deadline=None)
+@given(path=WORKDIRS)
+def test_any_working_directory_reaches_the_argv_as_one_word_unchanged(path):
+    workdir = WorkDir(path)
+    docker = build_command(DOCKER, RankLayout(2), PROGRAM, "img", workdir=workdir)
+    assert docker.argv[docker.argv.index("-w") + 1] == path
+    pyxis = argv("slurm-pyxis-h100", workdir, "/scratch/h.sqsh", 16)
+    assert f"--container-workdir={path}" in pyxis
+    charliecloud = argv("local-charliecloud", workdir, "/var/tmp/img")
+    assert f"--cd={path}" in charliecloud
+    for command in (docker.argv, pyxis, charliecloud):
+        assert shlex.split(shlex.join(command)) == command
+    assert shlex.split(docker.display()) == docker.argv
