@@ -33,7 +33,8 @@ def bind_covering(site: Site, path: str) -> int | None:
 
     >>> from hpcbundle.config.sites import Site
     >>> site = Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
-    ...     "version": "4.1.5"}, "launcher": {"name": "mpirun"}, "container": {"binds": ["/data:/scratch"]}})
+    ...     "version": "4.1.5"}, "launcher": {"name": "mpirun"}, "container": {"binds": ["/data:/scratch"]},
+    ...     "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
     >>> bind_covering(site, "/scratch/me/run"), bind_covering(site, "/data/me")
     (0, None)
     """
