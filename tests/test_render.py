@@ -585,7 +585,8 @@ def test_horovod_cache_key_changes_with_every_version_the_wheel_depends_on() -> 
 
 def _gcc_checks(name: str) -> str:
     script = rendered(name, "shell")
-    checks = script[script.index('    gcc_major="$(c++ -dumpversion') : script.index("printf '\\n==> [%d/%d] %s\\n' 1 ")]
+    start = script.index('    gcc_major="$(c++ -dumpversion')
+    checks = script[start : script.index("printf '\\n==> [%d/%d] %s\\n' 1 ")]
     return "if true; then\n" + checks  # the checks run only where no cached Horovod wheel is there
 
 
