@@ -44,26 +44,27 @@ from .cuda_wheels import run_logged, tail
 # The rendered script's own cache directory for the Horovod wheel (containers/shell/install.sh.j2).
 _CACHE_LINE = re.compile(r'prebuilt="\$\(find "\$\{HPCBUNDLE_CACHE\}/horovod/([^"/]+)-py\$\{HPCBUNDLE_PYVER\}"')
 
-# Run inside the build venv: the distributions torch requires, transitively (a node's system torch has them).
+# Run inside the build venv: the distributions torch requires, transitively and with the extras it names
+# (cuda-toolkit[cublas,cudart,...]): a node's system torch has them.
 _TORCH_CLOSURE = """
 import importlib.metadata as md, json
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-seen, todo = set(), ["torch"]
+seen, todo = set(), [("torch", ())]
 while todo:
-    name = canonicalize_name(todo.pop())
-    if name in seen:
+    name, extras = todo.pop()
+    if (canonicalize_name(name), extras) in seen:
         continue
-    seen.add(name)
+    seen.add((canonicalize_name(name), extras))
     try:
         requires = md.distribution(name).requires or []
     except md.PackageNotFoundError:
         continue
     for text in requires:
         req = Requirement(text)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            todo.append(req.name)
-print(json.dumps(sorted(seen)))
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            todo.append((req.name, tuple(sorted(req.extras))))
+print(json.dumps(sorted({name for name, _ in seen})))
 """
 
 
