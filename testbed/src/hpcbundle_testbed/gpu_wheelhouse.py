@@ -6,7 +6,8 @@ unchanged) on a build venv of the named Python, so Horovod is built (or taken fr
 cache) exactly as the node's script will look for it, then writes the wheelhouse OUT/:
 
     install.sh                           the rendered script, to run on the node
-    horovod/<key>-py<M.m>/horovod-*.whl  the Horovod wheel under the script's own cache key
+    horovod/<key>-py<M.m>/horovod-*.whl  the Horovod wheel under the script's own cache key (its
+                                         libraries' debug sections stripped, as the script strips them)
     *.whl                                every other wheel the script installed (pip download --no-deps
                                          of its venv's packages); with HPCBUNDLE_SYSTEM_SITE_PACKAGES=1,
                                          only those a node whose Python already has torch lacks (torch
@@ -28,14 +29,18 @@ takes seconds.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 from .cache import cache_dir
@@ -207,6 +212,36 @@ def download(venv: Path, requirements: list[str], dest: Path, log: Path) -> None
         raise RuntimeError(f"pip download failed ({status}); the end of {log}:\n{tail(log, 30)}")
 
 
+def strip_wheel(wheel: Path, dest: Path) -> Path:
+    """`wheel` into `dest` with the debug sections of its libraries stripped, as the install script
+    strips them once installed (Horovod builds RelWithDebInfo: 23 MB -> a few MB), its RECORD rewritten.
+    Copied as it is where this host has no `strip`."""
+    out = dest / wheel.name
+    if shutil.which("strip") is None:
+        return Path(shutil.copy2(wheel, out))
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as src:
+        names = src.namelist()
+        src.extractall(tmp)
+        libs = [str(Path(tmp, n)) for n in names if n.endswith(".so") or ".so." in n]
+        if libs:
+            subprocess.run(["strip", "--strip-debug", *libs], check=True, timeout=600)
+        record = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        Path(tmp, record).write_text("".join(_record_line(Path(tmp), n, n == record) for n in names))
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as packed:
+            for name in names:
+                packed.write(Path(tmp, name), name)
+    return out
+
+
+def _record_line(root: Path, name: str, is_record: bool) -> str:
+    """A wheel RECORD line: path,sha256=<urlsafe base64, unpadded>,size (the RECORD itself: no hash)."""
+    if is_record:
+        return f"{name},,\n"
+    data = (root / name).read_bytes()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
+
+
 def build(recipe: str, version: str, out: Path, venv: Path, system_torch: bool) -> Path:
     """Make the wheelhouse `out` (replaced whole at the end: nothing half-written is left there)."""
     python = find_python(version)
@@ -222,7 +257,7 @@ def build(recipe: str, version: str, out: Path, venv: Path, system_torch: bool) 
         if not wheels:
             raise RuntimeError(f"the install script left no Horovod wheel in {cached}")
         (partial / "horovod" / cached.name).mkdir(parents=True)
-        shutil.copy2(wheels[0], partial / "horovod" / cached.name / wheels[0].name)
+        strip_wheel(wheels[0], partial / "horovod" / cached.name)
         needed, system = installed(venv, system_torch, bundled_with(python, partial / ".bundled"))
         download(venv, needed, partial, out.with_name(f"{out.name}.download.log"))
         if system:  # what the node's Python must already have (carry-wheels.sh checks against it)
