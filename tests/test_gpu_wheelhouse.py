@@ -11,6 +11,7 @@ Cold, the script compiles Horovod for six GPU architectures (~40 min on 2 cores)
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,7 +70,7 @@ def wheelhouse(pytestconfig: pytest.Config, cuda_wheelhouse: CudaStack, tmp_path
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        progress(line.rstrip())
+        progress(re.sub(r"^\[gpu-wheelhouse [\d:]+\] ", "", line.rstrip()))  # one time stamp, the tag's
     assert proc.wait(timeout=60) == 0, "".join(lines[-40:])
     shutil.rmtree(work / "wh.venv")  # the build venv (~5 GB): the node makes its own
     yield work / "wh"

@@ -244,12 +244,12 @@ def _record_line(root: Path, name: str, is_record: bool) -> str:
 
 def build(recipe: str, version: str, out: Path, venv: Path, system_torch: bool) -> Path:
     """Make the wheelhouse `out` (replaced whole at the end: nothing half-written is left there)."""
-    python = find_python(version)
     partial = out.with_name(f".{out.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     try:
         key = render_script(recipe, partial / "install.sh")
+        python = find_python(version)
         say(f"Python {version}: {python}; Horovod cache key {key}-py{version}")
         run_script(partial / "install.sh", venv, python, out.with_name(f"{out.name}.install.log"))
         cached = cache_dir() / "horovod" / f"{key}-py{version}"
