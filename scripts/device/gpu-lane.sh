@@ -11,7 +11,7 @@
 #                                         machine's 4 minutes less its start); a step past it is stopped.
 #                                         On the H200 (2026-11-27) with a prebuilt wheel: make test-gpu
 #                                         81 s (the install script 31 s of it); bench/gpu.py was not timed
-#                                         (its GPU work: 300 training steps at ~2000 img/s, ~30 s)
+#                                         (its GPU work: 300 training steps of 64 images at ~2000 img/s, ~10 s)
 #   scripts/device/gpu-lane.sh --dry-run  here, short of the GPU: checks the carry and installs all of
 #                                         it offline into a scratch venv (carry-wheels.sh runs it)
 #
