@@ -8,7 +8,8 @@ SHELL := /bin/bash
 
 # The interpreter for the venv: PYTHON if set, else Debian's python3 (scripts/setup/python-env.sh
 # chooses the same way, and makes the venv again if another Python made it).
-VENV_PYTHON := $(or $(PYTHON),$(wildcard /usr/bin/python3),python3)
+# PYTHON may also be a bare version (make gpu-wheelhouse PYTHON=3.11): then pythonX.Y.
+VENV_PYTHON := $(or $(if $(filter 3.%,$(PYTHON)),python$(PYTHON),$(PYTHON)),$(wildcard /usr/bin/python3),python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 HPCBUNDLE := $(BIN)/hpcbundle
@@ -29,7 +30,7 @@ SIF_SUDO ?=
 export SIF_BOOTSTRAP ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv setup render build-sif sif-base build-docker wheelhouse install-bind lint check check-tests test test-gpu demo bench golden clean
+.PHONY: help venv setup render build-sif sif-base build-docker wheelhouse gpu-wheelhouse install-bind lint check check-tests test test-gpu demo bench golden clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -96,6 +97,14 @@ build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE_NAME)
 	  $(BIN)/python -m hpcbundle_testbed.docker_engine -- \
 	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
 	fi
+
+# The route for GPU nodes without compilers or network (docs/images.md): the recipe's rendered install
+# script builds Horovod here for the node's Python, and the wheels go into one directory to copy there.
+GPU_WHEELHOUSE_ARGS = $(RECIPE) --python $(PYTHON) $(if $(GPU_WHEELHOUSE),--out $(GPU_WHEELHOUSE))
+
+gpu-wheelhouse: venv ## Wheels for an offline GPU node without compilers: build/gpu-wheelhouse/RECIPE-pyX.Y (RECIPE=..., PYTHON=3.11)
+	@[[ -n "$(PYTHON)" ]] || { echo "make gpu-wheelhouse: PYTHON is not set: name the GPU node's Python version, e.g. PYTHON=3.11" >&2; exit 2; }
+	$(BIN)/python -m hpcbundle_testbed.gpu_wheelhouse $(GPU_WHEELHOUSE_ARGS)
 
 # hpcbundle-bind, the gpu-numa placement script launch lines name (plain POSIX sh; images built here carry it).
 PREFIX ?= /usr/local

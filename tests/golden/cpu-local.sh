@@ -16,6 +16,7 @@
 #   HPCBUNDLE_PYTHON=python3          the Python that makes the venv
 #   HPCBUNDLE_CACHE=DIR               Horovod wheels, one per versions key (default ~/.cache/hpcbundle):
 #                                     a wheel there is installed instead of building (minutes -> seconds)
+#                                     and no compiler, make or Python headers are needed
 #   PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR offline, from a wheelhouse (pip reads its own variables)
 #
 # The host provides what the images get from their OS packages: a C++ compiler, make, cmake,
@@ -33,28 +34,40 @@ venv_args=()
 if [ "${HPCBUNDLE_SYSTEM_SITE_PACKAGES:-0}" = 1 ]; then venv_args+=(--system-site-packages); fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-missing=()
-for tool in "$python" c++ make cmake mpicc; do
-    command -v "$tool" >/dev/null || missing+=("$tool")
-done
-if [ -n "${missing[*]}" ]; then
-    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv)" >&2
+if ! command -v "$python" >/dev/null; then
+    echo "install.sh: not found: $python (Debian/Ubuntu: apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv)" >&2
     exit 1
 fi
 python_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+# A Horovod wheel already in the cache for this Python (e.g. a wheelhouse from `make gpu-wheelhouse` as
+# HPCBUNDLE_CACHE): nothing is compiled, so a node without compilers or Python headers installs it.
+HPCBUNDLE_PYVER="$python_version"
+prebuilt="$(find "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-d9397a8cd4ff-py${HPCBUNDLE_PYVER}" -maxdepth 1 -name 'horovod-*.whl' -print -quit 2>/dev/null || true)"
+build_tools=(c++ make cmake mpicc)
+if [ -n "$prebuilt" ]; then build_tools=(); fi
+missing=()
+for tool in ${build_tools[@]+"${build_tools[@]}"}; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if [ -n "${missing[*]}" ]; then
+    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential cmake libopenmpi-dev openmpi-bin python3-dev python3-venv; or a prebuilt Horovod wheel in HPCBUNDLE_CACHE)" >&2
+    exit 1
+fi
 if "$python" -c 'import sys; sys.exit(sys.version_info[:2] < (3, 12))'; then
     echo "install.sh: Python $python_version: Horovod 0.28.1 imports distutils, which Python >= 3.12 lacks, without the py312 patch (add py312 to horovod.patches of recipe cpu-local, re-render)" >&2
     exit 1
 fi
-python_headers="$("$python" -c 'import pathlib, sysconfig; print(pathlib.Path(sysconfig.get_paths()["include"], "Python.h"))')"
-if [ ! -f "$python_headers" ]; then
-    echo "install.sh: Python $python_version has no headers ($python_headers): Horovod's build compiles against them (Debian/Ubuntu: apt-get install python3-dev)" >&2
-    exit 1
-fi
-gcc_major="$(c++ -dumpversion | cut -d. -f1)"
-if [ "$gcc_major" -ge 13 ]; then
-    echo "install.sh: GCC $gcc_major: Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch (add gcc13 to horovod.patches of recipe cpu-local, re-render)" >&2
-    exit 1
+if [ -z "$prebuilt" ]; then
+    python_headers="$("$python" -c 'import pathlib, sysconfig; print(pathlib.Path(sysconfig.get_paths()["include"], "Python.h"))')"
+    if [ ! -f "$python_headers" ]; then
+        echo "install.sh: Python $python_version has no headers ($python_headers): Horovod's build compiles against them (Debian/Ubuntu: apt-get install python3-dev)" >&2
+        exit 1
+    fi
+    gcc_major="$(c++ -dumpversion | cut -d. -f1)"
+    if [ "$gcc_major" -ge 13 ]; then
+        echo "install.sh: GCC $gcc_major: Horovod 0.28.1 does not compile with GCC >= 13 without the gcc13 patch (add gcc13 to horovod.patches of recipe cpu-local, re-render)" >&2
+        exit 1
+    fi
 fi
 
 printf '\n==> [%d/%d] %s\n' 1 4 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with Horovod'"'"'s build helpers'

@@ -16,6 +16,7 @@
 #   HPCBUNDLE_PYTHON=python3          the Python that makes the venv
 #   HPCBUNDLE_CACHE=DIR               Horovod wheels, one per versions key (default ~/.cache/hpcbundle):
 #                                     a wheel there is installed instead of building (minutes -> seconds)
+#                                     and no compiler, make or Python headers are needed
 #   PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR offline, from a wheelhouse (pip reads its own variables)
 #   HPCBUNDLE_CUDA_HOME=DIR           a CUDA 13.0 toolkit already on the host (DIR/bin/nvcc, e.g.
 #                                     /usr/local/cuda or a `module load cuda`'s): used instead of the
@@ -38,24 +39,36 @@ venv_args=()
 if [ "${HPCBUNDLE_SYSTEM_SITE_PACKAGES:-0}" = 1 ]; then venv_args+=(--system-site-packages); fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-missing=()
-for tool in "$python" c++ make mpicc; do
-    command -v "$tool" >/dev/null || missing+=("$tool")
-done
-if [ -n "${missing[*]}" ]; then
-    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv)" >&2
+if ! command -v "$python" >/dev/null; then
+    echo "install.sh: not found: $python (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv)" >&2
     exit 1
 fi
 python_version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-python_headers="$("$python" -c 'import pathlib, sysconfig; print(pathlib.Path(sysconfig.get_paths()["include"], "Python.h"))')"
-if [ ! -f "$python_headers" ]; then
-    echo "install.sh: Python $python_version has no headers ($python_headers): Horovod's build compiles against them (Debian/Ubuntu: apt-get install python3-dev)" >&2
+# A Horovod wheel already in the cache for this Python (e.g. a wheelhouse from `make gpu-wheelhouse` as
+# HPCBUNDLE_CACHE): nothing is compiled, so a node without compilers or Python headers installs it.
+HPCBUNDLE_PYVER="$python_version"
+prebuilt="$(find "${HPCBUNDLE_CACHE}/horovod/horovod-0.28.1-831780a6a936-py${HPCBUNDLE_PYVER}" -maxdepth 1 -name 'horovod-*.whl' -print -quit 2>/dev/null || true)"
+build_tools=(c++ make mpicc)
+if [ -n "$prebuilt" ]; then build_tools=(); fi
+missing=()
+for tool in ${build_tools[@]+"${build_tools[@]}"}; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if [ -n "${missing[*]}" ]; then
+    echo "install.sh: not found: ${missing[*]} (Debian/Ubuntu: apt-get install build-essential bzip2 ca-certificates cmake curl libibverbs-dev libnuma-dev librdmacm-dev python3-dev python3-venv; or a prebuilt Horovod wheel in HPCBUNDLE_CACHE)" >&2
     exit 1
 fi
-gcc_major="$(c++ -dumpversion | cut -d. -f1)"
-if [ "$gcc_major" -gt 15 ]; then
-    echo "install.sh: GCC $gcc_major: nvcc 13.0 accepts GCC <= 15 (put an older g++ first on PATH, or use a recipe with a newer CUDA)" >&2
-    exit 1
+if [ -z "$prebuilt" ]; then
+    python_headers="$("$python" -c 'import pathlib, sysconfig; print(pathlib.Path(sysconfig.get_paths()["include"], "Python.h"))')"
+    if [ ! -f "$python_headers" ]; then
+        echo "install.sh: Python $python_version has no headers ($python_headers): Horovod's build compiles against them (Debian/Ubuntu: apt-get install python3-dev)" >&2
+        exit 1
+    fi
+    gcc_major="$(c++ -dumpversion | cut -d. -f1)"
+    if [ "$gcc_major" -gt 15 ]; then
+        echo "install.sh: GCC $gcc_major: nvcc 13.0 accepts GCC <= 15 (put an older g++ first on PATH, or use a recipe with a newer CUDA)" >&2
+        exit 1
+    fi
 fi
 HPCBUNDLE_CUDA_HOME="${HPCBUNDLE_CUDA_HOME:-}"
 if [ -n "$HPCBUNDLE_CUDA_HOME" ]; then
@@ -70,7 +83,8 @@ printf '\n==> [%d/%d] %s\n' 1 5 'Python 3.11 venv at '"${HPCBUNDLE_VENV}"' with 
 if [ ! -x "${HPCBUNDLE_VENV}/bin/python" ]; then "$python" -m venv ${venv_args[@]+"${venv_args[@]}"} "${HPCBUNDLE_VENV}"; fi
 HPCBUNDLE_SITE="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
 HPCBUNDLE_PYVER="$("${HPCBUNDLE_VENV}/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-"${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1 cmake==4.4.4
+"${HPCBUNDLE_VENV}/bin/python" -m pip install wheel==0.43.0 packaging==24.0 psutil==5.9.8 PyYAML==6.0.1 cloudpickle==3.0.0 cffi==2.1.1
+if [ -z "$prebuilt" ]; then "${HPCBUNDLE_VENV}/bin/python" -m pip install cmake==4.4.4; fi
 
 printf '\n==> [%d/%d] %s\n' 2 5 'frameworks and the CUDA 13.0 toolkit wheels'
 if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi

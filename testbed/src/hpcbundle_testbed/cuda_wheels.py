@@ -95,6 +95,7 @@ def run_logged(
         try:
             for line in proc.stdout:
                 out.write(line)
+                out.flush()  # readers of the log (a heartbeat) see it as it grows
                 now = time.monotonic()
                 if now - t0 > timeout:
                     raise TimeoutError(f"{argv[0]} ran over {timeout:.0f} s; log: {log}")
