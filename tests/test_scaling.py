@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hpcbundle.cli import main
@@ -234,11 +234,13 @@ def _times(mode: str, workers: list[int], G: float, a: float, b: float) -> list[
     a=st.one_of(st.just(0.0), st.floats(1e-4, 1.0)),
     b=st.one_of(st.just(0.0), st.floats(1e-5, 0.1)),
 )
-def test_fit_recovers_known_compute_bandwidth_and_latency_terms(mode, workers, G, a, b):
+def test_fit_recovers_known_compute_bandwidth_and_latency_terms_where_the_worker_counts_separate_them(
+    mode, workers, G, a, b
+):
     ws = sorted(workers)
     fit = fit_model(mode, ws, _times(mode, ws, G, a, b))
     scale = max(_times(mode, ws, G, a, b))
-    assert fit.identifiable == {"G": True, "a": True, "b": True}
+    assume(fit.identifiable == {"G": True, "a": True, "b": True})  # counts close together: the next test
     assert fit.G == pytest.approx(G, rel=1e-6, abs=1e-9 * scale)
     assert fit.a == pytest.approx(a, rel=1e-6, abs=1e-9 * scale)
     assert fit.b == pytest.approx(b, rel=1e-6, abs=1e-9 * scale)
@@ -251,6 +253,22 @@ def test_fit_never_goes_negative_and_says_when_two_node_counts_cannot_separate_a
     two = fit_model("strong", [1, 2], _times("strong", [1, 2], 0.08, 0.003, 0.002))
     assert (two.G, two.a, two.b) == (pytest.approx(0.08), pytest.approx(0.005), 0.0)
     assert two.identifiable == {"G": True, "a": True, "b": False}
+
+
+def test_worker_counts_close_together_cannot_separate_compute_from_communication():
+    """42, 43 and 44 workers: 2(W-1)/W is nearly constant there, so G and a are nearly one column
+    (a least-squares fit once returned G 2e-5 off on exact times); the fit says so."""
+    ws = [42, 43, 44]
+    assert fit_model("weak", ws, _times("weak", ws, 10.0, 1e-4, 0.0625)).identifiable == {
+        "G": True,
+        "a": False,
+        "b": False,
+    }
+    assert fit_model("weak", [1, 2, 4], _times("weak", [1, 2, 4], 10.0, 1e-4, 0.0625)).identifiable == {
+        "G": True,
+        "a": True,
+        "b": True,
+    }
 
 
 def test_csv_has_a_row_per_point_with_measured_and_modelled_figures():

@@ -90,7 +90,8 @@ def table(rows: Sequence[Row], fitted: Mapping[str, Fit]) -> list[str]:
         form = "G/W" if mode == "strong" else "G"
         unsure = [k for k, ok in fit.identifiable.items() if not ok]
         note = (
-            f" ({' and '.join(unsure)} not identifiable from these worker counts: 3 or more tell G, a and b apart)"
+            f" ({' and '.join(unsure)} not identifiable from these worker counts: 3 or more, not all close"
+            " together (1, 2, 4 rather than 42, 43, 44), tell G, a and b apart)"
             if unsure
             else ""
         )
