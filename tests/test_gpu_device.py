@@ -90,11 +90,16 @@ def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_
         pytest.skip(f"this host has {len(nvidia_gpus())} GPUs; the case needs exactly one")
     marker = tmp_path / "started"
     program = ["python", "-c", f"open({str(marker)!r}, 'w')"]
-    two_slots = f"{socket.gethostname()}:2"  # this node asked for two ranks, as a user forcing two slots would
-    launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", two_slots, "--exec", "--"]
+    host = socket.gethostname()  # this node asked for two ranks, as a user forcing two slots would
+    launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", f"{host}:2", "--exec", "--"]
     run = in_venv(gpu_venv, [*launch, *program])
-    assert run.returncode == 2, run.stdout + run.stderr
-    assert "FAIL  oversubscription" in run.stderr and "2 ranks on " in run.stderr and "but 1 GPUs there" in run.stderr
+    assert (run.returncode, run.stdout) == (2, ""), run.stdout + run.stderr
+    # rule ranks-per-node (rules/request.py) refuses it on load, before the doctor or any rank: the same line
+    # on a CPU host (tests/test_launch.py::test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts)
+    assert run.stderr == (
+        f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs "
+        "(NCCL refuses two ranks on one GPU) (give at most 1 slots per host, one rank per GPU)\n"
+    )
     assert not marker.exists(), "a rank started although the launch was refused"
 
 
