@@ -130,7 +130,7 @@ def test_recommended_ib_v100_follows_horovods_advice_tcp_for_mpi_on_ib0_nccl_on_
     at = seed_argv.index("singularity")
     assert shlex.split(result.stdout) == [
         *seed_argv[:5],
-        *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH"),
+        *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "HOROVOD_CYCLE_TIME=0.1"),
         *("-mca", "btl", "self,vader,tcp", "-mca", "pml", "ob1", "-x", "OMP_NUM_THREADS=20"),
         *("-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0"),
         *("-x", "NCCL_SOCKET_IFNAME=ib0", "-x", "NCCL_NET=IB"),
