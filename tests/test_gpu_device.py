@@ -17,6 +17,7 @@ import pytest
 
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed.cuda_wheels import check_build_marks
 from hpcbundle_testbed.gpu_device import nvidia_gpus
@@ -61,6 +62,7 @@ def test_site_detect_reads_this_nodes_gpus_and_driver(drafted_site: Path) -> Non
     assert f"  gpus: {len(nvidia_gpus())}" in text, text
     assert re.search(r"^  gpu_model: .+# nvidia-smi: NVIDIA ", text, re.M), text
     assert re.search(r"^  driver: \"\d+\.\d+", text, re.M), text
+    assert f'\n  HOROVOD_CYCLE_TIME: "{GPU_CYCLE_TIME}"  # CONFIRM: ' in text, text  # tests/golden/detect/h200.yaml
 
 
 def test_doctor_passes_the_cuda13_install_on_this_gpu(gpu_venv: Path, drafted_site: Path) -> None:
