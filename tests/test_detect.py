@@ -6,10 +6,11 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.diagnose.probes import parse_gpus
+from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME_WHY
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
-from .helpers import observed
+from .helpers import GOLDEN, assert_golden, observed
 
 
 def test_interface_is_the_one_the_routes_to_the_other_hosts_share():
@@ -80,3 +81,15 @@ def test_an_h100_hosts_real_nvidia_smi_line_drafts_its_gpus_model_and_driver():
     site = validate(Site, parse_yaml(text, "draft"), "draft")
     assert (site.node.gpus, site.node.gpu_model, site.node.driver) == (1, "H100", "580.159.04")
     assert "# nvidia-smi: NVIDIA H100 80GB HBM3" in text
+
+
+def test_a_gpu_nodes_draft_sets_horovods_cycle_time_from_the_h200_figures_to_retune_there():
+    """The H200 of the GPU lane (2026-11-27): Horovod's 1 ms cycle cost ~1 ms per allreduce call, 0.1 ms cost 0.157."""
+    gpu = parse_gpus("NVIDIA H200, 580.159.04, 9.0, 143771 MiB\n")
+    text = draft_site(observed(gpu=gpu, default_route="data0", cpus=16), "h200", ["H100", "H200", "A100"])
+    assert_golden(GOLDEN / "detect" / "h200.yaml", text)
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert (site.env, site.why["env.HOROVOD_CYCLE_TIME"]) == ({"HOROVOD_CYCLE_TIME": "0.1"}, GPU_CYCLE_TIME_WHY)
+    assert load_failures(Facts(site=site)) == []
+    cpu = draft_site(observed(default_route="data0"), "cpu")
+    assert "HOROVOD_CYCLE_TIME" not in cpu and "env:" not in cpu

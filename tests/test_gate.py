@@ -68,6 +68,26 @@ def test_nccl_transport_is_read_from_its_debug_log(name: str, transport: str | N
     assert (nccl_devices(lines, transport) if transport else []) == devices
 
 
+def test_one_rank_on_a_real_h200_used_no_network_though_nccl_set_up_sockets_on_eth0() -> None:
+    """NCCL 2.28.9's own log of the GPU lane's one rank (2026-11-27): no `via` line, `nRanks 1 nNodes 1`;
+    `Using network Socket` on eth0 was set up, never used. The gate passes it as one node, fabric not judged."""
+    lines = log("nccl-h200-one-rank.log")
+    assert (nccl_transport(lines), nccl_devices(lines, "Socket"), nccl_devices(lines, "IB")) == (None, ["eth0"], [])
+    assert nccl_transport([line for line in lines if " nNodes " not in line]) == "Socket"  # the init lines alone
+    expect = Expect(where="gpunode.yaml", fabric="ethernet", interfaces=("eth0",), gpu=True)
+    verdict = judge(expect, [RankReport("vm", (), tuple(lines), {"eth0": 0})], Measured(4096, 0.000157, "horovod"))
+    assert (verdict.status, verdict.facts["ranks"], verdict.facts["nodes"], verdict.facts["nccl"]) == (
+        "PASS",
+        1,
+        1,
+        None,
+    )
+    assert verdict.line == (
+        "hpcbundle gate: PASS (one node: the network was not exercised); 1 ranks on 1 nodes, horovod, "
+        "MPI transport not reported, busbw 0 Gbit/s at 4096 bytes"
+    )
+
+
 def test_nccl_transport_falls_back_to_the_init_lines_when_no_channel_was_logged() -> None:
     init_only = [line for line in log("nccl-2.4-ib.log") if "Ring" not in line]
     assert nccl_transport(init_only) == "IB"

@@ -17,6 +17,7 @@ import pytest
 
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed.cuda_wheels import check_build_marks
 from hpcbundle_testbed.gpu_device import nvidia_gpus
@@ -61,6 +62,7 @@ def test_site_detect_reads_this_nodes_gpus_and_driver(drafted_site: Path) -> Non
     assert f"  gpus: {len(nvidia_gpus())}" in text, text
     assert re.search(r"^  gpu_model: .+# nvidia-smi: NVIDIA ", text, re.M), text
     assert re.search(r"^  driver: \"\d+\.\d+", text, re.M), text
+    assert f'\n  HOROVOD_CYCLE_TIME: "{GPU_CYCLE_TIME}"  # CONFIRM: ' in text, text  # tests/golden/detect/h200.yaml
 
 
 def test_doctor_passes_the_cuda13_install_on_this_gpu(gpu_venv: Path, drafted_site: Path) -> None:
@@ -90,11 +92,16 @@ def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_
         pytest.skip(f"this host has {len(nvidia_gpus())} GPUs; the case needs exactly one")
     marker = tmp_path / "started"
     program = ["python", "-c", f"open({str(marker)!r}, 'w')"]
-    two_slots = f"{socket.gethostname()}:2"  # this node asked for two ranks, as a user forcing two slots would
-    launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", two_slots, "--exec", "--"]
+    host = socket.gethostname()  # this node asked for two ranks, as a user forcing two slots would
+    launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", f"{host}:2", "--exec", "--"]
     run = in_venv(gpu_venv, [*launch, *program])
-    assert run.returncode == 2, run.stdout + run.stderr
-    assert "FAIL  oversubscription" in run.stderr and "2 ranks on " in run.stderr and "but 1 GPUs there" in run.stderr
+    assert (run.returncode, run.stdout) == (2, ""), run.stdout + run.stderr
+    # rule ranks-per-node (rules/request.py) refuses it on load, before the doctor or any rank: the same line
+    # on a CPU host (tests/test_launch.py::test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts)
+    assert run.stderr == (
+        f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs "
+        "(NCCL refuses two ranks on one GPU) (give at most 1 slots per host, one rank per GPU)\n"
+    )
     assert not marker.exists(), "a rank started although the launch was refused"
 
 

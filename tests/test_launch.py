@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def test_recommended_ib_v100_follows_horovods_advice_tcp_for_mpi_on_ib0_nccl_on_
     at = seed_argv.index("singularity")
     assert shlex.split(result.stdout) == [
         *seed_argv[:5],
-        *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH"),
+        *("-bind-to", "none", "-map-by", "slot", "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "HOROVOD_CYCLE_TIME=0.1"),
         *("-mca", "btl", "self,vader,tcp", "-mca", "pml", "ob1", "-x", "OMP_NUM_THREADS=20"),
         *("-mca", "btl_tcp_if_include", "ib0", "-mca", "oob_tcp_if_include", "ib0"),
         *("-x", "NCCL_SOCKET_IFNAME=ib0", "-x", "NCCL_NET=IB"),
@@ -544,6 +545,27 @@ def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_pa
     assert res.stderr.splitlines() == [res.stderr.strip()]
     assert f"{site}: --np 2: 2 ranks on " in res.stderr and "but 1 GPUs there" in res.stderr
     assert "at most 1 ranks per node, one per GPU" in res.stderr and not marker.exists()
+
+
+def test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts(tmp_path):
+    """The GPU lane's case (tests/test_gpu_device.py) on a CPU host: a site declaring one GPU, --hosts THIS:2.
+    Rule ranks-per-node refuses it on load, before the doctor probes a GPU, so the line is the same here."""
+    site = write_site(
+        tmp_path,
+        "local",
+        {"node": {"cores": 16, "gpus": 1, "gpu_model": "H200", "driver": "580.159.04"}},
+        name="gpunode",
+    )
+    marker, host = tmp_path / "started", socket.gethostname()
+    res = hpcbundle(
+        "launch", "--site", str(site), "--np", "2", "--hosts", f"{host}:2", "--exec", "--", "touch", str(marker)
+    )
+    assert (res.returncode, res.stdout) == (2, ""), res.stdout + res.stderr
+    assert res.stderr == (
+        f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs "
+        "(NCCL refuses two ranks on one GPU) (give at most 1 slots per host, one rank per GPU)\n"
+    )
+    assert not marker.exists()
 
 
 def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewer_warn():

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from hpcbundle.config.errors import UserError
+from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
@@ -24,6 +25,21 @@ def test_sites_command_lists_every_shipped_site():
     result = hpcbundle("sites")
     assert result.returncode == 0, result.stderr
     assert sorted(line.split()[0] for line in result.stdout.splitlines()) == SHIPPED
+
+
+def test_shipped_gpu_sites_draft_horovods_cycle_time_from_the_h200_figures():
+    """Every GPU site sets HOROVOD_CYCLE_TIME=0.1 with the measurement as its why, but seed-v100 (the seed's
+    documented line, argv for argv)."""
+    gpu_sites = [name for name in SHIPPED if load_site(name, SITES).node.gpus]
+    drafted = {
+        name: (site.env.get("HOROVOD_CYCLE_TIME"), site.why.get("env.HOROVOD_CYCLE_TIME"))
+        for name in gpu_sites
+        if (site := load_site(name, SITES))
+    }
+    assert drafted == {
+        name: (None, None) if name == "seed-v100" else (GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY) for name in gpu_sites
+    }
+    assert len(gpu_sites) == 6
 
 
 BAD_SITES = [

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..config.sites import PROGRAM_ENV
 from ..knowledge.launching import runtime_detection
+from ..knowledge.tuning import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from .topo import parse_topo
 
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
@@ -99,14 +100,29 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
         lines += [
             f"  {k}: {_q(v)}  # from OMPI_MCA_{k} in the environment detect ran in" for k, v in sorted(ompi_env.items())
         ]
+    lines += _gpu_env_lines(gpu)
     lines += _node_lines(observed, known_gpus or [])
     iface, why = choose_interface(observed)
     lines += _network_lines(observed, iface, why)
     lines += _slurm_lines(observed.get("slurm") or {})
     lines += STALL_LINES
-    if iface:
-        lines += ["why:", f"  network.interfaces: {_q(why)}"]
+    whys = {"env.HOROVOD_CYCLE_TIME": GPU_CYCLE_TIME_WHY} if gpu.get("present") else {}
+    whys |= {"network.interfaces": why} if iface else {}
+    if whys:
+        lines += ["why:", *(f"  {key}: {_q(line)}" for key, line in whys.items())]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_env_lines(gpu: dict[str, Any]) -> list[str]:
+    """The draft's env: on a GPU node, HOROVOD_CYCLE_TIME (knowledge/tuning.py GPU_CYCLE_TIME), to re-tune here."""
+    if not gpu.get("present"):
+        return []
+    return [
+        "env:",
+        f"  HOROVOD_CYCLE_TIME: {_q(GPU_CYCLE_TIME)}  # CONFIRM: Horovod's 1 ms default cost 1.03-1.07 ms per "
+        "allreduce call on one NVIDIA H200 (2026-11-27), 0.157 ms with 0.1 at 4 KiB; re-tune on these nodes: "
+        "hpcbundle tune --site THIS_FILE --np 2 --hosts A:1,B:1 --knobs cycle",
+    ]
 
 
 STALL_LINES = [

@@ -24,6 +24,7 @@ DEFAULT_THRESHOLD = 0.5
 _NCCL_CHANNEL = re.compile(r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : .* via (\S+)")
 _NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\w+)")
 _NCCL_NET_INIT = re.compile(r"NCCL INFO NET/(\w+) ?: Using (\[.*)$")
+_NCCL_NODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks \d+ nNodes (\d+)")
 _NCCL_DEVICE = re.compile(r"\[\d+\]([^\s:\[]+(?::\d+/\w+)?)")
 _OMPI_PML = re.compile(r"select: component (\w+) selected")
 _OMPI_BML = re.compile(r"mca: bml: Using (\w+) btl for send to \[\[\d+,\d+\],(\d+)\] on node (\S+)")
@@ -96,12 +97,17 @@ def nccl_transport(lines: list[str] | tuple[str, ...]) -> str | None:
     NCCL 2.5) say what carried the data: NET/<name>, or none when every ring stays in the node
     (P2P, SHM), whatever network NCCL set up. Without channel lines, `Using network IB`; then the
     `NET/IB : Using [0]mlx5_0:1/IB` init lines, where a transport that found devices wins over
-    Socket (NCCL before 2.5 set up the socket transport in any case).
+    Socket (NCCL before 2.5 set up the socket transport in any case). A communicator NCCL reports as
+    `nNodes 1` (one rank, or the GPUs of one node) logs no `via` line and used no network, whatever
+    `Using network` it set up (NCCL 2.28 on one H200: `Using network Socket`, `nRanks 1 nNodes 1`).
     """
     channels = [m.group(1) for line in lines if (m := _NCCL_CHANNEL.search(line))]
     if channels:
         nets = [via.split("/")[1] for via in channels if via.startswith("NET/")]
         return nets[0] if nets else None
+    nodes = [int(m.group(1)) for line in lines if (m := _NCCL_NODES.search(line))]
+    if nodes and max(nodes) == 1:
+        return None
     used = [m.group(1) for line in lines if (m := _NCCL_NETWORK.search(line))]
     if used:
         return used[0]

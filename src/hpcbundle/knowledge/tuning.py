@@ -1,5 +1,6 @@
 """Which sites each knob of `hpcbundle tune` applies to, stated once: perf/tune.py's knobs read it, and
-the rule knob-site (rules/request.py) judges the knobs a tune request names by it."""
+the rule knob-site (rules/request.py) judges the knobs a tune request names by it. Also the knob value GPU
+sites draft before any tune ran there (GPU_CYCLE_TIME), with the measurement it rests on."""
 
 from __future__ import annotations
 
@@ -48,3 +49,23 @@ def knob_sites(name: str) -> KnobSites:
     ('sites whose ranks run Open MPI under mpirun or srun', 'every site')
     """
     return KNOB_SITES.get(name, EVERY_SITE)
+
+
+GPU_CYCLE_TIME = "0.1"
+"""HOROVOD_CYCLE_TIME (ms) that the shipped GPU sites and `site detect` on a GPU node draft: the smallest
+value of tune's cycle knob (perf/tune.py), in place of Horovod's 1 ms default.
+
+Measured on one NVIDIA H200 (bench/gpu.py, one rank, NCCL 2.28.9, Horovod 0.28.1, 2026-11-27): with the
+default 1 ms cycle a Horovod allreduce call cost 1.03-1.07 ms at every size from 4 KiB to 256 MiB, where
+torch.distributed's cost 0.021-0.035 ms: the call waits for the background thread's next cycle. With
+HOROVOD_CYCLE_TIME=0.1 it cost 0.157 ms at 4 KiB (torch 0.032 ms); training (resnet50) stayed at
+Horovod/plain 1.000. tune itself did not run there (it needs 2 ranks, one GPU took one); on 2 namespace nodes
+(CPU, 2026-11-26, docs/performance.md) it chose 0.1 ms too. A draft, to re-tune on the site's own nodes with
+`hpcbundle tune --knobs cycle`."""
+
+GPU_CYCLE_TIME_WHY = (
+    "Horovod's 1 ms default cycle cost 1.03-1.07 ms per allreduce call at every size on one NVIDIA H200 "
+    "(torch 0.021-0.035 ms); 0.1 ms cost 0.157 ms at 4 KiB (bench/gpu.py, 1 rank, 2026-11-27); "
+    "re-tune on these nodes: hpcbundle tune --knobs cycle"
+)
+"""The `why` line of a drafted HOROVOD_CYCLE_TIME (launch --explain shows it)."""

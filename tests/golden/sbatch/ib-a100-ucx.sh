@@ -20,6 +20,6 @@ set -u
 # 8 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 --mca pml ucx --mca btl '^openib' -x OMP_NUM_THREADS=16 --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB \
+mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 -x HOROVOD_CYCLE_TIME=0.1 --mca pml ucx --mca btl '^openib' -x OMP_NUM_THREADS=16 --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB \
     singularity exec --nv horovod.sif \
     python /examples/pytorch_train.py

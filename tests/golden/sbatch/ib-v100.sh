@@ -19,6 +19,6 @@ set -u
 # 4 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -mca btl self,vader,tcp -mca pml ob1 -x OMP_NUM_THREADS=20 -mca btl_tcp_if_include ib0 -mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB \
+mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_CYCLE_TIME=0.1 -mca btl self,vader,tcp -mca pml ob1 -x OMP_NUM_THREADS=20 -mca btl_tcp_if_include ib0 -mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB \
     singularity exec --nv horovod.sif \
     python /examples/keras_train.py
