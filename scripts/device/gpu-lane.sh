@@ -5,6 +5,7 @@
 #   test-gpu.log    make test-gpu (the install script installs the carried Horovod wheel: no build)
 #   install.log     the install script's full log
 #   bench-gpu.txt   bench/gpu.py's tables; gpu-bench.json its figures
+#   cycle-C/        bench/gpu.py at 4 KiB and 64 MiB with HOROVOD_CYCLE_TIME=C (1, 0.1, 0.5, 5 ms), as time allows
 #   nccl-logs.tar   NCCL_DEBUG=INFO files of the training test (real NCCL logs for tests/data/gate)
 #
 #   scripts/device/gpu-lane.sh            the lane, in under LANE_BUDGET_S seconds (default 220: the GPU
@@ -121,5 +122,14 @@ if [[ -f $lane/venv/hpcbundle-env.sh ]] && (( left > 10 )); then
     # shellcheck disable=SC1091  # written by the install script on that machine
     (source "$lane/venv/hpcbundle-env.sh" && timeout "$left" python bench/gpu.py --out "$out") 2>&1 | tee "$out/bench-gpu.txt"
 fi
+# tune's cycle knob (perf/tune.py's candidates, ms) on one GPU at both ends, 4 KiB and 64 MiB, in what is
+# left: the figures behind the HOROVOD_CYCLE_TIME that GPU sites and `site detect` draft.
+for cycle in 1 0.1 0.5 5; do
+    left=$((budget - SECONDS))
+    if [[ ! -f $lane/venv/hpcbundle-env.sh ]] || (( left < 20 )); then break; fi
+    # shellcheck disable=SC1091  # written by the install script on that machine
+    (source "$lane/venv/hpcbundle-env.sh" && HOROVOD_CYCLE_TIME=$cycle timeout "$left" python bench/gpu.py \
+        --steps 2 --warmup 1 --rounds 3 --sizes 4K,64M --out "$out/cycle-$cycle") >"$out/bench-gpu-cycle-$cycle.txt" 2>&1
+done
 echo "gpu-lane: $SECONDS s in all (budget $budget s); make test-gpu exit $status"
 exit "$status"
