@@ -117,11 +117,17 @@ def program_argv(data_dir: str) -> list[str]:
 
 
 def launch_from(
-    cluster: SshCluster, work: Path, site: Path, image: list[str], program: list[str], venv: Path = Path(sys.prefix)
+    cluster: SshCluster,
+    work: Path,
+    site: Path,
+    image: list[str],
+    program: list[str],
+    venv: Path = Path(sys.prefix),
+    flags: tuple[str, ...] = (),
 ) -> str:
     """`hpcbundle launch --exec` on node1 from the user's working directory, `venv` activated; its
     output, exit 0 asserted."""
-    argv = hpcbundle_argv("launch", "--site", str(site), *image, "--np", str(RANKS), "--hosts", HOSTS)
+    argv = hpcbundle_argv("launch", "--site", str(site), *image, "--np", str(RANKS), "--hosts", HOSTS, *flags)
     try:
         res = cluster.run("node1", [*argv, "--exec", "--", *program], timeout=600, env=shell(venv), cwd=work)
     except subprocess.TimeoutExpired:
@@ -246,11 +252,18 @@ def test_torchvision_model_trains_on_three_nodes_in_the_cuda_recipes_host_venv(
 def test_torchvision_model_trains_on_three_nodes_in_the_cuda_sif(
     cluster: SshCluster, gpu_sif: SifBuild, tmp_path: Path
 ) -> None:
-    """One `apptainer exec` of the CUDA recipe's SIF per rank (no --nv: no GPU here); doctor's program
-    probe, run by --exec before the launch, finds torchvision in the image."""
+    """One `apptainer exec` of the CUDA recipe's SIF per rank (no --nv: no GPU here). doctor FAILs the
+    CUDA image on nodes without a GPU, as it should on a cluster (a CUDA job on CPU nodes trains at a
+    fraction of the speed; doctor then stops before its program probe), so the launch that runs it
+    anyway takes --no-doctor. The host-venv test above passes the probe (torchvision resolves)."""
     work, _ = user_files(tmp_path, "torchvision_benchmark.py")
     site = sif_site(tmp_path, cluster, "sif-torchvision", export=["PATH"])
-    out = launch_from(cluster, work, site, ["--image", str(gpu_sif.path)], program_argv(""))
+    image = ["--image", str(gpu_sif.path)]
+    doctor = hpcbundle_argv("doctor", "--site", str(site), *image, "--hosts", HOSTS, "--", *program_argv(""))
+    rows = cluster.run("node1", doctor, timeout=600, env=shell(), cwd=work)
+    assert rows.returncode == 2, rows.stdout + rows.stderr
+    assert re.search(r"^FAIL  gpu-presence .* has no GPUs; use a CPU recipe$", rows.stdout, re.M), rows.stdout
+    out = launch_from(cluster, work, site, image, program_argv(""), flags=("--no-doctor",))
     assert_torchvision_trained(out, work, RANKS)
 
 
