@@ -64,15 +64,90 @@ def test_charliecloud_binds_it_and_cds_into_it():
 
 
 def test_apptainer_adds_no_word_and_explains_its_default():
-    plain, with_dir = argv("eth-a100-slurm", None), argv("eth-a100-slurm", PROJECT)
+    plain, with_dir = argv("eth-a100-slurm", None), argv("eth-a100-slurm", WorkDir(PROJECT.path, SHELL_SOURCE))
     assert plain == with_dir
     site = load_site("eth-a100-slurm", SITES)
     lines = build_command(site, RankLayout(8, in_allocation=True), PROGRAM, "h.sif", workdir=WorkDir("/w")).explain()
     assert any(
         line.startswith("(nothing)")
         and f"<- {SHELL_SOURCE} /w: apptainer binds the working directory and starts the program in it" in line
+        and "rule contained-workdir" in line
         for line in lines
     )
+
+
+@pytest.mark.parametrize(
+    ("site", "words"),
+    [
+        ("local", ["--wdir", PROJECT.path]),
+        ("ib-v100", ["-wdir", PROJECT.path]),  # Open MPI 4 with launcher.single_dash
+        ("roce-h100-ompi5", ["--wdir", PROJECT.path]),
+        ("eth-a100-slurm", [f"--chdir={PROJECT.path}"]),
+    ],
+)
+def test_with_workdir_given_the_launcher_starts_every_rank_there_and_with_the_shells_adds_nothing(site, words):
+    hosts = (("h1", 2),) if site != "eth-a100-slurm" else ()
+    model = load_site(site, SITES)
+    image = None if site == "local" else "h.sif"
+
+    def line(workdir: WorkDir | None) -> list[str]:
+        return build_command(model, RankLayout(2, hosts, in_allocation=not hosts), PROGRAM, image, workdir=workdir).argv
+
+    given = line(PROJECT)
+    at = next(i for i in range(len(given)) if given[i : i + len(words)] == words)
+    assert at < given.index(PROGRAM[0]) and (image is None or at < given.index(image))
+    assert given[:at] + given[at + len(words) :] == line(None) == line(WorkDir(PROJECT.path, SHELL_SOURCE))
+
+
+def test_hydra_starts_every_rank_in_the_given_workdir():
+    site = load_site("stampede2-knl", SITES)
+    words = build_command(site, RankLayout(2, (("c1", 1), ("c2", 1))), PROGRAM, workdir=PROJECT).argv
+    assert words[words.index("-wdir") + 1] == PROJECT.path and words.index("-wdir") < words.index("taskset")
+
+
+def test_runtimes_that_start_the_program_there_themselves_get_no_launcher_option():
+    for words in (
+        argv("slurm-pyxis-h100", PROJECT, "/scratch/h.sqsh", 16),
+        argv("local-charliecloud", PROJECT, "/var/tmp/img"),
+        build_command(DOCKER, RankLayout(2), PROGRAM, "img", workdir=PROJECT).argv,
+    ):
+        assert not {"--wdir", "-wdir"} & set(words) and not any(word.startswith("--chdir") for word in words)
+    on_host = build_command(DOCKER, RankLayout(2), PROGRAM, None, workdir=PROJECT).argv  # no image: no container
+    assert on_host[on_host.index("--wdir") + 1] == PROJECT.path
+
+
+def test_horovodrun_has_no_option_for_it_and_explain_says_to_run_the_line_from_there():
+    site = make_site("local", launcher={"name": "horovodrun", "gloo": True}, name="hvd", why={})
+    plain = build_command(site, RankLayout(2, (("h1", 2),)), PROGRAM, workdir=None)
+    given = build_command(site, RankLayout(2, (("h1", 2),)), PROGRAM, workdir=PROJECT)
+    assert given.argv == plain.argv
+    assert any(
+        f"<- {FLAG_SOURCE} {PROJECT.path}: horovodrun has no option for the ranks' directory" in line
+        and "run the line from there" in line
+        for line in given.explain()
+    )
+
+
+def test_a_batch_scripts_launch_line_starts_where_the_job_does(tmp_path):
+    out = tmp_path / "job.sh"
+    result = hpcbundle(
+        "sbatch",
+        "--site",
+        "eth-a100-slurm",
+        "--image",
+        "h.sif",
+        "--nodes",
+        "1",
+        "--workdir",
+        PROJECT.path,
+        "-o",
+        str(out),
+        "--",
+        *PROGRAM,
+    )
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert f'#SBATCH --chdir="{PROJECT.path}"' in text and "--chdir=/" not in text.replace("#SBATCH --chdir", "")
 
 
 def test_the_cli_reads_this_shells_directory_and_the_flag_overrides_it(tmp_path):

@@ -57,6 +57,9 @@ class RuntimeKnown:
     userns_args          its options that run the container in a user namespace whatever its default
     image_keeps_with     (option, variables): with that option in container.args it also keeps those
                          variables' image values (ch-run --set-env applies the image's environment)
+    sets_workdir         it starts the program in the user's working directory itself (pyxis
+                         --container-workdir, docker -w, ch-run --cd); otherwise the program starts
+                         where the launcher starts the rank
     """
 
     command: str
@@ -71,6 +74,7 @@ class RuntimeKnown:
     install: str = ""
     userns_args: frozenset[str] = frozenset()
     image_keeps_with: tuple[str, frozenset[str]] | None = None
+    sets_workdir: bool = False
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -114,8 +118,9 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         userns=True,
         gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`",
         image_keeps_with=("--set-env", frozenset({"PATH"})),
+        sets_workdir=True,
     ),
-    "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
+    "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True),
     "none": RuntimeKnown("", needs_image=False),
     # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
     # the image's environment wins over the host's unless --container-env names the variable. It has no
@@ -128,8 +133,9 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         srun_plugin=True,
         detect_option="--container-image",
         install="pyxis and enroot",
+        sets_workdir=True,
     ),
-    "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
+    "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True),
     "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
 }
 

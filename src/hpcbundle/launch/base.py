@@ -74,6 +74,10 @@ class Launcher:
         """Option that sets an MCA parameter (empty: pass it as an OMPI_MCA_ variable)."""
         return ()
 
+    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
+        """Option that starts every rank in directory `path` (empty: none; the ranks start where it runs)."""
+        return ()
+
     def tail(self, site: Site, out: Parts) -> None:
         """Options after env and MCA (interfaces for launchers with their own flag)."""
 
@@ -115,6 +119,7 @@ class Runtime:
     wraps_launcher: ClassVar[bool]
     image_keeps: ClassVar[frozenset[str]]
     srun_plugin: ClassVar[bool]
+    sets_workdir: ClassVar[bool]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -14,11 +14,12 @@ from ..config.sites import Site
 
 FLAG_SOURCE = "flag --workdir"
 SHELL_SOURCE = "the launching shell's working directory"
+JOB_SOURCE = "the batch job's working directory (#SBATCH --chdir)"
 
 
 @dataclass(frozen=True)
 class WorkDir:
-    """An absolute directory and where it came from (FLAG_SOURCE or SHELL_SOURCE), for --explain.
+    """An absolute directory and where it came from (FLAG_SOURCE, SHELL_SOURCE or JOB_SOURCE), for --explain.
 
     >>> WorkDir("/home/user/project", FLAG_SOURCE).path
     '/home/user/project'
@@ -26,6 +27,16 @@ class WorkDir:
 
     path: str
     source: str = SHELL_SOURCE
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether the line may be run from another directory (--workdir): the launcher must then start
+        the ranks in this one, where the runtime does not.
+
+        >>> WorkDir("/w", FLAG_SOURCE).elsewhere, WorkDir("/w").elsewhere, WorkDir("/w", JOB_SOURCE).elsewhere
+        (True, False, False)
+        """
+        return self.source == FLAG_SOURCE
 
 
 def bind_covering(site: Site, path: str) -> int | None:

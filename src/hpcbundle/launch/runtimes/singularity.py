@@ -38,7 +38,7 @@ class Singularity(Runtime):
         if workdir is not None:
             why = (
                 f"{self.name} binds the working directory and starts the program in it by default "
-                "(unless container.args has --contain or --no-mount cwd): run the line from there"
+                "(unless container.args has --contain or --no-mount cwd: rule contained-workdir)"
             )
             out.add([], f"{workdir.source} {workdir.path}", why)
         self.add_args(site, out)
