@@ -5,6 +5,7 @@ mount is refused in one line (rule workdir-path), exit 2, nothing written."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -15,7 +16,7 @@ from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.launch.batch import BatchJob, directives
 from hpcbundle.launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 
-from .helpers import ROOT, hpcbundle, make_site
+from .helpers import ROOT, hpcbundle, make_site, write_site
 
 SITES = ROOT / "site_configs"
 PROGRAM = ["python3", "train.py"]
@@ -148,6 +149,19 @@ def test_a_batch_scripts_launch_line_starts_where_the_job_does(tmp_path):
     assert result.returncode == 0, result.stderr
     text = out.read_text()
     assert f'#SBATCH --chdir="{PROJECT.path}"' in text and "--chdir=/" not in text.replace("#SBATCH --chdir", "")
+
+
+def test_launch_warns_when_container_args_keep_apptainer_from_binding_the_working_directory(tmp_path):
+    path = write_site(tmp_path, "eth-a100-slurm", {"container": {"args": ["--no-mount", "cwd"]}}, name="contained")
+    args = ["launch", "--site", str(path), "--image", "h.sif", "--np", "8"]
+    outside = hpcbundle(*args, "--workdir", "/home/user/project", "--explain", "--", *PROGRAM)
+    assert outside.returncode == 0, outside.stderr
+    assert re.search(
+        r"^WARN\s+contained-workdir\s+container.args: has --no-mount cwd, so apptainer does not", outside.stderr, re.M
+    )
+    assert "container.args has --no-mount cwd: apptainer does not bind it (rule contained-workdir)" in outside.stdout
+    under_a_bind = hpcbundle(*args, "--workdir", "/scratch/me/run", "--", *PROGRAM)
+    assert under_a_bind.returncode == 0 and "contained-workdir" not in under_a_bind.stderr, under_a_bind.stderr
 
 
 def test_the_cli_reads_this_shells_directory_and_the_flag_overrides_it(tmp_path):

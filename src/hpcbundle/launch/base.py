@@ -23,7 +23,7 @@ from ..registry import Registry
 from . import reasons
 from .command import Parts
 from .layout import RankLayout
-from .workdir import WorkDir, bind_covering
+from .workdir import WorkDir
 
 
 def _take_known(cls: type, known: Any) -> None:
@@ -145,7 +145,7 @@ class Runtime:
 
     def add_workdir_bind(self, site: Site, workdir: WorkDir, out: Parts, flag: str, both_sides: bool = True) -> None:
         """`flag DIR:DIR` (or `flag DIR`) for the working directory, unless a site bind holds it already."""
-        covering = bind_covering(site, workdir.path)
+        covering = site.container.bind_holding(workdir.path)
         if covering is not None:
             why = f"{self.name} mounts nothing more: container.binds[{covering}] holds it already"
             out.add([], workdir.source, why)

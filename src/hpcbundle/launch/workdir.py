@@ -8,9 +8,6 @@ ch-run: `/` when the directory is not in the image) mounts it at the same path a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePosixPath
-
-from ..config.sites import Site
 
 FLAG_SOURCE = "flag --workdir"
 SHELL_SOURCE = "the launching shell's working directory"
@@ -37,22 +34,3 @@ class WorkDir:
         (True, False, False)
         """
         return self.source == FLAG_SOURCE
-
-
-def bind_covering(site: Site, path: str) -> int | None:
-    """The index of the site bind whose destination holds `path` (it is visible already), else None.
-
-    >>> from hpcbundle.config.sites import Site
-    >>> site = Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
-    ...     "version": "4.1.5"}, "launcher": {"name": "mpirun"}, "container": {"binds": ["/data:/scratch"]},
-    ...     "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
-    >>> bind_covering(site, "/scratch/me/run"), bind_covering(site, "/data/me")
-    (0, None)
-    """
-    inside = PurePosixPath(path)
-    for index, bind in enumerate(site.container.binds):
-        parts = bind.split(":")
-        destination = PurePosixPath(parts[1] if len(parts) > 1 else parts[0])
-        if inside == destination or destination in inside.parents:
-            return index
-    return None
