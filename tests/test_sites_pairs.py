@@ -140,6 +140,24 @@ CASES = [
         "one rank per node",
     ),
     ("userns-vader", _recipe("cpu-local"), _site("local"), "SKIP", "no Open MPI 4 inside"),
+    # A batch job on whole GPU nodes asks for their memory (--mem=0 with --exclusive, or slurm.mem).
+    (
+        "batch-memory",
+        _recipe("cpu-local"),
+        _site("ib-v100", slurm={"options": []}),
+        "WARN",
+        "slurm.mem: the batch job takes all 2 GPUs of each node (slurm.gres gpu:2) but asks for no memory",
+    ),
+    ("batch-memory", _recipe("cpu-local"), _site("ib-v100"), "PASS", "--mem=0 (all of each node's, with --exclusive)"),
+    (
+        "batch-memory",
+        _recipe("cpu-local"),
+        _site("ib-v100", slurm={"options": [], "mem": "360G"}),
+        "PASS",
+        "--mem=360G",
+    ),
+    ("batch-memory", _recipe("cpu-local"), _site("ib-v100", slurm={"gres": "gpu:1"}), "SKIP", "every GPU"),
+    ("batch-memory", _recipe("cpu-local"), _site("stampede2-knl"), "SKIP", "every GPU"),
     # Apptainer/Singularity bind the working directory unless container.args contain it away.
     ("contained-workdir", _recipe("cpu-local"), _site("eth-a100-slurm"), "PASS", "binds the working directory"),
     ("contained-workdir", _recipe("cpu-local"), _site("local"), "SKIP", "not Apptainer/Singularity"),
