@@ -271,6 +271,18 @@ def test_userns_cma_trap_and_oversubscription():
     )
 
 
+def test_doctor_warns_of_a_docker_cma_trap_and_an_apptainer_site_that_does_not_bind_the_working_directory():
+    docker = by_rule(diagnose(site(container={"runtime": "docker"}), {"n1": node("n1")}))["userns-vader"]
+    assert docker.status == "WARN" and "`--cap-add SYS_PTRACE` to container.args" in docker.fix
+    contained = site(container={"runtime": "apptainer", "args": ["--containall"]})
+    found = by_rule(diagnose(contained, {"n1": node("n1")}))["contained-workdir"]
+    assert (found.status, found.key) == ("WARN", "container.args")
+    assert (
+        found.fix
+        == "bind the directory users run from (container.binds, e.g. the project file system) or drop --containall"
+    )
+
+
 def test_a_node_that_does_not_answer_fails_node_reach_and_the_other_rules_skip_it():
     down = {"error": "ssh: connection refused (sshd down?)", "unreached": True}
     results = diagnose(site(), {"n1": node("n1"), "n2": down})

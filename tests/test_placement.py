@@ -72,10 +72,17 @@ def test_sbatch_asks_for_the_sites_memory_or_all_of_it_when_exclusive_and_knl_by
     assert "#SBATCH --mem=0" in exclusive
     site = write_site(tmp_path, "eth-a100-slurm", {"slurm": {"options": ["--exclusive"], "mem": "480G"}})
     assert "#SBATCH --mem=480G" in hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "--", "t").stdout
-    shared = hpcbundle("sbatch", "--site", "ib-v100", "--nodes", "1", "--", "t").stdout
-    assert "--mem" not in shared
     knl = hpcbundle("sbatch", "--site", "stampede2-knl", "--nodes", "1", "--", "t").stdout.splitlines()
     assert "#SBATCH --cpus-per-task=272" in knl  # 68 cores x 4 hardware threads, as SLURM counts CPUs
+    assert not any(line.startswith("#SBATCH --mem") for line in knl)  # TACC refuses --mem; its nodes are whole
+
+
+@pytest.mark.parametrize("site", ["ib-v100", "seed-v100", "ib-a100-ucx", "roce-h100-ompi5", "eth-cpu-elastic"])
+def test_shipped_sites_whose_jobs_take_whole_nodes_ask_for_all_of_their_memory(site):
+    result = hpcbundle("sbatch", "--site", site, "--image", "h.sif", "--nodes", "2", "--", "python", "t.py")
+    lines = result.stdout.splitlines()
+    assert "#SBATCH --exclusive" in lines and "#SBATCH --mem=0" in lines, result.stderr
+    assert "batch-memory" not in result.stderr
 
 
 def test_a_site_that_sizes_its_own_threads_keeps_them():

@@ -5,6 +5,7 @@ mount is refused in one line (rule workdir-path), exit 2, nothing written."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -15,7 +16,7 @@ from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.launch.batch import BatchJob, directives
 from hpcbundle.launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 
-from .helpers import ROOT, hpcbundle, make_site
+from .helpers import ROOT, hpcbundle, make_site, write_site
 
 SITES = ROOT / "site_configs"
 PROGRAM = ["python3", "train.py"]
@@ -64,15 +65,103 @@ def test_charliecloud_binds_it_and_cds_into_it():
 
 
 def test_apptainer_adds_no_word_and_explains_its_default():
-    plain, with_dir = argv("eth-a100-slurm", None), argv("eth-a100-slurm", PROJECT)
+    plain, with_dir = argv("eth-a100-slurm", None), argv("eth-a100-slurm", WorkDir(PROJECT.path, SHELL_SOURCE))
     assert plain == with_dir
     site = load_site("eth-a100-slurm", SITES)
     lines = build_command(site, RankLayout(8, in_allocation=True), PROGRAM, "h.sif", workdir=WorkDir("/w")).explain()
     assert any(
         line.startswith("(nothing)")
         and f"<- {SHELL_SOURCE} /w: apptainer binds the working directory and starts the program in it" in line
+        and "rule contained-workdir" in line
         for line in lines
     )
+
+
+@pytest.mark.parametrize(
+    ("site", "words"),
+    [
+        ("local", ["--wdir", PROJECT.path]),
+        ("ib-v100", ["-wdir", PROJECT.path]),  # Open MPI 4 with launcher.single_dash
+        ("roce-h100-ompi5", ["--wdir", PROJECT.path]),
+        ("eth-a100-slurm", [f"--chdir={PROJECT.path}"]),
+    ],
+)
+def test_with_workdir_given_the_launcher_starts_every_rank_there_and_with_the_shells_adds_nothing(site, words):
+    hosts = (("h1", 2),) if site != "eth-a100-slurm" else ()
+    model = load_site(site, SITES)
+    image = None if site == "local" else "h.sif"
+
+    def line(workdir: WorkDir | None) -> list[str]:
+        return build_command(model, RankLayout(2, hosts, in_allocation=not hosts), PROGRAM, image, workdir=workdir).argv
+
+    given = line(PROJECT)
+    at = next(i for i in range(len(given)) if given[i : i + len(words)] == words)
+    assert at < given.index(PROGRAM[0]) and (image is None or at < given.index(image))
+    assert given[:at] + given[at + len(words) :] == line(None) == line(WorkDir(PROJECT.path, SHELL_SOURCE))
+
+
+def test_hydra_starts_every_rank_in_the_given_workdir():
+    site = load_site("stampede2-knl", SITES)
+    words = build_command(site, RankLayout(2, (("c1", 1), ("c2", 1))), PROGRAM, workdir=PROJECT).argv
+    assert words[words.index("-wdir") + 1] == PROJECT.path and words.index("-wdir") < words.index("taskset")
+
+
+def test_runtimes_that_start_the_program_there_themselves_get_no_launcher_option():
+    for words in (
+        argv("slurm-pyxis-h100", PROJECT, "/scratch/h.sqsh", 16),
+        argv("local-charliecloud", PROJECT, "/var/tmp/img"),
+        build_command(DOCKER, RankLayout(2), PROGRAM, "img", workdir=PROJECT).argv,
+    ):
+        assert not {"--wdir", "-wdir"} & set(words) and not any(word.startswith("--chdir") for word in words)
+    on_host = build_command(DOCKER, RankLayout(2), PROGRAM, None, workdir=PROJECT).argv  # no image: no container
+    assert on_host[on_host.index("--wdir") + 1] == PROJECT.path
+
+
+def test_horovodrun_has_no_option_for_it_and_explain_says_to_run_the_line_from_there():
+    site = make_site("local", launcher={"name": "horovodrun", "gloo": True}, name="hvd", why={})
+    plain = build_command(site, RankLayout(2, (("h1", 2),)), PROGRAM, workdir=None)
+    given = build_command(site, RankLayout(2, (("h1", 2),)), PROGRAM, workdir=PROJECT)
+    assert given.argv == plain.argv
+    assert any(
+        f"<- {FLAG_SOURCE} {PROJECT.path}: horovodrun has no option for the ranks' directory" in line
+        and "run the line from there" in line
+        for line in given.explain()
+    )
+
+
+def test_a_batch_scripts_launch_line_starts_where_the_job_does(tmp_path):
+    out = tmp_path / "job.sh"
+    result = hpcbundle(
+        "sbatch",
+        "--site",
+        "eth-a100-slurm",
+        "--image",
+        "h.sif",
+        "--nodes",
+        "1",
+        "--workdir",
+        PROJECT.path,
+        "-o",
+        str(out),
+        "--",
+        *PROGRAM,
+    )
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert f'#SBATCH --chdir="{PROJECT.path}"' in text and "--chdir=/" not in text.replace("#SBATCH --chdir", "")
+
+
+def test_launch_warns_when_container_args_keep_apptainer_from_binding_the_working_directory(tmp_path):
+    path = write_site(tmp_path, "eth-a100-slurm", {"container": {"args": ["--no-mount", "cwd"]}}, name="contained")
+    args = ["launch", "--site", str(path), "--image", "h.sif", "--np", "8"]
+    outside = hpcbundle(*args, "--workdir", "/home/user/project", "--explain", "--", *PROGRAM)
+    assert outside.returncode == 0, outside.stderr
+    assert re.search(
+        r"^WARN\s+contained-workdir\s+container.args: has --no-mount cwd, so apptainer does not", outside.stderr, re.M
+    )
+    assert "container.args has --no-mount cwd: apptainer does not bind it (rule contained-workdir)" in outside.stdout
+    under_a_bind = hpcbundle(*args, "--workdir", "/scratch/me/run", "--", *PROGRAM)
+    assert under_a_bind.returncode == 0 and "contained-workdir" not in under_a_bind.stderr, under_a_bind.stderr
 
 
 def test_the_cli_reads_this_shells_directory_and_the_flag_overrides_it(tmp_path):

@@ -121,7 +121,7 @@ def launch_command(
     command = build_command(model, layout, program, image, os.environ if execute else None, start_in)
     warned = declared_first(
         model,
-        launch_request(layout, program, image),
+        launch_request(layout, program, image, workdir=start_in),
         planned_ranks(model, layout),
         f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}",
     )
@@ -257,15 +257,18 @@ def sbatch_command(
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, site)
+    start_in = workdir_from(workdir)
     warned = declared_first(
         model,
-        launch_request(job_layout(model, BatchJob(nodes, tasks_per_node)), program, image, time=time_),
+        launch_request(
+            job_layout(model, BatchJob(nodes, tasks_per_node)), program, image, time=time_, workdir=start_in
+        ),
         {"each node": tasks_per_node} if tasks_per_node else None,
         f"--tasks-per-node {tasks_per_node}",
     )
     text = sbatch_script(
         model,
-        BatchJob(nodes, tasks_per_node, time_, workdir=workdir_from(workdir)),
+        BatchJob(nodes, tasks_per_node, time_, workdir=start_in),
         program,
         image,
         script_environment(bundle.get().scripts_dir),

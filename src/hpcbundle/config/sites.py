@@ -22,7 +22,7 @@ Loading here checks the shape only; every combination of keys is judged by a rul
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, PrivateAttr
@@ -176,6 +176,20 @@ class Container(StrictModel):
         "/usr/local/bin/hpcbundle-bind: where the gpu-numa wrapper (node.gpu_numa) runs inside the "
         "container, it runs the script's text inline (sh -c) instead of by name",
     )
+
+    def bind_holding(self, path: str) -> int | None:
+        """The index of the bind whose destination holds `path` (it is visible inside already), else None.
+
+        >>> Container(binds=["/data:/scratch"]).bind_holding("/scratch/me/run"), Container().bind_holding("/data")
+        (0, None)
+        """
+        inside = PurePosixPath(path)
+        for index, bind in enumerate(self.binds):
+            parts = bind.split(":")
+            destination = PurePosixPath(parts[1] if len(parts) > 1 else parts[0])
+            if inside == destination or destination in inside.parents:
+                return index
+        return None
 
 
 class Node(StrictModel):

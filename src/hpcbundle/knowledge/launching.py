@@ -57,6 +57,13 @@ class RuntimeKnown:
     userns_args          its options that run the container in a user namespace whatever its default
     image_keeps_with     (option, variables): with that option in container.args it also keeps those
                          variables' image values (ch-run --set-env applies the image's environment)
+    sets_workdir         it starts the program in the user's working directory itself (pyxis
+                         --container-workdir, docker -w, ch-run --cd); otherwise the program starts
+                         where the launcher starts the rank
+    contain_args         its options that keep it from binding the directory it starts in (which it binds, and
+                         starts the program in, by default); `--no-mount` too where its list names cwd
+    no_ptrace            its containers lack CAP_SYS_PTRACE by default, so the kernel refuses CMA
+                         (process_vm_readv) between the ranks in one container (Docker's and podman's defaults)
     """
 
     command: str
@@ -71,6 +78,9 @@ class RuntimeKnown:
     install: str = ""
     userns_args: frozenset[str] = frozenset()
     image_keeps_with: tuple[str, frozenset[str]] | None = None
+    sets_workdir: bool = False
+    contain_args: frozenset[str] = frozenset()
+    no_ptrace: bool = False
 
 
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
@@ -106,16 +116,27 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
 SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
 # `exec --userns` (-u), and --fakeroot (-f), which maps the user to root inside a user namespace.
 SINGULARITY_USERNS = frozenset({"--userns", "-u", "--fakeroot", "-f"})
+# exec --contain (-c), --containall (-C): no host file systems but the binds named (Apptainer: Bind Paths and Mounts).
+SINGULARITY_CONTAIN = frozenset({"--contain", "-c", "--containall", "-C"})
 RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
-    "apptainer": RuntimeKnown("apptainer", userns=True, image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
+    "apptainer": RuntimeKnown(
+        "apptainer",
+        userns=True,
+        image_keeps=SINGULARITY_KEEPS,
+        userns_args=SINGULARITY_USERNS,
+        contain_args=SINGULARITY_CONTAIN,
+    ),
     # ch-run passes the host environment; --set-env then applies the image's (its PATH at least).
     "charliecloud": RuntimeKnown(
         "ch-run",
         userns=True,
         gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`",
         image_keeps_with=("--set-env", frozenset({"PATH"})),
+        sets_workdir=True,
     ),
-    "docker": RuntimeKnown("docker", wraps_launcher=True, gpus_from_image_env="without --gpus"),
+    "docker": RuntimeKnown(
+        "docker", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True, no_ptrace=True
+    ),
     "none": RuntimeKnown("", needs_image=False),
     # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
     # the image's environment wins over the host's unless --container-env names the variable. It has no
@@ -128,9 +149,14 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         srun_plugin=True,
         detect_option="--container-image",
         install="pyxis and enroot",
+        sets_workdir=True,
     ),
-    "podman": RuntimeKnown("podman", wraps_launcher=True, gpus_from_image_env="without --gpus"),
-    "singularity": RuntimeKnown("singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS),
+    "podman": RuntimeKnown(
+        "podman", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True, no_ptrace=True
+    ),
+    "singularity": RuntimeKnown(
+        "singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS, contain_args=SINGULARITY_CONTAIN
+    ),
 }
 
 
@@ -177,3 +203,54 @@ def in_user_namespace(site: Site) -> bool:
     if known is None:
         return False
     return known.userns or any(arg.split("=", 1)[0] in known.userns_args for arg in site.container.args)
+
+
+def cwd_unbound_by(site: Site) -> str | None:
+    """The container.args option that keeps an Apptainer/Singularity site from binding the working directory
+    (its contain_args, or `--no-mount` with cwd in its list), or None: then relative paths do not reach the host.
+
+    >>> from hpcbundle.config.sites import Site
+    >>> def site(*args):
+    ...     return Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
+    ...         "version": "4.1.6"}, "launcher": {"name": "mpirun"}, "container": {"runtime": "apptainer",
+    ...         "args": list(args)}, "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
+    >>> cwd_unbound_by(site("--cleanenv", "-C")), cwd_unbound_by(site("--no-mount", "tmp,cwd"))
+    ('-C', '--no-mount tmp,cwd')
+    >>> cwd_unbound_by(site("--no-mount=home")) is None
+    True
+    """
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    if known is None or not known.contain_args:
+        return None
+    args = site.container.args
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in known.contain_args:
+            return arg
+        if name == "--no-mount":
+            listed = value if equals else args[index + 1] if index + 1 < len(args) else ""
+            if "cwd" in listed.split(","):
+                return arg if equals else f"{arg} {listed}"
+    return None
+
+
+def ptrace_refused(site: Site) -> bool:
+    """Whether the site's containers lack CAP_SYS_PTRACE (the runtime's no_ptrace), unless container.args grant it
+    (`--cap-add SYS_PTRACE`, `--cap-add=ALL`, `--privileged`): then CMA between the ranks of one container fails.
+
+    >>> from hpcbundle.config.sites import Site
+    >>> def site(*args):
+    ...     return Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
+    ...         "version": "4.1.6"}, "launcher": {"name": "mpirun"}, "container": {"runtime": "docker",
+    ...         "args": list(args)}, "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
+    >>> ptrace_refused(site()), ptrace_refused(site("--cap-add", "SYS_PTRACE")), ptrace_refused(site("--cap-add=all"))
+    (True, False, False)
+    """
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    if known is None or not known.no_ptrace:
+        return False
+    args = site.container.args
+    added = [args[index + 1] for index, arg in enumerate(args[:-1]) if arg == "--cap-add"]
+    added += [arg.split("=", 1)[1] for arg in args if arg.startswith("--cap-add=")]
+    granted = {cap.upper().removeprefix("CAP_") for value in added for cap in value.split(",")}
+    return "--privileged" not in args and not granted & {"SYS_PTRACE", "ALL"}

@@ -130,6 +130,8 @@ def build_command(
     layout = cpu_sized(site, launcher, layout)
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)
+    if workdir is not None and workdir.elsewhere and not (image and runtime.sets_workdir):
+        _start_in(site, launcher, workdir, main)
     _exports(site, launcher, runtime, image, main)
     _settings(site, launcher, layout, main, env)
     launcher.tail(site, main)
@@ -149,6 +151,16 @@ def build_command(
     else:
         order = [env, main, wrappers, container, body]
     return Command(tuple(part for parts in order for part in parts.items))
+
+
+def _start_in(site: Site, launcher: Launcher, workdir: WorkDir, main: Parts) -> None:
+    """The launcher's option that starts every rank in `workdir` (given as --workdir: the line may be run from
+    elsewhere), where the runtime starts the program where the rank starts (none, singularity, apptainer)."""
+    tokens = launcher.chdir(site, workdir.path)
+    if tokens:
+        main.add(tokens, workdir.source, reasons.CHDIR)
+    else:
+        main.add([], f"{workdir.source} {workdir.path}", reasons.NO_CHDIR.format(launcher=launcher.name))
 
 
 def _exports(site: Site, launcher: Launcher, runtime: Runtime, image: str | None, main: Parts) -> None:

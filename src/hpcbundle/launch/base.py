@@ -23,7 +23,7 @@ from ..registry import Registry
 from . import reasons
 from .command import Parts
 from .layout import RankLayout
-from .workdir import WorkDir, bind_covering
+from .workdir import WorkDir
 
 
 def _take_known(cls: type, known: Any) -> None:
@@ -74,6 +74,10 @@ class Launcher:
         """Option that sets an MCA parameter (empty: pass it as an OMPI_MCA_ variable)."""
         return ()
 
+    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
+        """Option that starts every rank in directory `path` (empty: none; the ranks start where it runs)."""
+        return ()
+
     def tail(self, site: Site, out: Parts) -> None:
         """Options after env and MCA (interfaces for launchers with their own flag)."""
 
@@ -115,6 +119,7 @@ class Runtime:
     wraps_launcher: ClassVar[bool]
     image_keeps: ClassVar[frozenset[str]]
     srun_plugin: ClassVar[bool]
+    sets_workdir: ClassVar[bool]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -140,7 +145,7 @@ class Runtime:
 
     def add_workdir_bind(self, site: Site, workdir: WorkDir, out: Parts, flag: str, both_sides: bool = True) -> None:
         """`flag DIR:DIR` (or `flag DIR`) for the working directory, unless a site bind holds it already."""
-        covering = bind_covering(site, workdir.path)
+        covering = site.container.bind_holding(workdir.path)
         if covering is not None:
             why = f"{self.name} mounts nothing more: container.binds[{covering}] holds it already"
             out.add([], workdir.source, why)

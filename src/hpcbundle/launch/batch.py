@@ -21,7 +21,7 @@ from ..rules.loading import refuse_request
 from ..templating import strict_environment
 from . import RankLayout, build_command, elastic, launch_request
 from .assemble import cpus_source
-from .workdir import WorkDir
+from .workdir import JOB_SOURCE, WorkDir
 
 TEMPLATE = "sbatch.sh.j2"
 
@@ -158,8 +158,9 @@ def sbatch_script(
         layout = replace(layout, discovery_script=elastic.BATCH_SCRIPT)
         discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
     refuse_request(site, launch_request(layout, program, image, time=job.time, workdir=job.workdir))
-    command = build_command(site, layout, program, image, workdir=job.workdir)
-    gate_segments = build_command(site, layout, gate.program, image, workdir=job.workdir).segments() if gate else None
+    workdir = replace(job.workdir, source=JOB_SOURCE) if job.workdir else None  # the script starts there
+    command = build_command(site, layout, program, image, workdir=workdir)
+    gate_segments = build_command(site, layout, gate.program, image, workdir=workdir).segments() if gate else None
     return env.get_template(TEMPLATE).render(
         site=site,
         directives=directives(site, job),

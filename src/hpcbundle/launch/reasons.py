@@ -50,6 +50,16 @@ MCA: dict[str, str] = {
     "btl_openib_allow_ib": "Open MPI >= 4.0 uses the openib btl on InfiniBand ports only when this is set",
 }
 
+# The user's working directory given as --workdir, on the launcher's option (or why not).
+CHDIR = (
+    "every rank starts in the user's working directory, wherever the line is run from (remote ranks too): "
+    "relative data and checkpoint paths resolve there"
+)
+NO_CHDIR = (
+    "{launcher} has no option for the ranks' directory: they start in the one it is run from (remote ranks "
+    "too), so run the line from there (cd to it first)"
+)
+
 # CPUs per rank in batch jobs (node.cpus_per_rank, else node.cores over the ranks per node).
 SRUN_CPUS = (
     "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun no longer inherits it from the batch "

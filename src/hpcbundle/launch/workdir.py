@@ -8,17 +8,15 @@ ch-run: `/` when the directory is not in the image) mounts it at the same path a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePosixPath
-
-from ..config.sites import Site
 
 FLAG_SOURCE = "flag --workdir"
 SHELL_SOURCE = "the launching shell's working directory"
+JOB_SOURCE = "the batch job's working directory (#SBATCH --chdir)"
 
 
 @dataclass(frozen=True)
 class WorkDir:
-    """An absolute directory and where it came from (FLAG_SOURCE or SHELL_SOURCE), for --explain.
+    """An absolute directory and where it came from (FLAG_SOURCE, SHELL_SOURCE or JOB_SOURCE), for --explain.
 
     >>> WorkDir("/home/user/project", FLAG_SOURCE).path
     '/home/user/project'
@@ -27,21 +25,12 @@ class WorkDir:
     path: str
     source: str = SHELL_SOURCE
 
+    @property
+    def elsewhere(self) -> bool:
+        """Whether the line may be run from another directory (--workdir): the launcher must then start
+        the ranks in this one, where the runtime does not.
 
-def bind_covering(site: Site, path: str) -> int | None:
-    """The index of the site bind whose destination holds `path` (it is visible already), else None.
-
-    >>> from hpcbundle.config.sites import Site
-    >>> site = Site.model_validate({"name": "c", "description": "d", "mpi": {"flavour": "openmpi",
-    ...     "version": "4.1.5"}, "launcher": {"name": "mpirun"}, "container": {"binds": ["/data:/scratch"]},
-    ...     "node": {"cores": 4}, "network": {"fabric": "ethernet"}})
-    >>> bind_covering(site, "/scratch/me/run"), bind_covering(site, "/data/me")
-    (0, None)
-    """
-    inside = PurePosixPath(path)
-    for index, bind in enumerate(site.container.binds):
-        parts = bind.split(":")
-        destination = PurePosixPath(parts[1] if len(parts) > 1 else parts[0])
-        if inside == destination or destination in inside.parents:
-            return index
-    return None
+        >>> WorkDir("/w", FLAG_SOURCE).elsewhere, WorkDir("/w").elsewhere, WorkDir("/w", JOB_SOURCE).elsewhere
+        (True, False, False)
+        """
+        return self.source == FLAG_SOURCE

@@ -7,7 +7,7 @@ from typing import Any
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import NVIDIA_CONTAINER_ENV, NVIDIA_ENV_LABELS
-from ..knowledge.launching import RUNTIMES_KNOWN, in_user_namespace
+from ..knowledge.launching import RUNTIMES_KNOWN, cwd_unbound_by, in_user_namespace, ptrace_refused
 from .engine import Facts, Verdict, rule
 from .mpi import without_mpi
 
@@ -156,7 +156,10 @@ def nvidia_container_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("userns-vader", needs=("site",))
 def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """Open MPI 4's vader single-copy (CMA) hangs across user namespaces unless switched off."""
+    """Open MPI 4's vader single-copy (CMA) fails across user namespaces and in Docker/podman unless switched off.
+
+    A user namespace hangs large messages; Docker's and podman's containers lack CAP_SYS_PTRACE, so the ranks in
+    one container have their process_vm_readv refused (`Read -1, expected N, errno = 1`)."""
     site = facts.site
     runtime = site.container.runtime
     image = facts.image or {}
@@ -164,20 +167,59 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     version = image.get("mpi.version") or site.mpi.version
     if skip := without_mpi(facts):
         return skip
-    if not in_user_namespace(site) or flavour != "openmpi" or parse_version(version).major >= 5:
-        return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime")
+    userns, no_ptrace = in_user_namespace(site), ptrace_refused(site)
+    open_mpi_4 = flavour == "openmpi" and parse_version(version).major < 5
+    if open_mpi_4 and not (userns or no_ptrace) and getattr(RUNTIMES_KNOWN.get(runtime), "no_ptrace", False):
+        return Verdict("PASS", f"container.args give {runtime}'s containers CAP_SYS_PTRACE, which CMA needs")
+    if not open_mpi_4 or not (userns or no_ptrace):
+        return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime or a Docker/podman container")
+    if site.node.slots == 1:
+        return Verdict("SKIP", "one rank per node (node.slots): vader's single copy never runs")
     btl = site.mca.get("btl", "")
     if btl and not btl.startswith("^") and not {"vader", "sm"} & set(btl.split(",")):
         return Verdict("PASS", f"btl {btl} has no shared-memory btl, so vader's single copy never runs")
+    where = "runs in a user namespace" if userns else "gives its containers no CAP_SYS_PTRACE"
     if site.mca.get("btl_vader_single_copy_mechanism") == "none":
+        return Verdict("PASS", f"{runtime} {where} and the site sets btl_vader_single_copy_mechanism none")
+    fix = "add `btl_vader_single_copy_mechanism: none` to the site's mca"
+    if userns:
         return Verdict(
-            "PASS", f"{runtime} runs in a user namespace and the site sets btl_vader_single_copy_mechanism none"
+            "WARN",
+            f"{runtime} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
+            "single-copy hangs large messages",
+            fix,
         )
     return Verdict(
         "WARN",
-        f"{runtime} runs ranks in user namespaces, where Open MPI {major_minor(version)}'s vader "
-        "single-copy hangs large messages",
-        "add `btl_vader_single_copy_mechanism: none` to the site's mca",
+        f"{runtime} runs the ranks of a node in one container without CAP_SYS_PTRACE, where Open MPI "
+        f"{major_minor(version)}'s vader single copy (CMA) is refused: `Read -1, expected N, errno = 1`",
+        f"{fix}, or `--cap-add SYS_PTRACE` to container.args",
+    )
+
+
+@rule("contained-workdir", needs=("site",))
+def contained_workdir(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """Apptainer/Singularity bind the working directory unless container.args say not (--contain, --no-mount cwd).
+
+    Without it a rank starts in the container's own (empty) home or /, so relative data paths find nothing and
+    relative checkpoints are written inside the container, where they vanish with it."""
+    site = facts.site
+    runtime = site.container.runtime
+    if not getattr(RUNTIMES_KNOWN.get(runtime), "contain_args", None):
+        return Verdict("SKIP", f"{runtime} is not Apptainer/Singularity (launch mounts the working directory itself)")
+    option = cwd_unbound_by(site)
+    if option is None:
+        return Verdict("PASS", f"{runtime} binds the working directory (container.args: no --contain, --no-mount cwd)")
+    workdir = facts.request.workdir if facts.request else None
+    holding = site.container.bind_holding(workdir) if workdir else None
+    if holding is not None:
+        return Verdict("PASS", f"container.args has {option}, but container.binds[{holding}] holds {workdir}")
+    return Verdict(
+        "WARN",
+        f"has {option}, so {runtime} does not bind the working directory: a rank starts in the container's own "
+        "home or /, relative data paths find nothing and relative checkpoints vanish with the container",
+        "bind the directory users run from (container.binds, e.g. the project file system) or drop " + option,
+        key="container.args",
     )
 
 

@@ -1,4 +1,5 @@
-"""Rules over a site alone: settings that contradict each other, so no launch of that site could work."""
+"""Rules over a site alone: settings that contradict each other, so no launch of that site could work, or that leave
+its batch jobs short of what its nodes have."""
 
 from __future__ import annotations
 
@@ -215,3 +216,27 @@ def stall_bound(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             f"set it below {limit} (longer than the program's quietest stretch), or raise launcher.timeout",
         )
     ]
+
+
+@rule("batch-memory", needs=("site",))
+def batch_memory(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A batch job that takes every GPU of its nodes asks for their memory too (slurm.mem, or --mem=0 with --exclusive).
+
+    Without --mem SLURM gives a job DefMemPerCPU x its CPUs (or DefMemPerNode), and --exclusive alone gives every CPU
+    and GPU of the node but only the memory asked for: a data loader or a large model then meets the OOM killer
+    with the node's memory idle."""
+    site = facts.site
+    slurm, gpus = site.slurm, site.node.gpus
+    asked = slurm.gres.rsplit(":", 1)[-1] if slurm.gres else ""
+    if not gpus or not asked.isdigit() or int(asked) < gpus:
+        return Verdict("SKIP", "the batch job does not take every GPU of its nodes (slurm.gres vs node.gpus)")
+    if slurm.mem or "--exclusive" in slurm.options:
+        mem = slurm.mem or "0 (all of each node's, with --exclusive)"
+        return Verdict("PASS", f"the job takes all {gpus} GPUs of each node and asks for --mem={mem}")
+    return Verdict(
+        "WARN",
+        f"the batch job takes all {gpus} GPUs of each node (slurm.gres {slurm.gres}) but asks for no memory: SLURM "
+        "gives it DefMemPerCPU x its CPUs (or DefMemPerNode), which may be a fraction of the node's",
+        "add --exclusive to slurm.options (the script then asks --mem=0, all of each node's memory) or set slurm.mem",
+        key="slurm.mem",
+    )

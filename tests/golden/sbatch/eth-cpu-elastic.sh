@@ -5,10 +5,12 @@
 #SBATCH --nodes=3
 #SBATCH --ntasks-per-node=1
 #SBATCH --cpus-per-task=48
+#SBATCH --mem=0
 #SBATCH --time=12:00:00
 #SBATCH --partition=cpu
 #SBATCH --chdir=/home/user/project
 #SBATCH --no-kill
+#SBATCH --exclusive
 set -euo pipefail
 
 # Elastic Horovod (faults.elastic): horovodrun runs on this node's host, outside the image, so the

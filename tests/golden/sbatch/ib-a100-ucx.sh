@@ -5,10 +5,12 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
 #SBATCH --cpus-per-task=16
+#SBATCH --mem=0
 #SBATCH --time=04:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:4
 #SBATCH --chdir=/home/user/project
+#SBATCH --exclusive
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

@@ -5,10 +5,12 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
 #SBATCH --cpus-per-task=20
+#SBATCH --mem=0
 #SBATCH --time=02:00:00
 #SBATCH --partition=gpu
 #SBATCH --gres=gpu:2
 #SBATCH --chdir=/home/user/project
+#SBATCH --exclusive
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

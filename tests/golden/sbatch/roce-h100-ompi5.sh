@@ -5,10 +5,12 @@
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=8
 #SBATCH --cpus-per-task=12
+#SBATCH --mem=0
 #SBATCH --time=08:00:00
 #SBATCH --partition=h100
 #SBATCH --gres=gpu:8
 #SBATCH --chdir=/home/user/project
+#SBATCH --exclusive
 set -euo pipefail
 
 # Module scripts are not nounset-safe, so -u is off while they run.

@@ -18,7 +18,8 @@ class HorovodRun(Launcher):
     the single dashes (use gloo or mpirun5), and site pml/btl settings would be overridden. From
     --network-interface it sets btl_tcp_if_include and NCCL_SOCKET_IFNAME (HOROVOD_GLOO_IFACE with
     Gloo) itself. It forwards its environment; it does not read a SLURM allocation, so several
-    nodes need --hosts.
+    nodes need --hosts. It has no option for the ranks' directory: they start in the one it runs in
+    (remote ranks too: it changes into it over ssh, or mpirun does), so a line for --workdir DIR runs from DIR.
     """
 
     name = "horovodrun"

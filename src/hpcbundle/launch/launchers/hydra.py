@@ -15,7 +15,8 @@ class Hydra(Launcher):
         mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64 numactl -p 1 python train.py
 
     -ppn comes from node.ranks_per_node, -l from launcher.tag_output, -iface from
-    network.interfaces (and on GPU sites NCCL_SOCKET_IFNAME, unless the site sets it). Hydra passes
+    network.interfaces (and on GPU sites NCCL_SOCKET_IFNAME, unless the site sets it), -wdir from --workdir
+    (every rank starts there, wherever the line is run from). Hydra passes
     its whole environment to every rank (-genvall is the default), so the site's variables are set
     in front of it.
     """
@@ -30,6 +31,9 @@ class Hydra(Launcher):
             out.site("node.ranks_per_node", ["-ppn", str(site.node.ranks_per_node)], "ranks per node")
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-hosts", "-f")
+
+    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
+        return ("-wdir", path)
 
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:

@@ -16,7 +16,8 @@ class OpenMpi4(Launcher):
             -mca btl openib,self -mca pml ob1 singularity exec --nv horovod.sif python train.py
 
     Keys: allow_run_as_root, tag_output, oversubscribe, bind_to, map_by, and single_dash for the
-    -mca/-bind-to/-map-by spellings (Open MPI <= 4 reads both; Open MPI 5 rejects single dashes).
+    -mca/-bind-to/-map-by/-wdir spellings (Open MPI <= 4 reads both; Open MPI 5 rejects single dashes).
+    With --workdir, --wdir DIR starts every rank there (remote ones too), wherever the line is run from.
     Open MPI does not forward the environment, so variables go through -x.
     """
 
@@ -33,6 +34,9 @@ class OpenMpi4(Launcher):
         self.add_hosts(layout, out, "-H", "--hostfile")
         self.add_flags(site, out, {"oversubscribe": "--oversubscribe"})
         self.add_values(site, out, {"bind_to": f"{self.dash(site)}bind-to", "map_by": f"{self.dash(site)}map-by"})
+
+    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
+        return (f"{self.dash(site)}wdir", path)
 
     def export(self, site: Site, name: str) -> tuple[str, ...]:
         return ("-x", name)

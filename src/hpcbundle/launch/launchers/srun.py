@@ -18,7 +18,8 @@ class Srun(Launcher):
 
     srun passes its environment to every rank (--export=ALL is the default); --export itself
     cannot carry values with commas, so variables are set in front of it, and MCA parameters
-    become OMPI_MCA_* variables. Ranks come from the allocation: --hosts is refused.
+    become OMPI_MCA_* variables. Ranks come from the allocation: --hosts is refused. With --workdir,
+    --chdir=DIR starts every rank there, wherever the line is run from.
     """
 
     name = "srun"
@@ -49,3 +50,6 @@ class Srun(Launcher):
         elif site.node.gpus:
             out.site("node.gpus", [f"--ntasks-per-node={site.node.gpus}"], reasons.SRUN_PER_GPU)
         self.add_flags(site, out, {"tag_output": "--label"})
+
+    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
+        return (f"--chdir={path}",)

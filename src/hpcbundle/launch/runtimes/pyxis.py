@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.sites import Site
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
-from ..workdir import WorkDir, bind_covering
+from ..workdir import WorkDir
 
 
 @RUNTIMES.register
@@ -51,7 +51,7 @@ class Pyxis(Runtime):
             mounts.append(f"{site.slurm.spool_dir}:{site.slurm.spool_dir}")
             key, why = "container.pmix_spool_mount", "slurmstepd's PMIx server keeps its job data under SlurmdSpoolDir"
         source, why = f"site {site.name} {key}", site.why.get(key, why)
-        if workdir is not None and bind_covering(site, workdir.path) is None:
+        if workdir is not None and site.container.bind_holding(workdir.path) is None:
             mounts.append(f"{workdir.path}:{workdir.path}")
             source += f" and {workdir.source}"
             why += "; the user's working directory at its own path, where relative paths resolve"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.sites import Site
+from ...knowledge.launching import cwd_unbound_by
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
 from ..workdir import WorkDir
@@ -36,9 +37,12 @@ class Singularity(Runtime):
             )
         self.add_binds(site, out, "--bind")
         if workdir is not None:
+            contained = cwd_unbound_by(site)
             why = (
                 f"{self.name} binds the working directory and starts the program in it by default "
-                "(unless container.args has --contain or --no-mount cwd): run the line from there"
+                "(unless container.args has --contain or --no-mount cwd: rule contained-workdir)"
+                if contained is None
+                else f"container.args has {contained}: {self.name} does not bind it (rule contained-workdir)"
             )
             out.add([], f"{workdir.source} {workdir.path}", why)
         self.add_args(site, out)
