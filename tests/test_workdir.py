@@ -236,3 +236,25 @@ def test_any_working_directory_reaches_the_argv_as_one_word_unchanged(path):
     for command in (docker.argv, pyxis, charliecloud):
         assert shlex.split(shlex.join(command)) == command
     assert shlex.split(docker.display()) == docker.argv
+
+
+def test_launch_exec_in_a_working_directory_that_does_not_exist_is_refused_in_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    result = hpcbundle("launch", "--np", "1", "--workdir", str(gone), "--exec", "--no-doctor", "--", "python3", "t.py")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert (
+        result.stderr
+        == f"hpcbundle: error: --workdir: {gone}: No such file or directory (give a directory that exists)\n"
+    )
+
+
+@pytest.mark.full_setup
+def test_launch_exec_starts_the_job_in_the_given_working_directory(tmp_path):
+    """The job itself starts there (as horovodrun, which has no option for it, needs), not only its ranks."""
+    (tmp_path / "proj").mkdir()
+    program = ["python3", "-c", "import os; print('cwd=' + os.getcwd())"]
+    result = hpcbundle(
+        "launch", "--np", "1", "--workdir", str(tmp_path / "proj"), "--exec", "--no-doctor", "--", *program
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"cwd={tmp_path / 'proj'}\n" in result.stdout

@@ -32,6 +32,7 @@ from .options import (
     NODES,
     PROGRAM_SETTINGS,
     RANKS_PER_NODE,
+    enter_workdir,
     gate_option,
     image_option,
     layout_from,
@@ -126,9 +127,7 @@ def launch_command(
         f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}",
     )
     if layout.discovery_script is not None:  # written once every check has passed
-        text = discovery_script(model, script_environment(bundle.get().scripts_dir), hosts_path, model.node.slots)
-        write_atomic(Path(layout.discovery_script), text, mode=0o755, option="faults.elastic.discovery", derived=True)
-        click.echo(f"wrote {layout.discovery_script} (the elastic job's host discovery, read every second)", err=True)
+        write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
     if not execute:
         if gate:
             gate_first(ctx, model, layout, image, program, start_in)
@@ -142,7 +141,16 @@ def launch_command(
         doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
     if gate:
         gate_first(ctx, model, layout, image, program, start_in)
+    enter_workdir(start_in)
     execute_job(ctx, model, image, layout, command, program, timeout)
+
+
+def write_discovery(bundle, model: Site, hostfile: str | None, path: Path) -> None:
+    """Write the elastic job's host discovery script at `path` (relative paths: in the working directory,
+    where horovodrun starts)."""
+    text = discovery_script(model, script_environment(bundle.get().scripts_dir), hostfile, model.node.slots)
+    write_atomic(path, text, mode=0o755, option="faults.elastic.discovery", derived=True)
+    click.echo(f"wrote {path} (the elastic job's host discovery, read every second)", err=True)
 
 
 def execute_job(

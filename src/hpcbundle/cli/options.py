@@ -91,6 +91,15 @@ def workdir_from(flag: str | None) -> WorkDir:
         ) from None
 
 
+def enter_workdir(workdir: WorkDir) -> None:
+    """Make `workdir` this process's directory before `launch --exec` starts the job there: a launcher
+    with no option for it (horovodrun) and every rank it starts on this node begin where it does."""
+    try:
+        os.chdir(workdir.path)
+    except OSError as e:
+        raise UserError.at("", "--workdir", f"{workdir.path}: {e.strerror}", "give a directory that exists") from None
+
+
 def site_for(bundle, ref: str) -> Site:
     """The site named `ref`, with every problem in it refused (exit 2)."""
     return load_site(ref, bundle.get().sites_dir)
