@@ -118,7 +118,7 @@ def test_hybrid_allreduce_runs_the_images_program_on_three_nodes_over_data0(
     )
     command = launched_command(out)
     assert status == 0, out[-4000:]
-    assert f"ch-run --set-env {ch_image} -- {shlex.join(ALLREDUCE_TF)}" in command
+    assert f"ch-run -b {RUN_DIR} --cd={RUN_DIR} --set-env {ch_image} -- {shlex.join(ALLREDUCE_TF)}" in command
     assert "--mca btl_vader_single_copy_mechanism none" in command and "-H node1:1,node2:1,node3:1" in command
     assert re.search(r"^allreduce_check: OK size=3 expected=3 framework=tensorflow", out, re.M), out[-3000:]
     assert not Path("/examples").exists(), "the program ran from the image: the host has no /examples"
@@ -146,7 +146,7 @@ def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(
         timeout=300,
     )
     assert status == 0, out[-4000:]
-    assert "ch-run --set-env" in launched_command(out)
+    assert f"ch-run -b {RUN_DIR} --cd={RUN_DIR} --set-env" in launched_command(out)
     epochs = re.findall(r"^epoch (\d+)/2: loss=([\d.]+)", out, re.M)
     final = re.findall(r"^final: accuracy=([\d.]+) loss=[\d.]+ images/sec=[\d.]+ ranks=(\d+)$", out, re.M)
     assert [e for e, _ in epochs] == ["1", "2"] and len(final) == 1, out[-3000:]
