@@ -32,8 +32,9 @@ from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd
 from hpcbundle_testbed.docker_engine.engine import DockerEngine
 from hpcbundle_testbed.gpu_plugin import GPU_RECIPE, CudaStack, HostInstall, terminal_progress
+from hpcbundle_testbed.sites import site_data, write_site
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle_argv, launched_command
 
 pytestmark = [pytest.mark.gpu_build, pytest.mark.docker]
 
@@ -196,3 +197,30 @@ def _copy_out(engine: DockerEngine, path: str, dest: Path) -> Path:
         assert member is not None, f"{path} is not a regular file in the image"
         target.write_bytes(member.read())
     return target
+
+
+def test_a_users_torchvision_program_trains_in_the_image_from_their_working_directory(
+    gpu_image, docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    """`hpcbundle launch --exec` on a docker site with the CUDA image, on the CPU (no GPU here): the
+    generated `docker run ... -v DIR:DIR -w DIR` line runs 2 ranks of a torchvision model
+    (tests/data/user_programs/torchvision_benchmark.py, started as `python3 train.py`) in the one
+    container, each in the user's directory. --no-doctor: doctor FAILs a CUDA image on a node without a
+    GPU (gpu-presence), as it should on a cluster."""
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "user_programs" / "torchvision_benchmark.py", work / "train.py")
+    data = site_data("docker-torchvision")
+    data["mca"]["btl"] = "self,vader,tcp"  # both ranks in one container: shared memory between them
+    data["mca"]["btl_vader_single_copy_mechanism"] = "none"  # Docker's seccomp refuses CMA (rule userns-vader)
+    data["container"] = {"runtime": "docker"}
+    site = write_site(tmp_path, data)
+    argv = hpcbundle_argv("launch", "--site", str(site), "--image", TAG, "--np", "2", "--exec", "--no-doctor", "--")
+    env = {**os.environ, **docker_engine.env()}
+    res = subprocess.run([*argv, "python3", "train.py"], capture_output=True, text=True, timeout=600, cwd=work, env=env)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert f" -v {work}:{work} -w {work} " in launched_command(res.stderr), res.stderr[-2000:]
+    for rank in range(2):
+        assert re.search(rf"rank {rank}/2: resnet18 loss=[\d.]+ cwd={re.escape(str(work))}", out), out[-3000:]
+    assert re.search(r"total images/sec: [\d.]+ on 2 ranks$", out, re.M), out[-3000:]
