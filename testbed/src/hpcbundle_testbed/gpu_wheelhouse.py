@@ -43,11 +43,12 @@ import time
 import zipfile
 from pathlib import Path
 
+from hpcbundle.config.bundle import find_bundle
+from hpcbundle.image.blocks.horovod import horovod_key
+from hpcbundle.rules.loading import load_recipe
+
 from .cache import cache_dir
 from .cuda_wheels import run_logged, tail
-
-# The rendered script's own cache directory for the Horovod wheel (containers/shell/install.sh.j2).
-_CACHE_LINE = re.compile(r'prebuilt="\$\(find "\$\{HPCBUNDLE_CACHE\}/horovod/([^"/]+)-py\$\{HPCBUNDLE_PYVER\}"')
 
 # Run inside the build venv: the distributions torch requires, transitively and with the extras it names
 # (cuda-toolkit[cublas,cudart,...]): a node's system torch has them.
@@ -125,15 +126,12 @@ def find_python(version: str) -> str:
 
 
 def render_script(recipe: str, dest: Path) -> str:
-    """`hpcbundle render RECIPE --format shell` into `dest`; its cache key (horovod-...-<hash>)."""
+    """`hpcbundle render RECIPE --format shell` into `dest`; the key its Horovod wheel is cached under (horovod_key)."""
     hpcbundle = [sys.executable, "-m", "hpcbundle", "render", recipe, "--format", "shell", "-o", str(dest)]
     run = subprocess.run(hpcbundle, capture_output=True, text=True, timeout=120, check=False)
     if run.returncode:
         raise UserError(f"RECIPE={recipe}: {run.stderr.strip().removeprefix('hpcbundle: error: ')}")
-    found = _CACHE_LINE.search(dest.read_text())
-    if found is None:
-        raise RuntimeError(f"{dest}: no Horovod cache directory in the rendered script")
-    return found.group(1)
+    return horovod_key(load_recipe(recipe, find_bundle(None, Path.cwd()).recipes_dir))
 
 
 def _script_line(line: str) -> bool:
