@@ -16,7 +16,8 @@ from hpcbundle.cli import main
 from hpcbundle.config.limits import MAX_CORES, MAX_NODES, MAX_RANKS
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.launch import RankLayout, build_command, launch_request
+from hpcbundle.config.errors import UserError
+from hpcbundle.launch import LaunchPlan, RankLayout
 from hpcbundle.launch.workdir import WorkDir
 from hpcbundle.rules import engine
 from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, registered
@@ -72,16 +73,16 @@ CASES: list[Case] = [
      "--np 8: larger than the 4 slots of --hosts f1:2,f2:2 (lower --np or give more hosts or slots)"),
     ("ranks-per-node", "ib-v100", {}, RankLayout(4, (("f1", 2), ("f1", 2))), "h.sif", PROGRAM, None,
      ["--np", "4", "--hosts", "f1:2,f1:2", "--image", "h.sif"], {},
-     "--hosts f1:2,f1:2: 4 ranks on f1 but site req nodes have 2 GPUs (NCCL refuses two ranks on one GPU) "
-     "(give at most 2 slots per host, one rank per GPU)"),
+     "--hosts f1:2,f1:2: 4 ranks on f1 but site req nodes have 2 GPUs: NCCL refuses two ranks on one GPU "
+     "(ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)"),
     ("ranks-per-node", "stampede2-knl", {}, RankLayout(100, (("k1", 100),)), None, PROGRAM, None,
      ["--np", "100", "--hosts", "k1:100"], {},
-     "--hosts k1:100: 100 ranks on k1 but site req runs node.ranks_per_node 1 "
-     "(give at most 1 slots per host, or raise node.ranks_per_node)"),
+     "--hosts k1:100: 100 ranks on k1 but site req runs node.ranks_per_node 1: more ranks than the node takes "
+     "(give at most 1 ranks per node, or raise node.ranks_per_node or set launcher.oversubscribe)"),
     ("ranks-per-node", "local", {"launcher": {"oversubscribe": False}}, RankLayout(3, (("a", 3),)), None, PROGRAM,
      None, ["--np", "3", "--hosts", "a:3"], {},
-     "--hosts a:3: 3 ranks on a but site req nodes have 2 cores (node.cores) "
-     "(give at most 2 slots per host, or set launcher.oversubscribe)"),
+     "--hosts a:3: 3 ranks on a but site req nodes have 2 cores (node.cores): more ranks than the node takes "
+     "(give at most 2 ranks per node, or raise node.ranks_per_node or set launcher.oversubscribe)"),
     ("np-nodes", "eth-a100-slurm", {}, RankLayout(12, in_allocation=True, nodes=2), "h.sif", PROGRAM, None,
      ["--np", "12", "--image", "h.sif"], {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2"},
      "--np 12: more than the 2 nodes x 4 ranks per node (node.gpus) of this SLURM job "
@@ -113,10 +114,10 @@ CASES: list[Case] = [
 ]  # fmt: skip
 
 
-def _request(case: Case) -> LaunchRequest:
+def _plan(site: Site, case: Case) -> LaunchPlan:
     _, _, _, layout, image, program, names, _, _, _ = case
     environment = dict.fromkeys(names, "set") if names is not None else None
-    return launch_request(layout, program, image, environment)
+    return LaunchPlan(site, layout, program, image, environment=environment)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case[0] for case in CASES])
@@ -124,9 +125,12 @@ def test_each_request_rule_refuses_its_bad_request_in_one_line(tmp_path, case):
     rule, base, edit, *_, line = case
     path = _edited_site(tmp_path, base, edit)
     site = load_site(str(path), SITES)
-    failures = load_failures(Facts(site=site, request=_request(case)))
+    failures = [r for r in _plan(site, case).evaluate() if r.status == "FAIL"]
     assert [f.rule for f in failures] == [rule]
     assert problem_line(failures[0], site.where) == line.replace("SITE", str(path))
+    with pytest.raises(UserError) as refused:
+        _plan(site, case).judge()
+    assert str(refused.value) == line.replace("SITE", str(path))
 
 
 # click itself refuses a launch with no PROGRAM (exit 2, its usage line) and an --np above MAX_RANKS (its range);
@@ -167,20 +171,18 @@ def test_hostfile_slots_over_the_gpus_are_refused_in_one_line_and_start_nothing(
     hostfile.write_text("f1 slots=8\nf2 slots=8\n")
     args = ["--site", "eth-a100-slurm", "--np", "8", "--hostfile", str(hostfile), "--", "touch", str(tmp_path / "x")]
     site = load_site("roce-h100-ompi5", SITES)
-    request = launch_request(
-        RankLayout(16, hostfile="h", hostfile_slots=32, hostfile_hosts=(("g1", 16), ("g2", 16))), PROGRAM
-    )
-    failures = load_failures(Facts(site=site, request=request))
+    layout = RankLayout(16, hostfile="h", hostfile_slots=32, hostfile_hosts=(("g1", 16), ("g2", 16)))
+    failures = [r for r in LaunchPlan(site, layout, PROGRAM).evaluate() if r.status == "FAIL"]
     assert [(f.rule, f.key, f.evidence) for f in failures] == [
-        ("ranks-per-node", "--hostfile h", f"16 ranks on g1 but site {site.name} nodes have 8 GPUs "
-         "(NCCL refuses two ranks on one GPU)")
+        ("ranks-per-node", "--hostfile h", f"16 ranks on g1 but site {site.name} nodes have 8 GPUs: "
+         "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage)")
     ]  # fmt: skip
     ib = ["--site", "ib-v100", *args[2:]]
     result = CliRunner().invoke(main, ["--bundle", str(ROOT), "launch", *ib], env={"SLURM_JOB_ID": None})
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
-        f"hpcbundle: error: --hostfile {hostfile}: 8 ranks on f1 but site ib-v100 nodes have 2 GPUs "
-        "(NCCL refuses two ranks on one GPU) (give at most 2 slots per host, one rank per GPU)\n"
+        f"hpcbundle: error: --hostfile {hostfile}: 8 ranks on f1 but site ib-v100 nodes have 2 GPUs: NCCL refuses "
+        "two ranks on one GPU (ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
 
@@ -195,14 +197,15 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
     assert [(f.rule, problem_line(f, site.where)) for f in failures] == [("knob-site", line)]
     assert load_failures(Facts(site=load_site("local", SITES), request=LaunchRequest(knobs=("algorithm",)))) == []
     out = tmp_path / "tuned.yaml"
-    result = hpcbundle("tune", "--site", "stampede2-knl", "--np", "2", "--knobs", "algorithm", "-o", str(out))
+    args = ["--np", "2", "--hosts", "k1:1,k2:1", "--knobs", "algorithm", "-o", str(out)]
+    result = hpcbundle("tune", "--site", "stampede2-knl", *args)
     assert result.returncode == 2 and result.stderr == f"hpcbundle: error: {line}\n"
     assert not out.exists()
 
 
 def test_every_request_rule_has_a_bad_case():
     covered = {case[0] for case in CASES} | {"knob-site", "workdir-path"}  # workdir-path: test_workdir.py
-    assert covered == {r.name for r in registered() if "request" in r.needs}
+    assert covered == {r.name for r in registered() if "request" in r.needs} | {"ranks-per-node"}
     assert all(r.on_load for r in registered() if "request" in r.needs)
 
 
@@ -214,19 +217,19 @@ def test_without_the_request_rules_every_bad_request_builds_a_line(tmp_path, mon
     for index, (_, base, edit, *_) in enumerate(CASES):
         (tmp_path / str(index)).mkdir()
         sites[index] = load_site(str(_edited_site(tmp_path / str(index), base, edit)), SITES)
-    monkeypatch.setattr(engine, "RULES", [r for r in RULES if "request" not in r.needs])
+    monkeypatch.setattr(engine, "RULES", [r for r in RULES if "request" not in r.needs and r.name != "ranks-per-node"])
     for index, case in enumerate(CASES):
-        _, _, _, layout, image, program, names, *_ = case
-        environment = dict.fromkeys(names, "set") if names is not None else None
-        assert build_command(sites[index], layout, program, image, environment).argv
+        plan = _plan(sites[index], case)
+        plan.judge()
+        assert plan.command().argv
 
 
 def test_a_request_that_fits_passes_every_request_rule_and_one_not_given_skips_them():
     site = load_site("ib-v100", SITES)
     shell = {"PATH": "", "LD_LIBRARY_PATH": ""}
-    request = launch_request(RankLayout(4, (("f1", 2), ("f2", 2))), PROGRAM, "h.sif", shell, workdir=WorkDir("/home/u"))
-    request = dataclasses.replace(request, knobs=("algorithm",))
-    judged = engine.evaluate(Facts(site=site, request=request), knowledge_base())
+    layout = RankLayout(4, (("f1", 2), ("f2", 2)))
+    plan = LaunchPlan(site, layout, PROGRAM, "h.sif", WorkDir("/home/u"), shell, knobs=("algorithm",))
+    judged = plan.evaluate()
     results = [r for r in judged if r.rule in _request_rules()]
     assert {r.status for r in results} == {"PASS"} and len(results) == len(_request_rules())
     unknown = engine.evaluate(Facts(site=site, request=LaunchRequest()), knowledge_base())
@@ -259,7 +262,7 @@ def test_check_judges_a_launch_request_given_with_np_hosts_and_image():
     assert "PASS  np-slots" in fits.stdout and "FAIL" not in fits.stdout
     alone = hpcbundle("check", "cuda11.8-tf2.14-torch2.1", "--np", "4")
     assert alone.returncode == 2
-    assert alone.stderr == "hpcbundle: error: --np/--hosts/--image: judge a launch on a site (add --site SITE)\n"
+    assert alone.stderr == "hpcbundle: error: --np: judge a launch on a site (add --site SITE)\n"
 
 
 def test_check_without_a_request_runs_no_request_rule():
@@ -280,14 +283,18 @@ def test_a_site_built_in_code_is_judged_with_its_request():
             "network": {"fabric": "ethernet"},
         }
     )
-    request = launch_request(RankLayout(2, (("a", 1), ("b", 1))), PROGRAM, "img")
-    assert [f.rule for f in load_failures(Facts(site=site, request=request))] == ["container-one-node"]
+    plan = LaunchPlan(site, RankLayout(2, (("a", 1), ("b", 1))), PROGRAM, "img")
+    assert [f.rule for f in plan.evaluate() if f.status == "FAIL"] == ["container-one-node"]
 
 
-def test_doctor_judges_its_image_and_program_as_a_launch_request():
+def test_doctor_judges_its_image_and_program_as_a_launch_request_before_asking_any_node():
     result = hpcbundle("doctor", "--site", "local", "--image", "h.sif", "--no-checksum", "--", "--help")
-    assert result.returncode == 2, result.stderr
-    lines = result.stdout.splitlines()
-    assert "FAIL  image-on-host        --image: site local runs programs on the host" in result.stdout
-    assert "FAIL  program-first        PROGRAM: '--help' starts with '-'" in result.stdout
-    assert "SKIP  np-slots             no --np in this request" in lines
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "hpcbundle: error: PROGRAM: '--help' starts with '-', so the launcher would read it as an option "
+        "(put the program (e.g. python3) first after --)",
+        "hpcbundle: error: --image: site local runs programs on the host (container.runtime: none) "
+        "(drop --image or pick a site with a container runtime)",
+    ]
+    fits = hpcbundle("doctor", "--site", "local", "--no-checksum", "--", "python3", "t.py")
+    assert "SKIP  np-slots             no --np in this request" in fits.stdout.splitlines()

@@ -16,12 +16,12 @@ from ..config.sites import Site
 from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
 from ..knowledge.compat import knowledge_base
-from ..launch import load_site, parse_hosts
-from ..rules.engine import LaunchRequest, exit_status
+from ..launch import parse_hosts
+from ..rules.engine import exit_status
 from . import main, pass_bundle
-from .options import PROGRAM_SETTINGS, seconds, site_option
+from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option
 from .outputs import OUTPUT_HELP, output_target, print_results, write_atomic
-from .preflight import program_probe
+from .preflight import JUDGED, program_probe
 
 
 @main.command("doctor", context_settings=PROGRAM_SETTINGS)
@@ -66,22 +66,22 @@ def doctor_command(
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
       hpcbundle doctor --site mycluster --hosts n1,n2,n3 -- python train.py
     """
-    model = load_site(site, bundle.get().sites_dir)
+    model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
-    probe = program_probe(model, placed, program, image)
-    request = LaunchRequest(image=image, program=program or None, environment=frozenset(os.environ))
-    results = doctor(
+    plan = plan_from(model, None, program or None, image, environment=os.environ)
+    declared = plan.judge(observing=True)  # the site and the request, before any node is asked
+    observed = doctor(
         model,
         image,
         placed,
         checksum=not no_checksum,
         timeout=timeout,
-        probe=probe,
+        probe=program_probe(plan, placed),
         environment=os.environ,
-        request=request,
+        judged=JUDGED,
     )
-    print_results(results)
-    ctx.exit(exit_status(results))
+    print_results(declared + observed)
+    ctx.exit(exit_status(declared + observed))
 
 
 @main.group("site")

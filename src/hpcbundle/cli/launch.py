@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -23,10 +22,9 @@ from ..diagnose.watchdog import (
     stall_verdict,
     unbounded_note,
 )
-from ..launch import Command, RankLayout, build_command, launch_request, load_site
-from ..launch.batch import BatchJob, GateStep, job_layout, sbatch_script, script_environment
+from ..launch import Command, LaunchPlan, load_site
+from ..launch.batch import BatchJob, GateStep, batch_plan, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
-from ..launch.workdir import WorkDir
 from . import main, pass_bundle
 from .options import (
     NODES,
@@ -37,16 +35,18 @@ from .options import (
     image_option,
     layout_from,
     no_doctor_option,
+    plan_from,
     program_argument,
-    ranks,
+    ranks_options,
     seconds,
     site_for,
     site_option,
+    typed,
     workdir_from,
     workdir_option,
 )
 from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
-from .preflight import declared_first, doctor_first, fast_doctor, planned_ranks
+from .preflight import doctor_first, fast_doctor, placed_hosts, warnings_of
 from .submit import submit_script
 
 
@@ -63,18 +63,28 @@ def sites_command(bundle) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What `hpcbundle launch` was asked (its click parameters)."""
+
+    site: str
+    image: str | None
+    np_: int
+    hosts: str | None
+    hostfile: Path | None
+    explain: bool
+    execute: bool
+    timeout: int | None
+    workdir: str | None
+    no_doctor: bool
+    gate: bool
+    program: tuple[str, ...]
+
+
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
 @site_option
 @image_option
-@click.option("--np", "np_", type=ranks(), required=True, help="Number of ranks.")
-@click.option(
-    "--hosts",
-    help="Hosts and slots, e.g. f1:2,f2:2 or a SLURM host list n[01-04]:2 (slots for each; at most 4096 hosts; "
-    "inside a SLURM allocation the launcher asks SLURM).",
-)
-@click.option(
-    "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
-)
+@ranks_options()
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
@@ -84,22 +94,8 @@ def sites_command(bundle) -> None:
 @program_argument
 @pass_bundle
 @click.pass_context
-def launch_command(
-    ctx: click.Context,
-    bundle,
-    site: str,
-    image: str | None,
-    np_: int,
-    hosts: str | None,
-    hostfile: Path | None,
-    explain: bool,
-    execute: bool,
-    timeout: int | None,
-    workdir: str | None,
-    no_doctor: bool,
-    gate: bool,
-    program: tuple[str, ...],
-) -> None:
+@typed(LaunchOptions)
+def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
 
     \b
@@ -112,37 +108,34 @@ def launch_command(
     An elastic site (faults.elastic, discovery: hostfile) also writes HOSTFILE.discover, the script
     horovodrun reads the hosts from every second: edit the hostfile to add or retire nodes mid-run.
     """
-    model = site_for(bundle, site)
-    layout = layout_from(np_, hosts, hostfile)
-    hosts_path = str(hostfile.absolute()) if hostfile else None
+    model = site_for(bundle, asked.site)
+    layout = layout_from(asked.np_, asked.hosts, asked.hostfile)
+    hosts_path = str(asked.hostfile.absolute()) if asked.hostfile else None
     if model.faults.elastic is not None:
         layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else BATCH_SCRIPT)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
-    start_in = workdir_from(workdir)
-    command = build_command(model, layout, program, image, os.environ if execute else None, start_in)
-    warned = declared_first(
-        model,
-        launch_request(layout, program, image, workdir=start_in),
-        planned_ranks(model, layout),
-        f"--hosts {layout.host_list()}" if layout.hosts else f"--np {np_}",
-    )
-    if layout.discovery_script is not None:  # written once every check has passed
+    start_in = workdir_from(asked.workdir)
+    environment = os.environ if asked.execute else None
+    plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
+    warned = warnings_of(plan.judge())
+    command = plan.command()
+    if layout.discovery_script is not None:  # written once the plan has passed
         write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
-    if not execute:
-        if gate:
-            gate_first(ctx, model, layout, image, program, start_in)
+    if not asked.execute:
+        if asked.gate:
+            gate_first(ctx, plan)
         click.echo(command.display())
-        for line in command.explain() if explain else ():
+        for line in command.explain() if asked.explain else ():
             click.echo(line)
         return
-    for line in command.explain() if explain else ():
+    for line in command.explain() if asked.explain else ():
         click.echo(line, err=True)
-    if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", program, warned)
-    if gate:
-        gate_first(ctx, model, layout, image, program, start_in)
+    if not asked.no_doctor:
+        doctor_first(ctx, plan, "nodes", warned)
+    if asked.gate:
+        gate_first(ctx, plan)
     enter_workdir(start_in)
-    execute_job(ctx, model, image, layout, command, program, timeout)
+    execute_job(ctx, plan, command, asked.timeout)
 
 
 def write_discovery(bundle, model: Site, hostfile: str | None, path: Path) -> None:
@@ -153,26 +146,20 @@ def write_discovery(bundle, model: Site, hostfile: str | None, path: Path) -> No
     click.echo(f"wrote {path} (the elastic job's host discovery, read every second)", err=True)
 
 
-def execute_job(
-    ctx: click.Context,
-    model: Site,
-    image: str | None,
-    layout: RankLayout,
-    command: Command,
-    program: tuple[str, ...],
-    timeout: int | None,
-) -> None:
+def execute_job(ctx: click.Context, plan: LaunchPlan, command: Command, timeout: int | None) -> None:
     """Run the job's `command` under the watchdog and exit with its status: 124 when it reached
     its time bound or went silent for faults.stall_seconds (then doctor looks at its nodes)."""
+    model = plan.site
     limit, source = exec_limit(model, timeout)
     note = unbounded_note(model, limit, source)
     if note:
         click.echo(note, err=True)
     click.echo(f"+ {command.display()}", err=True)
-    hosts = [host for host, _ in layout.placement(socket.gethostname())]
+    hosts = [host for host, _ in placed_hosts(plan)]
+    program = plan.program or ()
     ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
     if ended.watched.stalled:
-        after_stall(ctx, model, image, layout, ended.stopped)
+        after_stall(ctx, plan, ended.stopped)
     warning = quiet_warning(model, ended.watched)
     if warning:
         click.echo(warning, err=True)
@@ -182,41 +169,55 @@ def execute_job(
     ctx.exit(ended.watched.status)
 
 
-def after_stall(ctx: click.Context, model: Site, image: str | None, layout: RankLayout, stopped: Stopped) -> None:
+def after_stall(ctx: click.Context, plan: LaunchPlan, stopped: Stopped) -> None:
     """The job went silent for faults.stall_seconds and was stopped: say so, name the ranks found
     stopped before the end (`stopped`), then what doctor finds on its nodes now (a link down on one of
     them is a FAIL naming it), and stop with exit 124."""
-    for line in stall_lines(model, stopped):
+    for line in stall_lines(plan.site, stopped):
         click.echo(line, err=True)
-    results = fast_doctor(model, image, layout.placement(socket.gethostname()), "nodes")
+    results = fast_doctor(plan, placed_hosts(plan), "nodes")
     failed = [r for r in results if r.status == "FAIL"]
     print_results(failed, err=True)
     click.echo(stall_verdict(bool(failed), bool(stopped)), err=True)
     ctx.exit(124)
 
 
-def gate_step(model: Site, image: str | None, program: tuple[str, ...]) -> GateStep:
+def gate_step(plan: LaunchPlan) -> GateStep:
     """The launch gate as a batch script step: the probe, and what the script says when it hangs."""
+    model = plan.site
     where, timeout = model.where, model.gate.timeout
     return GateStep(
-        tuple(gate_probe(model, image, program)),
+        tuple(gate_probe(model, plan.image, plan.program or ())),
         hang_line(where, timeout, started=True),
         hang_line(where, timeout, started=False),
         STARTED,
     )
 
 
-def gate_first(
-    ctx: click.Context, model: Site, layout: RankLayout, image: str | None, program: tuple[str, ...], workdir: WorkDir
-) -> None:
+def gate_first(ctx: click.Context, plan: LaunchPlan) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
-    outcome = run_gate(
-        model, lambda words: build_command(model, layout, words, image, workdir=workdir).argv, image, program
-    )
+    outcome = run_gate(plan.site, lambda words: plan.command(words).argv, plan.image, plan.program or ())
     click.echo(outcome.line, err=True)
     if outcome.status:
         ctx.exit(outcome.status)
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    """What `hpcbundle sbatch` was asked (its click parameters)."""
+
+    site: str
+    image: str | None
+    nodes: int
+    tasks_per_node: int | None
+    time_: str | None
+    output: Path | None
+    submit: bool
+    workdir: str | None
+    no_doctor: bool
+    gate: bool
+    program: tuple[str, ...]
 
 
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
@@ -242,21 +243,8 @@ def gate_first(
 @program_argument
 @pass_bundle
 @click.pass_context
-def sbatch_command(
-    ctx: click.Context,
-    bundle,
-    site: str,
-    image: str | None,
-    nodes: int,
-    tasks_per_node: int | None,
-    time_: str | None,
-    output: Path | None,
-    submit: bool,
-    workdir: str | None,
-    no_doctor: bool,
-    gate: bool,
-    program: tuple[str, ...],
-) -> None:
+@typed(SbatchOptions)
+def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
     """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
 
     \b
@@ -264,30 +252,18 @@ def sbatch_command(
       hpcbundle sbatch --site eth-a100-slurm --image horovod.sif --nodes 2 -o job.sh -- python train.py
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
-    model = site_for(bundle, site)
-    start_in = workdir_from(workdir)
-    warned = declared_first(
-        model,
-        launch_request(
-            job_layout(model, BatchJob(nodes, tasks_per_node)), program, image, time=time_, workdir=start_in
-        ),
-        {"each node": tasks_per_node} if tasks_per_node else None,
-        f"--tasks-per-node {tasks_per_node}",
-    )
-    text = sbatch_script(
-        model,
-        BatchJob(nodes, tasks_per_node, time_, workdir=start_in),
-        program,
-        image,
-        script_environment(bundle.get().scripts_dir),
-        gate_step(model, image, program) if gate else None,
-    )
-    if output is not None:
-        write_atomic(output, text, mode=0o755)
-        click.echo(f"wrote {output} (site {model.name}, {nodes} node(s))", err=True)
-    elif not submit:
+    model = site_for(bundle, asked.site)
+    job = BatchJob(asked.nodes, asked.tasks_per_node, asked.time_, workdir=workdir_from(asked.workdir))
+    plan = batch_plan(model, job, asked.program, asked.image)
+    warned = warnings_of(plan.judge())
+    gate = gate_step(plan) if asked.gate else None
+    text = sbatch_script(plan, job, script_environment(bundle.get().scripts_dir), gate)
+    if asked.output is not None:
+        write_atomic(asked.output, text, mode=0o755)
+        click.echo(f"wrote {asked.output} (site {model.name}, {asked.nodes} node(s))", err=True)
+    elif not asked.submit:
         echo_text(text)
-    if submit:
-        if not no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
-            doctor_first(ctx, model, image, (), "login", shown=warned)
-        click.echo(submit_script(text, output))
+    if asked.submit:
+        if not asked.no_doctor:  # on the login node: the node-side checks (interfaces, IB) wait for the job
+            doctor_first(ctx, plan, "login", warned)
+        click.echo(submit_script(text, asked.output))

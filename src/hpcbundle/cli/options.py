@@ -1,12 +1,16 @@
-"""The options commands share: bounded counts and seconds (ASCII digits within a range: no 10**30, no '٣'),
-the site, image and program, and the ranks asked for."""
+"""The options commands share, declared once: bounded counts and seconds (ASCII digits within a range: no
+10**30, no '٣'), the site, image, ranks (--np, --hosts, --hostfile) and working directory every command that
+makes a launch plan takes, the program; and `typed`, which hands a long command its parameters as one object."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -14,7 +18,7 @@ from ..config.errors import UserError
 from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECONDS
 from ..config.loading import read_text
 from ..config.sites import Site
-from ..launch import RankLayout, load_site, parse_hostfile, parse_hosts
+from ..launch import LaunchPlan, RankLayout, parse_hostfile, parse_hosts, read_site
 from ..launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 
 
@@ -101,8 +105,57 @@ def enter_workdir(workdir: WorkDir) -> None:
 
 
 def site_for(bundle, ref: str) -> Site:
-    """The site named `ref`, with every problem in it refused (exit 2)."""
-    return load_site(ref, bundle.get().sites_dir)
+    """The site named `ref`, its shape validated: the command's LaunchPlan judges the rest, once."""
+    return read_site(ref, bundle.get().sites_dir)
+
+
+HOSTS_HELP = (
+    "Hosts and slots, e.g. f1:2,f2:2 or a SLURM host list n[01-04]:2 (slots for each; at most 4096 hosts; "
+    "inside a SLURM allocation the launcher asks SLURM)."
+)
+HOSTFILE_HELP = "A hostfile (`host slots=N` or `host:N` lines)."
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def ranks_options(np_help: str = "Number of ranks.", least: int = 1, required: bool = True) -> Decorator:
+    """--np (at least `least`), --hosts and --hostfile: where a command's ranks go (layout_from reads them)."""
+    stack = [
+        click.option("--np", "np_", type=ranks(least), required=required, help=np_help),
+        click.option("--hosts", help=HOSTS_HELP),
+        click.option("--hostfile", type=click.Path(dir_okay=False, path_type=Path), help=HOSTFILE_HELP),
+    ]
+    return lambda function: functools.reduce(lambda f, option: option(f), reversed(stack), function)
+
+
+T = TypeVar("T")
+
+
+def typed(options_type: type[T]) -> Decorator:
+    """Hand a command its click parameters as one `options_type` (a dataclass with a field per parameter),
+    after the positional ones click passes first (the context, the bundle); put it right above the `def`.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Greeting:
+    ...     name: str
+    >>> typed(Greeting)(lambda options: f"hello {options.name}")(name="KNL")
+    'hello KNL'
+    """
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def command(*positional: Any, **parameters: Any) -> Any:
+            return function(*positional, options_type(**parameters))
+
+        return command
+
+    return decorate
+
+
+def plan_from(site: Site, layout: RankLayout | None, program: tuple[str, ...] | None, image: str | None, **more: Any) -> LaunchPlan:
+    """The command's LaunchPlan, with this node's host name (where mpirun starts every rank without hosts)."""
+    return LaunchPlan(site, layout, program, image, here=socket.gethostname(), **more)
 
 
 def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> RankLayout:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -14,12 +15,12 @@ from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..knowledge.stack import torchvision_version
-from ..launch import load_site, parse_hosts
-from ..rules.engine import LaunchRequest, failed
+from ..launch import read_site
+from ..rules.engine import failed
 from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, load_recipe
 from . import main, pass_bundle
-from .options import ranks
+from .options import image_option, layout_from, plan_from, ranks_options, site_for, workdir_from, workdir_option
 from .outputs import OUTPUT_HELP, write_atomic
 
 
@@ -155,15 +156,25 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap
 @main.command("check")
 @click.argument("recipe")
 @click.option("--site", help="Also check the pair: RECIPE's image on this site (driver, GPU, MPI ABI, known traps).")
-@click.option("--np", "np_", type=ranks(), help="Also judge a launch of this many ranks on --site (as launch would).")
-@click.option("--hosts", help="Hosts and slots of that launch, e.g. f1:2,f2:2 (as launch takes them).")
-@click.option("--image", help="The image that launch would be given (its name is judged, not the file).")
+@image_option
+@ranks_options("Also judge a launch of this many ranks on --site (as launch would).", required=False)
+@workdir_option
 @pass_bundle
-def check_command(bundle, recipe: str, site: str | None, np_: int | None, hosts: str | None, image: str | None) -> None:
+def check_command(
+    bundle,
+    recipe: str,
+    site: str | None,
+    image: str | None,
+    np_: int | None,
+    hosts: str | None,
+    hostfile: Path | None,
+    workdir: str | None,
+) -> None:
     """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
 
-    With --np, --hosts or --image (and --site), the launch request rules judge that launch too, as
-    `launch` would before starting it (see `hpcbundle rules`, NEEDS request).
+    With --np, --hosts, --hostfile, --image or --workdir (and --site), the launch is judged too, by the
+    same plan and the same single pass of the rules as `launch` makes before starting it (see
+    `hpcbundle rules`), so `check` refuses what `launch` refuses.
 
     \b
     Exits 0 when no rule fails, 2 with every reason when one does. Example:
@@ -171,13 +182,20 @@ def check_command(bundle, recipe: str, site: str | None, np_: int | None, hosts:
     """
     b = bundle.get()
     model = load_recipe(recipe, b.recipes_dir)
-    asked = np_ is not None or hosts is not None or image is not None
-    if asked and site is None:
-        raise UserError.at("", "--np/--hosts/--image", "judge a launch on a site", "add --site SITE")
-    placed = parse_hosts(hosts) if hosts is not None else ()
-    request = LaunchRequest(np=np_ or sum(n for _, n in placed) or None, hosts=placed, image=image) if asked else None
-    on_site = load_site(site, b.sites_dir) if site is not None else None
-    findings = check_declared(model, on_site, knowledge_base(), request)
+    asked = {"--np": np_, "--hosts": hosts, "--hostfile": hostfile, "--image": image, "--workdir": workdir}
+    given = [flag for flag, value in asked.items() if value is not None]
+    if given and site is None:
+        raise UserError.at("", "/".join(given), "judge a launch on a site", "add --site SITE")
+    if site is None:
+        findings = check_declared(model, None, knowledge_base())
+    elif given:
+        layout = layout_from(np_ or 0, hosts, hostfile) if np_ or hosts or hostfile else None
+        if layout is not None and not np_:
+            layout = replace(layout, np=layout.slots or 0)  # --hosts alone: a rank on every slot
+        plan = plan_from(site_for(bundle, site), layout, None, image, workdir=workdir_from(workdir))
+        findings = plan.evaluate(model)
+    else:
+        findings = check_declared(model, read_site(site, b.sites_dir), knowledge_base())
     for finding in findings:
         click.echo(finding.line())
     if failed(findings):

@@ -11,6 +11,7 @@ from .. import __version__
 from ..config.errors import UserError
 from ..config.loading import parse_json, read_text
 from ..config.sites import Site
+from ..launch import LaunchPlan
 from ..launch.batch import script_environment
 from ..perf.scaling.model import fits
 from ..perf.scaling.plan import (
@@ -27,7 +28,7 @@ from ..perf.scaling.report import csv_text, table
 from ..perf.scaling.results import results
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, Count, no_doctor_option, site_for, site_option
-from .outputs import output_target, write_atomic
+from .outputs import output_target, print_results, write_atomic
 from .preflight import doctor_first
 from .submit import submit_script
 
@@ -179,6 +180,7 @@ def plan_command(
     b = bundle.get()
     examples, environment = str(b.examples_dir.resolve()), script_environment(b.scripts_dir)
     planned = plan_study(model_site, study, image, examples, str(directory), environment, __version__)
+    print_results(list(planned.warnings), err=True)
     _write_plan(planned, directory, outdir)
     if submit:
         _submit(ctx, planned, directory, model_site, image, no_doctor)
@@ -197,7 +199,7 @@ def _submit(
     """Submit every script of the plan (after the login node's doctor checks, unless --no-doctor) and
     print '<point> <job id>' for each."""
     if not no_doctor:
-        doctor_first(ctx, site, image, (), "login")
+        doctor_first(ctx, LaunchPlan(site, image=image), "login", planned.warnings)
     for name, text in planned.scripts.items():
         click.echo(f"{name} {submit_script(text, directory / f'{name}.sh')}")
 

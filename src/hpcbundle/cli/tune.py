@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import re
-import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -12,15 +12,23 @@ import click
 from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
-from ..launch import load_site
 from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, changed_text, current_settings, report_lines, tuned_site_text
 from ..perf.tunerun import Benchmark, TuneJob, run_sweep
-from ..rules.engine import LaunchRequest
-from ..rules.loading import refuse_request
 from . import main, pass_bundle
-from .options import Count, image_option, layout_from, no_doctor_option, ranks, seconds, site_option
+from .options import (
+    Count,
+    image_option,
+    layout_from,
+    no_doctor_option,
+    plan_from,
+    ranks_options,
+    seconds,
+    site_for,
+    site_option,
+    typed,
+)
 from .outputs import OUTPUT_HELP, write_atomic
-from .preflight import doctor_first
+from .preflight import doctor_first, warnings_of
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = 16 << 30
@@ -36,11 +44,10 @@ def parse_size(text: str, option: str = "--size") -> int:
 
 
 def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
-    """The knobs to sweep: those named (each must apply), or all that apply to the site and workload."""
+    """The knobs to sweep: those named, or all that apply to the site and workload (the plan's rule
+    knob-site judges whether each applies)."""
     if names is None:
-        chosen = [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
-        refuse_request(site, LaunchRequest(knobs=tuple(k.name for k in chosen)))  # rule knob-site: elastic
-        return chosen
+        return [k for k in KNOBS if k.applies(site) and tensors >= k.needs_tensors]
     chosen = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
         knob = next((k for k in KNOBS if k.name == name), None)
@@ -54,7 +61,6 @@ def _knobs(names: str | None, site: Site, tensors: int) -> list[Knob]:
                 "add e.g. --tensors 16, or drop it",
             )
         chosen.append(knob)
-    refuse_request(site, LaunchRequest(knobs=tuple(k.name for k in chosen)))  # rule knob-site
     if not chosen:
         raise UserError.at("", "--knobs", "names no knob", f"choose from {', '.join(KNOB_NAMES)}")
     return chosen
@@ -67,16 +73,33 @@ def _interpreter(python: str) -> str:
     return python
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """What `hpcbundle tune` was asked (its click parameters)."""
+
+    site: str
+    image: str | None
+    np_: int
+    hosts: str | None
+    hostfile: Path | None
+    size: str
+    tensors: int
+    small_size: str
+    small_tensors: int
+    knobs: str | None
+    repeat: int
+    python: str
+    bench: str | None
+    timeout: int
+    output: Path | None
+    plan: bool
+    no_doctor: bool
+
+
 @main.command("tune")
 @site_option
 @image_option
-@click.option(
-    "--np", "np_", type=ranks(2), required=True, help="Number of ranks (at least 2: an allreduce needs peers)."
-)
-@click.option("--hosts", help="Hosts and slots, e.g. n1:1,n2:1 (inside a SLURM allocation the launcher asks SLURM).")
-@click.option(
-    "--hostfile", type=click.Path(dir_okay=False, path_type=Path), help="A hostfile (`host slots=N` or `host:N` lines)."
-)
+@ranks_options("Number of ranks (at least 2: an allreduce needs peers).", least=2)
 @click.option("--size", default="64M", show_default=True, help="Bytes allreduced per step (K/M/G = KiB/MiB/GiB).")
 @click.option(
     "--tensors",
@@ -137,27 +160,8 @@ def _interpreter(python: str) -> str:
 @no_doctor_option
 @pass_bundle
 @click.pass_context
-def tune_command(
-    ctx: click.Context,
-    bundle,
-    site: str,
-    image: str | None,
-    np_: int,
-    hosts: str | None,
-    hostfile: Path | None,
-    size: str,
-    tensors: int,
-    small_size: str,
-    small_tensors: int,
-    knobs: str | None,
-    repeat: int,
-    python: str,
-    bench: str | None,
-    timeout: int,
-    output: Path | None,
-    plan: bool,
-    no_doctor: bool,
-) -> None:
+@typed(TuneOptions)
+def tune_command(ctx: click.Context, bundle, asked: TuneOptions) -> None:
     """Sweep the knobs that decide allreduce speed on SITE's nodes; write the winners into a copy of SITE.
 
     Runs examples/allreduce_bench.py (Horovod, float32, --size split in --tensors) through the
@@ -179,24 +183,27 @@ def tune_command(
       hpcbundle tune --site my-site.yaml --np 4 --hostfile hosts --knobs algorithm,tcp-links --repeat 5
       hpcbundle launch --site eth-a100-slurm-tuned --np 2 --hosts n1:1,n2:1 -- python train.py
     """
-    b = bundle.get()
-    model = load_site(site, b.sites_dir)
-    layout = layout_from(np_, hosts, hostfile)
-    script = bench or ("/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py"))
-    benchmark = Benchmark(
-        python, script, parse_size(size), tensors, parse_size(small_size, "--small-size"), small_tensors
-    )
-    chosen = tuple(_knobs(knobs, model, tensors))
-    out = output or b.sites_dir / f"{model.name}-tuned.yaml"
+    b, image = bundle.get(), asked.image
+    model = site_for(bundle, asked.site)
+    layout = layout_from(asked.np_, asked.hosts, asked.hostfile)
+    default = "/examples/allreduce_bench.py" if image else str(b.examples_dir / "allreduce_bench.py")
+    small_size = parse_size(asked.small_size, "--small-size")
+    sizes = (parse_size(asked.size), asked.tensors, small_size, asked.small_tensors)
+    benchmark = Benchmark(asked.python, asked.bench or default, *sizes)
+    chosen = tuple(_knobs(asked.knobs, model, asked.tensors))
+    plan = plan_from(model, layout, tuple(benchmark.program()), image, knobs=tuple(k.name for k in chosen))
+    warned = warnings_of(plan.judge())
+    out = asked.output or b.sites_dir / f"{model.name}-tuned.yaml"
     data = read_yaml(Path(model.where))
     validate(Site, {**data, "name": out.stem}, str(out))  # a bad -o name fails now, not after the sweep
     job, start = TuneJob(data, model.where, layout, image, chosen, benchmark), current_settings(model, chosen)
-    if plan:
+    if asked.plan:
         click.echo("\n".join(job.plan_lines(start)))
         return
-    if not no_doctor:
-        doctor_first(ctx, model, image, layout.placement(socket.gethostname()), "nodes", tuple(benchmark.program()))
-    _sweep_and_write(job, start, repeat, timeout, hosts or str(hostfile or "the allocation"), out, output or out.stem)
+    if not asked.no_doctor:
+        doctor_first(ctx, plan, "nodes", warned)
+    where = asked.hosts or str(asked.hostfile or "the allocation")
+    _sweep_and_write(job, start, asked.repeat, asked.timeout, where, out, asked.output or out.stem)
 
 
 def _sweep_and_write(

@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
-from ..rules.engine import Facts, LaunchRequest, Result, evaluate, failed
+from ..rules.engine import Facts, Need, Result, evaluate, failed
 from . import fanout, program
 
 
@@ -53,7 +53,6 @@ def observed_facts(
     checksum: bool = False,
     scope: Literal["nodes", "login"] = "nodes",
     program_env: Mapping[str, Any] | None = None,
-    request: LaunchRequest | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read."""
     labels, source = image_manifest(nodes)
@@ -69,8 +68,11 @@ def observed_facts(
         checksum=checksum,
         scope=scope,
         program=program_env,
-        request=request,
     )
+
+
+ALL_BUT_PROGRAM = tuple(kind for kind in get_args(Need) if kind != "program")
+"""Every fact kind but the program's: its second pass runs only the rules that read the program."""
 
 
 def doctor(
@@ -83,7 +85,7 @@ def doctor(
     timeout: float = 30.0,
     probe: program.ProgramProbe | None = None,
     environment: Mapping[str, str] | None = None,
-    request: LaunchRequest | None = None,
+    judged: tuple[str, ...] = (),
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
 
@@ -93,8 +95,8 @@ def doctor(
     With `probe` (the job's launch line running a probe, built by the caller), the program's
     environment on every node is observed at the same time, through the launcher; it is judged
     when nothing else failed (otherwise the probe's launch is stopped: it would hang or fail for
-    the same reason, and the FAIL already says why). With `request` (the image, program and shell of
-    `hpcbundle doctor`), the launch request rules judge it too.
+    the same reason, and the FAIL already says why). The rules that need no more than the fact kinds
+    `judged` are left out: the command's launch plan judged the site and the request before (launch/plan.py).
     """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
     stop = threading.Event()
@@ -109,14 +111,13 @@ def doctor(
             timeout=timeout,
             environment={name: environment[name] for name in site.export if name in (environment or {})},
         )
-        facts = observed_facts(
-            site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope, request=request
-        )
-        results = evaluate(facts, knowledge_base())
+        facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
+        results = evaluate(facts, knowledge_base(), judged)
         if seen is None:
             return results
         if failed(results):  # the launch line would fail or hang for the same reason: stop it
             stop.set()
             seen.result()
             return results
-        return evaluate(dataclasses.replace(facts, program=seen.result()), knowledge_base())
+        with_program = dataclasses.replace(facts, program=seen.result())
+        return results + evaluate(with_program, knowledge_base(), ALL_BUT_PROGRAM)  # the rules over the program

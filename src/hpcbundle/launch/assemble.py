@@ -1,18 +1,16 @@
-"""Assemble a launch command from a site, a layout, an image and a program (pure: no I/O).
+"""Assemble a launch command from a site, a layout, an image and a program (pure: no I/O, no judgement).
 
-The rules judge the request first (rules/request.py): a launch that cannot work is refused in one
-line naming the flag or site key, before any token is assembled."""
+The rules judged the plan first (launch/plan.py): a launch that cannot work was refused in one line
+naming the flag or site key before any token is assembled, so assembly never refuses."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..config.sites import Site
 from ..knowledge import network
 from ..knowledge.launching import image_env_kept
-from ..rules.engine import LaunchRequest
-from ..rules.loading import refuse_request
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -38,33 +36,6 @@ _WRAPPER_WHY = {
 
 # Variables that size a rank's threads: where a site sets one, it sizes them itself.
 THREAD_COUNTS = frozenset({"OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS"})
-
-
-def launch_request(
-    layout: RankLayout,
-    program: Sequence[str],
-    image: str | None = None,
-    environment: Mapping[str, str] | None = None,
-    time: str | None = None,
-    workdir: WorkDir | None = None,
-) -> LaunchRequest:
-    """The facts the rules judge a launch by: `layout`'s ranks and hosts, the image, the program, the names
-    set in the launching shell (`environment`, None when the line may run elsewhere), a batch job's --time,
-    the user's working directory."""
-    return LaunchRequest(
-        np=layout.np,
-        hosts=layout.hosts,
-        hostfile=layout.hostfile,
-        hostfile_slots=layout.hostfile_slots,
-        in_allocation=layout.in_allocation,
-        image=image,
-        program=tuple(program),
-        environment=frozenset(environment) if environment is not None else None,
-        time=time,
-        ranks_per_host=layout.ranks_per_host(),
-        nodes=layout.nodes,
-        workdir=workdir.path if workdir else None,
-    )
 
 
 def cpus_source(site: Site, per_node: int) -> str:
@@ -94,27 +65,16 @@ def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
     return replace(layout, cpus_per_rank=site.node.cpus_for(per_node), cpus_source=cpus_source(site, per_node))
 
 
-def _parts_for(site: Site, request: LaunchRequest) -> tuple[Launcher, Runtime]:
-    """The site's launcher and runtime, once the rules have passed the site (it may be built in code)
-    and the request on it."""
-    refuse_request(site, request)
-    launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
-    assert launcher is not None and runtime is not None
-    return launcher, runtime
-
-
 def build_command(
     site: Site,
     layout: RankLayout,
     program: Sequence[str],
     image: str | None = None,
-    environment: Mapping[str, str] | None = None,
     workdir: WorkDir | None = None,
 ) -> Command:
-    """The launch command for `program` on `site`, every token explained. With `environment`
-    (the launching shell's, read by the caller), every variable the site exports must be set there;
-    with `workdir` (read by the caller too), every rank starts in that directory, mounted where the runtime
-    would not see it.
+    """The launch command for `program` on `site`, every token explained; with `workdir` (read by the
+    caller), every rank starts in that directory, mounted where the runtime would not see it.
+    The site and layout are the ones a LaunchPlan judged (launch/plan.py).
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
@@ -126,7 +86,8 @@ def build_command(
     >>> command.argv[-6:]
     ['singularity', 'exec', '--nv', 'h.sif', 'python', 't.py']
     """
-    launcher, runtime = _parts_for(site, launch_request(layout, program, image, environment, workdir=workdir))
+    launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
+    assert launcher is not None and runtime is not None, "the plan's judgement refuses an unknown name"
     layout = cpu_sized(site, launcher, layout)
     env, main = Parts(site, "env"), Parts(site, "launcher")
     launcher.head(site, layout, main)

@@ -17,10 +17,11 @@ from .. import __version__
 from ..config.errors import UserError, clip
 from ..config.sites import Site, is_slurm_time
 from ..quoting import shell_quote
-from ..rules.loading import refuse_request
 from ..templating import strict_environment
-from . import RankLayout, build_command, elastic, launch_request
+from . import elastic
 from .assemble import cpus_source
+from .layout import RankLayout
+from .plan import LaunchPlan
 from .workdir import JOB_SOURCE, WorkDir
 
 TEMPLATE = "sbatch.sh.j2"
@@ -114,7 +115,8 @@ def directives(site: Site, job: BatchJob) -> list[str]:
 
 def job_layout(site: Site, job: BatchJob) -> RankLayout:
     """The ranks a batch job runs: nodes x tasks per node, inside the allocation, each asking SLURM for
-    its CPUs (node.cpus_per_rank, else node.cores over the ranks per node)."""
+    its CPUs (node.cpus_per_rank, else node.cores over the ranks per node); an elastic site's horovodrun
+    reads its hosts from the job's discovery script."""
     per_node = job.tasks_per_node or site.node.slots
     return RankLayout(
         np=job.nodes * per_node,
@@ -123,26 +125,27 @@ def job_layout(site: Site, job: BatchJob) -> RankLayout:
         cpus_per_rank=site.node.cpus_for(per_node),
         cpus_source=cpus_source(site, per_node),
         tasks_per_node=job.tasks_per_node,
+        discovery_script=elastic.BATCH_SCRIPT if site.faults.elastic else None,
     )
 
 
-def sbatch_script(
-    site: Site,
-    job: BatchJob,
-    program: Sequence[str],
-    image: str | None,
-    env: jinja2.Environment,
-    gate: GateStep | None = None,
-) -> str:
-    r"""The whole batch script text (strict mode, modules, site prologue, launch line).
+def batch_plan(site: Site, job: BatchJob, program: Sequence[str], image: str | None) -> LaunchPlan:
+    """The plan of a batch job running `program`: what `sbatch` (and each point of a scaling study) judges
+    once before the script is written."""
+    return LaunchPlan(site, job_layout(site, job), tuple(program), image, job.workdir, time=job.time)
+
+
+def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate: GateStep | None = None) -> str:
+    r"""The whole batch script text (strict mode, modules, site prologue, launch line) of a judged `plan`
+    (batch_plan): assembly only.
 
     >>> from pathlib import Path
     >>> from hpcbundle.config.bundle import find_bundle
     >>> from hpcbundle.launch import load_site
     >>> bundle = find_bundle(None, Path.cwd())  # this checkout: site_configs/, scripts/, ...
     >>> site = load_site("eth-a100-slurm", bundle.sites_dir)
-    >>> env = script_environment(bundle.scripts_dir)
-    >>> lines = sbatch_script(site, BatchJob(nodes=2), ["python", "train.py"], "horovod.sif", env).splitlines()
+    >>> env, job = script_environment(bundle.scripts_dir), BatchJob(nodes=2)
+    >>> lines = sbatch_script(batch_plan(site, job, ["python", "train.py"], "horovod.sif"), job, env).splitlines()
     >>> launch = next(i for i, line in enumerate(lines) if line.startswith("    srun "))
     >>> for line in lines[4:6] + lines[launch : launch + 3]:
     ...     print(line)
@@ -152,20 +155,18 @@ def sbatch_script(
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py &
     """
-    layout = job_layout(site, job)
+    site, program = plan.site, plan.program or ()
     discovery = None
     if site.faults.elastic:
-        layout = replace(layout, discovery_script=elastic.BATCH_SCRIPT)
         discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
-    refuse_request(site, launch_request(layout, program, image, time=job.time, workdir=job.workdir))
-    workdir = replace(job.workdir, source=JOB_SOURCE) if job.workdir else None  # the script starts there
-    command = build_command(site, layout, program, image, workdir=workdir)
-    gate_segments = build_command(site, layout, gate.program, image, workdir=workdir).segments() if gate else None
+    in_job = replace(plan, workdir=replace(plan.workdir, source=JOB_SOURCE)) if plan.workdir else plan  # it starts there
+    command = in_job.command()
+    gate_segments = in_job.command(gate.program).segments() if gate else None
     return env.get_template(TEMPLATE).render(
         site=site,
         directives=directives(site, job),
         segments=command.segments(),
-        np=layout.np,
+        np=plan.layout.np if plan.layout else 0,
         version=__version__,
         gate=gate,
         gate_segments=gate_segments,

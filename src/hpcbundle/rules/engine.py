@@ -99,8 +99,8 @@ class LaunchRequest:
     environment the names the launching shell has set, when it is known (launch --exec, doctor)
     time        the batch job's --time (sbatch)
     knobs       the knobs a tune run is to sweep (tune --knobs)
-    ranks_per_host  the ranks each named host gets, --hosts (repeats added up) or --hostfile, filled by slot
     nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
+    tasks_per_node  the ranks on each node a batch job asks for (sbatch --tasks-per-node)
     workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
@@ -117,8 +117,8 @@ class LaunchRequest:
     environment: frozenset[str] | None = None
     time: str | None = None
     knobs: tuple[str, ...] = ()
-    ranks_per_host: tuple[tuple[str, int], ...] = ()
     nodes: int | None = None
+    tasks_per_node: int | None = None
     workdir: str | None = None
 
     @property
@@ -198,11 +198,12 @@ class Rule:
     needs: frozenset[str]
     function: RuleFunction
     on_load: bool = False
+    superseded_by: tuple[str, ...] = ()
 
     def __call__(self, facts: Facts, kb: KnowledgeBase) -> list[Result]:
         found = self.function(facts, kb)
         verdicts = [found] if isinstance(found, Verdict) else found
-        if self.on_load and not verdicts:  # nothing refused: what the rule states holds
+        if self.on_load and not verdicts:  # judged, nothing refused: what the rule states holds
             verdicts = [Verdict("PASS", self.summary)]
         return [
             Result(f"{self.name} {v.subject}".strip(), v.status, v.evidence, v.fix, v.key, v.flag) for v in verdicts
@@ -222,19 +223,22 @@ class Rule:
 RULES: list[Rule] = []
 
 
-def rule(name: str, needs: Iterable[Need], on_load: bool = False) -> Callable[[RuleFunction], RuleFunction]:
+def rule(
+    name: str, needs: Iterable[Need], on_load: bool = False, superseded_by: Iterable[str] = ()
+) -> Callable[[RuleFunction], RuleFunction]:
     """Register a rule under `name`, run wherever the facts in `needs` exist (in registration order).
 
     `on_load`: loading a site or recipe refuses on the rule's FAIL (see rules/loading.py), so every
     command stops at a combination no command could use; a rule without it judges only when asked.
-    A rule that needs the `request` and is on_load refuses a launch request the same way, before
-    anything starts (rules/loading.py refuse_request).
-    An on_load rule returns one FAIL per bad key, and nothing for a file that fits (then it PASSes
-    with its docstring's first line as the evidence).
+    An on_load rule returns one FAIL per bad key, nothing for a file that fits (then it PASSes with its
+    docstring's first line as the evidence), and a SKIP saying why when it has nothing to judge.
+    `superseded_by`: rules whose FAIL makes this one moot (the elastic rules say where an elastic
+    site's hosts come from, so the slot count of --hosts is not judged): where one of them FAILs in the
+    same pass, this rule SKIPs, naming it, instead of judging (or re-running it).
     """
 
     def register(function: RuleFunction) -> RuleFunction:
-        RULES.append(Rule(name, frozenset(needs), function, on_load))
+        RULES.append(Rule(name, frozenset(needs), function, on_load, tuple(superseded_by)))
         return function
 
     return register
@@ -253,22 +257,35 @@ def _order(r: Rule) -> int:
     return (0 if "recipe" in r.needs else 1 if "observed" in r.needs else 2) * len(FAMILIES) + family
 
 
-def evaluate(facts: Facts, kb: KnowledgeBase) -> list[Result]:
-    """Run every rule that the facts can feed; a user sees every reason at once.
+def evaluate(facts: Facts, kb: KnowledgeBase, judged: Iterable[str] = ()) -> list[Result]:
+    """Run every rule that the facts can feed, each once; a user sees every reason at once.
 
     Over observed nodes, a rule that reads them judges the nodes that answered and SKIPs the others
-    (node-reach FAILs each one, saying how it failed); with none answered it only SKIPs.
+    (node-reach FAILs each one, saying how it failed); with none answered it only SKIPs. A rule
+    superseded by another runs after it, and SKIPs where that one FAILed. Rules that need no more
+    than the fact kinds in `judged` are left out (an earlier pass of the same command judged them:
+    doctor judges the site and the request before it observes the nodes).
     """
     silent = [host for host in facts.nodes or {} if host not in facts.ok_nodes()] if facts.observed else []
-    results = []
-    for r in applicable(facts):
-        if "nodes" in r.needs and silent:
-            if len(silent) < len(facts.nodes or {}):
-                results += r(facts, kb)
-            results.append(Result(r.name, "SKIP", f"{', '.join(silent)} did not answer"))
+    done = frozenset(judged)
+    rules = [r for r in applicable(facts) if not (done and r.needs <= done)]
+    found: dict[str, list[Result]] = {}
+    for r in sorted(rules, key=_depth):  # the superseding ones first
+        failing = [name for name in r.superseded_by if any(x.status == "FAIL" for x in found.get(name, ()))]
+        if failing:
+            found[r.name] = [Result(r.name, "SKIP", f"rule {failing[0]} refuses this request first")]
+        elif "nodes" in r.needs and silent:
+            answered = r(facts, kb) if len(silent) < len(facts.nodes or {}) else []
+            found[r.name] = answered + [Result(r.name, "SKIP", f"{', '.join(silent)} did not answer")]
         else:
-            results += r(facts, kb)
-    return results
+            found[r.name] = r(facts, kb)
+    return [result for r in rules for result in found[r.name]]
+
+
+def _depth(r: Rule) -> int:
+    """How many rules stand above `r` in the longest chain of supersession (run after all of them)."""
+    above = [other for other in RULES if other.name in r.superseded_by]
+    return 1 + max(map(_depth, above)) if above else 0
 
 
 def exit_status(results: list[Result]) -> int:

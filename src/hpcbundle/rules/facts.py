@@ -57,15 +57,6 @@ def declared_facts(recipe: Recipe, site: Site | None, kb: KnowledgeBase) -> Fact
     )
 
 
-def declared_launch(
-    site: Site, request: LaunchRequest, ranks_per_host: dict[str, int] | None, kb: KnowledgeBase
-) -> list[Result]:
-    """`launch` and `sbatch` before anything starts: every rule over the site, the node it declares, the
-    launch request and the planned ranks per host (None when the launcher places them: node.ranks_per_node)."""
-    node = {f"site {site.name}": declared_node(site, kb)}
-    return evaluate(Facts(site=site, nodes=node, hosts=ranks_per_host, request=request), kb)
-
-
 def check_declared(
     recipe: Recipe, site: Site | None, kb: KnowledgeBase, request: LaunchRequest | None = None
 ) -> list[Result]:

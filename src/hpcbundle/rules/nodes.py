@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ..config.sites import Site
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, rule
+from .engine import Facts, Status, Verdict, rule
 
 
 @rule("node-reach", needs=("observed",))
@@ -28,55 +29,83 @@ def node_reach(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return verdicts or [Verdict("PASS", f"answered: {', '.join(facts.nodes or {})}")]
 
 
-@rule("oversubscription", needs=("site", "nodes"))
-def oversubscription(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Ranks per node match the GPUs (FAIL over: NCCL refuses two ranks on one GPU; WARN under) and fit the cores.
+@rule(
+    "ranks-per-node",
+    needs=("site", "nodes"),
+    superseded_by=("hosts-launcher", "elastic-hosts", "elastic-np", "np-one-node"),
+)
+def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """The ranks each node gets fit it: one per GPU (FAIL over: NCCL refuses two ranks on one GPU; WARN
+    under: GPUs idle) and no more than its CPUs take, unless launcher.oversubscribe.
 
-    The ranks per node are the planned launch's (launch --hosts, sbatch --tasks-per-node, doctor
-    --hosts), else the site's node.ranks_per_node. Declared hosts are judged by the node the site
-    declares; observed ones by what the probe saw there.
+    The ranks per node are the planned launch's (--hosts, a repeated host's slots added up, or --hostfile,
+    filled by slot; every rank on this node; sbatch --tasks-per-node; doctor --hosts), else the site's
+    node.ranks_per_node. A declared node takes node.ranks_per_node (where below node.cores), else
+    node.cores ranks; an observed one its CPUs.
     """
     site, nodes = facts.site, facts.nodes or {}
     per_node = site.node.ranks_per_node
     hosts = facts.hosts or ({host: per_node for host in nodes} if per_node else {})
     if not hosts:
-        return [Verdict("SKIP", "no --hosts and no node.ranks_per_node: ranks per node unknown")]
+        return [Verdict("SKIP", "no hosts and no node.ranks_per_node: the ranks per node are SLURM's to place")]
     declared = next(iter(nodes.values()), {})
     node_of = {h: nodes.get(h, {}) if facts.observed else nodes.get(h, declared) for h in hosts}
-    verdicts = []
     gpus = {h: _gpus(node_of[h], site.node.gpus) for h in hosts}
-    over = {h: r for h, r in hosts.items() if gpus[h] and r > gpus[h]}
-    under = {h: r for h, r in hosts.items() if gpus[h] and r < gpus[h]}
-    for status, mismatch, consequence, fix in (
-        (
-            "FAIL",
-            over,
-            " (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
-            f"at most {min(gpus[h] for h in over or gpus)} ranks per node, one per GPU",
-        ),
-        ("WARN", under, ": the other GPUs stay idle", f"one rank per GPU: {max(gpus.values())} ranks per node"),
-    ):
-        if mismatch:
-            evidence = ", ".join(f"{r} ranks on {h} but {gpus[h]} GPUs there" for h, r in mismatch.items())
-            verdicts.append(Verdict(status, evidence + consequence, fix))
-    # Cores only where a node was probed or the site's ranks_per_node is judged: slots given on the
-    # command line (-H f1:8) are the user's to set.
-    cores = {h: r for h, r in hosts.items() if "cpus" in nodes.get(h, {}) and r > nodes[h]["cpus"]}
-    if cores:
-        evidence = ", ".join(f"{r} ranks on {h} ({nodes[h]['cpus']} CPUs)" for h, r in cores.items())
-        if site.launcher.oversubscribe:
-            verdicts.append(
-                Verdict("WARN", evidence + "; launcher.oversubscribe is on", "fewer ranks per node run faster")
-            )
-        else:
-            verdicts.append(
-                Verdict(
-                    "FAIL",
-                    evidence + "; mpirun refuses more ranks than slots",
-                    "lower the slots in --hosts or set launcher.oversubscribe",
-                )
-            )
+    flag = _ranks_flag(facts)
+    there = {h: f"{gpus[h]} GPUs there" if facts.observed else f"site {site.name} nodes have {gpus[h]} GPUs" for h in hosts}
+    over = [(h, r, there[h]) for h, r in hosts.items() if gpus[h] and r > gpus[h]]
+    under = [(h, r, there[h]) for h, r in hosts.items() if gpus[h] and r < gpus[h]]
+    cpus = {h: _cpu_limit(site, node_of[h], facts.observed) for h in hosts if not gpus[h]}
+    crowded = [(h, r, cpus[h][1]) for h, r in hosts.items() if h in cpus and cpus[h][0] and r > cpus[h][0]]
+    verdicts = []
+    if over:
+        most = min(gpus[h] for h, _, _ in over)
+        consequence = "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage)"
+        verdicts.append(_mismatch("FAIL", over, consequence, f"give at most {most} ranks per node, one per GPU", flag))
+    if crowded and site.launcher.oversubscribe:
+        verdicts.append(_mismatch("WARN", crowded, "launcher.oversubscribe is on", "fewer ranks per node run faster"))
+    elif crowded:
+        most = min(cpus[h][0] or 0 for h, _, _ in crowded)
+        fix = f"give at most {most} ranks per node, or raise node.ranks_per_node or set launcher.oversubscribe"
+        verdicts.append(_mismatch("FAIL", crowded, "more ranks than the node takes", fix, flag))
+    if under:
+        fix = f"one rank per GPU: {max(gpus.values())} ranks per node"
+        verdicts.append(_mismatch("WARN", under, "the other GPUs stay idle", fix))
     return verdicts or [Verdict("PASS", ", ".join(f"{r} ranks on {h}" for h, r in hosts.items()) + ": they fit")]
+
+
+def _mismatch(status: Status, found: list[tuple[str, int, str]], consequence: str, fix: str, flag: str = "") -> Verdict:
+    """One verdict over the hosts whose ranks do not fit: `N ranks on HOST but LIMIT, ...: consequence`."""
+    evidence = ", ".join(f"{ranks} ranks on {host} but {limit}" for host, ranks, limit in found[:3])
+    evidence += (", ..." if found[3:] else "") + f": {consequence}"
+    return Verdict(status, evidence, fix, key=flag, flag=bool(flag))
+
+
+def _ranks_flag(facts: Facts) -> str:
+    """The part of the request that placed the ranks, for the one line a refused launch prints."""
+    request = facts.request
+    if request is None:
+        return "node.ranks_per_node" if facts.site.node.ranks_per_node else ""
+    if request.hosts:
+        return "--hosts " + ",".join(f"{host}:{slots}" for host, slots in request.hosts)
+    if request.hostfile:
+        return f"--hostfile {request.hostfile}"
+    if request.tasks_per_node:
+        return f"--tasks-per-node {request.tasks_per_node}"
+    return f"--np {request.np}" if request.np else ""
+
+
+def _cpu_limit(site: Site, node: Mapping[str, Any], observed: bool) -> tuple[int | None, str]:
+    """The most ranks a CPU node takes and why (None: not judged: observed without a CPU count, or
+    declared on a site that oversubscribes)."""
+    if observed:
+        return node.get("cpus"), f"{node.get('cpus')} CPUs there"
+    declared = site.node
+    if site.launcher.oversubscribe:
+        return None, "launcher.oversubscribe"
+    if declared.ranks_per_node and declared.ranks_per_node < declared.cores:
+        return declared.ranks_per_node, f"site {site.name} runs node.ranks_per_node {declared.ranks_per_node}"
+    return declared.cores, f"site {site.name} nodes have {declared.cores} cores (node.cores)"
 
 
 def _gpus(node: Mapping[str, Any], declared: int) -> int:

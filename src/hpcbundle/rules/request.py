@@ -190,61 +190,23 @@ def np_bound(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("--np", problem, f"ask for at most {MAX_RANKS} ranks")]
 
 
-@rule("np-slots", needs=REQUEST, on_load=True)
+@rule("np-slots", needs=REQUEST, on_load=True, superseded_by=("hosts-launcher", "elastic-hosts", "elastic-np"))
 def np_slots(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """--np fits the slots of --hosts or --hostfile (unless launcher.oversubscribe)."""
-    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    site, request = facts.site, facts.request
     if request.np is None:
         return [_skip("--np")]
     slots = request.slots
-    if slots is None or request.np <= slots or site.launcher.oversubscribe:
+    if slots is None:
+        return [_skip("--hosts or --hostfile")]
+    if request.np <= slots or site.launcher.oversubscribe:
         return []
-    if parts is None or not parts[0].takes_hosts or _elastic_refusals(site, request):
-        return []  # hosts-launcher or the elastic rules refuse these hosts
     given = f"--hosts {_host_list(request)}" if request.hosts else f"--hostfile {request.hostfile}"
     return [
         request_refusal(
             f"--np {request.np}", f"larger than the {slots} slots of {given}", "lower --np or give more hosts or slots"
         )
     ]
-
-
-@rule("ranks-per-node", needs=REQUEST, on_load=True)
-def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """The ranks on each named host (--hosts, a repeated host's slots added up; --hostfile's slots) fit its node.
-
-    GPU sites: one rank per GPU (NCCL refuses two ranks on one GPU: "Duplicate GPU detected").
-    CPU sites: node.ranks_per_node and node.cores, unless launcher.oversubscribe.
-    """
-    site, request, parts = facts.site, facts.request, _parts(facts.site)
-    if request.np is None:
-        return [_skip("--np")]
-    limit = _node_limit(site)
-    if limit is None or parts is None or not parts[0].takes_hosts or _elastic_refusals(site, request):
-        return []  # hosts-launcher or the elastic rules refuse these hosts
-    most, what, fix = limit
-    over = [(host, ranks) for host, ranks in request.ranks_per_host if ranks > most]
-    if not over:
-        return []
-    given = f"--hosts {_host_list(request)}" if request.hosts else f"--hostfile {request.hostfile}"
-    evidence = ", ".join(f"{ranks} ranks on {host}" for host, ranks in over[:3]) + (", ..." if over[3:] else "")
-    return [request_refusal(given, f"{evidence} but {what}", fix)]
-
-
-def _node_limit(site: Site) -> tuple[int, str, str] | None:
-    """The most ranks one node takes, why, and the fix (None: a CPU site with launcher.oversubscribe)."""
-    node = site.node
-    if node.gpus:
-        why = f"site {site.name} nodes have {node.gpus} GPUs (NCCL refuses two ranks on one GPU)"
-        return node.gpus, why, f"give at most {node.gpus} slots per host, one rank per GPU"
-    if site.launcher.oversubscribe:
-        return None
-    if node.ranks_per_node and node.ranks_per_node < node.cores:
-        why = f"site {site.name} runs node.ranks_per_node {node.ranks_per_node}"
-        fix = f"give at most {node.ranks_per_node} slots per host, or raise node.ranks_per_node"
-        return node.ranks_per_node, why, fix
-    why = f"site {site.name} nodes have {node.cores} cores (node.cores)"
-    return node.cores, why, f"give at most {node.cores} slots per host, or set launcher.oversubscribe"
 
 
 @rule("np-nodes", needs=REQUEST, on_load=True)
@@ -272,19 +234,19 @@ def _host_list(request: LaunchRequest) -> str:
     return ",".join(f"{host}:{slots}" for host, slots in request.hosts)
 
 
-@rule("np-one-node", needs=REQUEST, on_load=True)
+@rule("np-one-node", needs=REQUEST, on_load=True, superseded_by=("container-one-node",))
 def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """More ranks than one node's slots need hosts, or a SLURM allocation the launcher reads."""
     site, request, parts = facts.site, facts.request, _parts(facts.site)
     if request.np is None:
         return [_skip("--np")]
+    if site.faults.elastic is not None:
+        return [Verdict("SKIP", "an elastic site's hosts come from its discovery source (rule elastic-hosts)")]
     if parts is None or request.np <= site.node.slots or site.launcher.oversubscribe:
         return []
-    if site.faults.elastic is not None:
-        return []  # the elastic rules say where an elastic site's hosts come from
-    launcher, runtime = parts
-    if request.slots is not None or not launcher.takes_hosts or (_image(request) and runtime.wraps_launcher):
-        return []  # container-one-node refuses a runtime that holds the launcher
+    launcher = parts[0]
+    if request.slots is not None or not launcher.takes_hosts:
+        return []
     if request.in_allocation and launcher.reads_allocation:
         return []
     per, flag = site.node.slots, f"--np {request.np}"
@@ -426,10 +388,3 @@ def knob_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         for name in knobs
         if not knob_sites(name).applies(site)
     ]
-
-
-def _elastic_refusals(site: Site, request: LaunchRequest) -> list[Verdict]:
-    """What the elastic rules refuse in `request` (nothing for a site without faults.elastic)."""
-    if request.np is None:
-        return []
-    return _elastic_hosts(site, request) + _elastic_np(site, request.np)

@@ -14,7 +14,9 @@ import jinja2
 from ...config.errors import UserError, clip
 from ...config.limits import MAX_NODES, MAX_RANKS
 from ...config.sites import Site
-from ...launch.batch import BatchJob, sbatch_script
+from ...launch import LaunchPlan
+from ...launch.batch import BatchJob, batch_plan, sbatch_script
+from ...rules.engine import Result
 
 BENCHMARK = "pytorch_synthetic_benchmark.py"
 IMAGE_EXAMPLES = "/examples"  # where images carry examples/ (containers/*: COPY examples /examples)
@@ -187,23 +189,17 @@ def job_name(site: Site) -> str:
     return f"{site.slurm.job_name}-scaling"
 
 
-def scripts(
-    site: Site,
-    study: Study,
-    points: Sequence[Point],
-    image: str | None,
-    examples: str,
-    outdir: str,
-    env: jinja2.Environment,
-) -> dict[str, str]:
-    """Point name -> its sbatch script text; each job writes `outdir`/<name>.out (stdout and stderr).
+def point_jobs(
+    site: Site, study: Study, points: Sequence[Point], image: str | None, examples: str, outdir: str
+) -> dict[str, tuple[BatchJob, LaunchPlan]]:
+    """Point name -> its batch job and launch plan; each job writes `outdir`/<name>.out (stdout and stderr).
 
     `examples` is used without an image; with one, the image's /examples. Unless `study.serial`
     is False, the jobs depend on each other as a singleton: no point shares nodes or network with
     another, which would spoil both measurements.
     """
     where = IMAGE_EXAMPLES if image else examples
-    texts = {}
+    jobs = {}
     for point in points:
         job = BatchJob(
             nodes=point.nodes,
@@ -213,8 +209,8 @@ def scripts(
             output=f"{outdir.rstrip('/')}/{point.name}.out",
             dependency="singleton" if study.serial else None,
         )
-        texts[point.name] = sbatch_script(site, job, program(study, point, where), image, env)
-    return texts
+        jobs[point.name] = job, batch_plan(site, job, program(study, point, where), image)
+    return jobs
 
 
 def plan_document(site: Site, study: Study, points: Sequence[Point], image: str | None, version: str) -> dict:
@@ -288,6 +284,7 @@ class StudyPlan:
     points: tuple[Point, ...]
     scripts: Mapping[str, str]
     document: str
+    warnings: tuple[Result, ...] = ()
 
     def summary(self, outdir: str) -> str:
         """The line `scaling plan` ends with: what it wrote where, for which site and study."""
@@ -306,11 +303,15 @@ def plan_study(
     site: Site, study: Study, image: str | None, examples: str, outdir: str, env: jinja2.Environment, version: str
 ) -> StudyPlan:
     """The plan of `study` on `site`: its points, their sbatch scripts (each job writing into `outdir`; the
-    benchmark from `examples` without an image) and plan.json's text, stamped with hpcbundle's `version`."""
+    benchmark from `examples` without an image) and plan.json's text, stamped with hpcbundle's `version`.
+    Each point's launch plan is judged once before any script is made (a FAIL is a UserError); the WARNs
+    of all of them, each once, come back with the plan."""
     points = plan(study)
-    texts = scripts(site, study, points, image, examples, outdir, env)
+    jobs = point_jobs(site, study, points, image, examples, outdir)
+    warnings = {r: None for job, launch in jobs.values() for r in launch.judge() if r.status == "WARN"}
+    texts = {name: sbatch_script(launch, job, env) for name, (job, launch) in jobs.items()}
     document = json.dumps(plan_document(site, study, points, image, version), indent=2) + "\n"
-    return StudyPlan(site.name, study, tuple(points), texts, document)
+    return StudyPlan(site.name, study, tuple(points), texts, document, tuple(warnings))
 
 
 def points_of(document: Mapping, where: str = "plan.json") -> list[Point]:

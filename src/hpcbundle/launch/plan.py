@@ -1,0 +1,137 @@
+"""One launch as every command asks for it, judged once: the plan behind launch, sbatch, check, tune,
+scaling plan and doctor.
+
+A command reads its flags at the edge into a `LaunchPlan` (site, rank layout, program, image, working
+directory, the launching shell, time, knobs). `judge()` runs the rule engine over the site, the node
+it declares and the request together, one pass: WARNs come back, any FAIL is one user error naming the
+flag or site key (exit 2, nothing written or started). `command()` only assembles: the same plan gives
+the job's line, the gate's and the program probe's, none judged again::
+
+    >>> from pathlib import Path
+    >>> from hpcbundle.config.bundle import find_bundle
+    >>> from hpcbundle.config.sites import read_site
+    >>> site = read_site("ib-v100", find_bundle(None, Path.cwd()).sites_dir)
+    >>> plan = LaunchPlan(site, RankLayout(3, (("f1", 3),)), ("python", "t.py"), "h.sif")
+    >>> plan.judge()
+    Traceback (most recent call last):
+    ...
+    hpcbundle.config.errors.UserError: --hosts f1:3: 3 ranks on f1 but 2 GPUs there: NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from ..config.errors import UserError
+from ..config.recipes import Recipe
+from ..config.sites import Site
+from ..knowledge.compat import knowledge_base
+from ..knowledge.labels import image_facts, image_labels
+from ..rules.engine import Facts, LaunchRequest, Result
+from ..rules.engine import evaluate as evaluate_facts
+from ..rules.facts import declared_node
+from ..rules.loading import problem_line
+from .assemble import build_command
+from .base import LAUNCHERS
+from .command import Command
+from .layout import RankLayout
+from .workdir import WorkDir
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a command asks of a site, read at the edge, as the rules judge it and the generators assemble it.
+
+    site        the site, its shape validated (read_site): `judge` applies the rules over it
+    layout      the ranks and where they go (None: the command asks for no ranks, e.g. doctor without --hosts)
+    program     the words after -- (None: the command runs no program, e.g. check)
+    image       --image (None: the program runs on the host)
+    workdir     where every rank starts (--workdir, the launching shell's, or the batch job's)
+    environment the launching shell's variables when the line runs from here (launch --exec, doctor)
+    time        a batch job's --time
+    knobs       the knobs a tune run sweeps
+    here        this node's host name: where mpirun starts every rank when no hosts are given
+    hosts       ranks per host given outright (doctor --hosts), instead of derived from the layout
+    """
+
+    site: Site
+    layout: RankLayout | None = None
+    program: tuple[str, ...] | None = None
+    image: str | None = None
+    workdir: WorkDir | None = None
+    environment: Mapping[str, str] | None = None
+    time: str | None = None
+    knobs: tuple[str, ...] = ()
+    here: str = "localhost"
+    hosts: Mapping[str, int] | None = field(default=None)
+
+    def request(self) -> LaunchRequest:
+        """The launch request the rules read."""
+        layout = self.layout
+        return LaunchRequest(
+            np=layout.np if layout else None,
+            hosts=layout.hosts if layout else (),
+            hostfile=layout.hostfile if layout else None,
+            hostfile_slots=layout.hostfile_slots if layout else None,
+            in_allocation=layout.in_allocation if layout else False,
+            image=self.image,
+            program=self.program,
+            environment=frozenset(self.environment) if self.environment is not None else None,
+            time=self.time,
+            knobs=self.knobs,
+            nodes=layout.nodes if layout else None,
+            tasks_per_node=layout.tasks_per_node if layout else None,
+            workdir=self.workdir.path if self.workdir else None,
+        )
+
+    def ranks_per_host(self) -> dict[str, int] | None:
+        """Ranks per host as the command line tells (a repeated host's added up; every rank on this node when
+        no hosts are given), `each node` for a batch job's --tasks-per-node; None where SLURM places them."""
+        if self.hosts is not None:
+            return dict(self.hosts) or None
+        layout = self.layout
+        if layout is None:
+            return None
+        if layout.tasks_per_node:
+            return {"each node": layout.tasks_per_node}
+        launcher = LAUNCHERS.get(self.site.launcher.name)
+        if launcher is None or not launcher.takes_hosts:
+            return None
+        return dict(layout.ranks_per_host() or layout.placement(self.here)) or None
+
+    def facts(self, recipe: Recipe | None = None, observing: bool = False) -> Facts:
+        """The declared facts of this plan: the site, the node it declares (unless the nodes are to be
+        observed), the planned ranks per host and the request; with `recipe`, its image labels too (check)."""
+        kb = knowledge_base()
+        return Facts(
+            site=self.site,
+            recipe=recipe,
+            image=image_facts(image_labels(recipe, kb)) if recipe else None,
+            image_source=f"recipe {recipe.name}" if recipe else "",
+            nodes=None if observing else {f"site {self.site.name}": declared_node(self.site, kb)},
+            hosts=None if observing else self.ranks_per_host(),
+            request=self.request(),
+        )
+
+    def evaluate(self, recipe: Recipe | None = None, observing: bool = False) -> list[Result]:
+        """Every rule these facts feed, once (check prints them all)."""
+        return evaluate_facts(self.facts(recipe, observing), knowledge_base())
+
+    def judge(self, observing: bool = False) -> list[Result]:
+        """The one pass before anything is written or started: every FAIL refused as one line each
+        (`FLAG: problem (fix)` or `FILE: KEY: problem (fix)`), exit 2; else the results, WARNs among them.
+        `observing`: the nodes are observed next (doctor), so the rules over them wait for that."""
+        results = self.evaluate(observing=observing)
+        failures = [r for r in results if r.status == "FAIL"]
+        if failures:
+            raise UserError(*(problem_line(replace(r, key=r.key or r.rule), self.site.where) for r in failures))
+        return results
+
+    def command(self, program: Sequence[str] | None = None, layout: RankLayout | None = None) -> Command:
+        """The launch command for this plan, assembled only (the plan was judged once); with `program` (and
+        `layout`) in place of its own: the launch gate's and the program probe's lines."""
+        ranks = layout or self.layout
+        assert ranks is not None, "a launch command needs ranks"
+        words = program if program is not None else self.program or ()
+        return build_command(self.site, ranks, words, self.image, self.workdir)
