@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from subprocess import Popen
@@ -26,6 +26,8 @@ from hpcbundle.config.sites import Site
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.image.render import Steps, render_image, render_steps, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.launch import Command, LaunchPlan, RankLayout
+from hpcbundle.launch.workdir import WorkDir
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed import NetnsCluster, SlurmCluster
 from hpcbundle_testbed.cli import hpcbundle, hpcbundle_argv  # noqa: F401  (the one CLI runner, shared by the tests from here)
@@ -49,6 +51,20 @@ TEST_RECIPES = Path(__file__).resolve().parent / "data" / "recipes"
 """Recipes that exist for the tests (e.g. cpu-packages: the user's own packages), rendered into goldens too."""
 RENDERED_RECIPES = sorted([*SHIPPED_RECIPES, *(path.stem for path in TEST_RECIPES.glob("*.yaml"))])
 """Every recipe with golden files: the shipped ones and the test ones."""
+
+
+def planned(
+    site: Site,
+    layout: RankLayout,
+    program: Sequence[str],
+    image: str | None = None,
+    environment: Mapping[str, str] | None = None,
+    workdir: WorkDir | None = None,
+) -> Command:
+    """The launch command of a plan, judged first as `launch` judges it (a FAIL raises the UserError it prints)."""
+    plan = LaunchPlan(site, layout, tuple(program), image, workdir, environment)
+    plan.judge()
+    return plan.command()
 
 
 def examples(full: int) -> int:

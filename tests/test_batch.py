@@ -296,4 +296,4 @@ def test_more_tasks_per_node_than_gpus_writes_nothing_and_names_the_flag(tmp_pat
     args = ["--site", "roce-h100-ompi5", "--nodes", "2", "--tasks-per-node", "16", "-o", str(script)]
     result = hpcbundle("sbatch", *args, "--", "python", "train.py")
     assert result.returncode == 2 and not script.exists()
-    assert "--tasks-per-node 16: 16 ranks on each node but 8 GPUs there" in result.stderr
+    assert "--tasks-per-node 16: 16 ranks on each node but site roce-h100-ompi5 nodes have 8 GPUs" in result.stderr

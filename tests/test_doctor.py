@@ -263,11 +263,11 @@ def test_userns_cma_trap_and_oversubscription():
         results["userns-vader"].status == "WARN"
         and "btl_vader_single_copy_mechanism: none" in results["userns-vader"].fix
     )
-    assert results["oversubscription"] == Result(
-        "oversubscription",
+    assert results["ranks-per-node"] == Result(
+        "ranks-per-node",
         "FAIL",
-        "3 ranks on n1 (2 CPUs); mpirun refuses more ranks than slots",
-        "lower the slots in --hosts or set launcher.oversubscribe",
+        "3 ranks on n1 but 2 CPUs there: more ranks than the node takes",
+        "give at most 2 ranks per node, or raise node.ranks_per_node or set launcher.oversubscribe",
     )
 
 
@@ -399,11 +399,11 @@ def test_h100_hosts_real_nvidia_smi_line_is_judged_against_the_images_cuda_and_a
 def test_two_ranks_on_the_one_gpu_of_an_h100_host_fail_before_launch():
     gpu = parse_gpus(H100_NVIDIA_SMI)
     results = by_rule(diagnose(h100_site(), {"n1": node("n1", gpu=gpu)}, hosts={"n1": 2}))
-    assert results["oversubscription"] == Result(
-        "oversubscription",
+    assert results["ranks-per-node"] == Result(
+        "ranks-per-node",
         "FAIL",
-        "2 ranks on n1 but 1 GPUs there (NCCL refuses two ranks on one GPU: ncclCommInitRank failed: invalid usage)",
-        "at most 1 ranks per node, one per GPU",
+        "2 ranks on n1 but 1 GPUs there: NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage)",
+        "give at most 1 ranks per node, one per GPU",
     )
 
 

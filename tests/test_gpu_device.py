@@ -96,11 +96,11 @@ def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_
     launch = [*HPCBUNDLE, "launch", "--site", str(drafted_site), "--np", "2", "--hosts", f"{host}:2", "--exec", "--"]
     run = in_venv(gpu_venv, [*launch, *program])
     assert (run.returncode, run.stdout) == (2, ""), run.stdout + run.stderr
-    # rule ranks-per-node (rules/request.py) refuses it on load, before the doctor or any rank: the same line
+    # rule ranks-per-node (rules/nodes.py) refuses the launch plan, before the doctor or any rank: the same line
     # on a CPU host (tests/test_launch.py::test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts)
     assert run.stderr == (
-        f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs "
-        "(NCCL refuses two ranks on one GPU) (give at most 1 slots per host, one rank per GPU)\n"
+        f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs: "
+        "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage) (give at most 1 ranks per node, one per GPU)\n"
     )
     assert not marker.exists(), "a rank started although the launch was refused"
 

@@ -10,14 +10,14 @@ from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.network import Setting, interface_settings
 from hpcbundle.launch import RankLayout, build_command, load_site
 
-from .helpers import SITES, make_site
+from .helpers import SITES, make_site, planned
 
 DERIVED = "network.interfaces"
 
 
 def explain(site: Site, np_: int = 4) -> dict[str, str]:
     """Each part of the launch command as its display text -> the source --explain names."""
-    command = build_command(site, RankLayout(np_, (("n1", np_ // 2), ("n2", np_ // 2))), ["python", "t.py"])
+    command = planned(site, RankLayout(np_, (("n1", np_ // 2), ("n2", np_ // 2))), ["python", "t.py"])
     return {" ".join(part.tokens): part.source for part in command.parts}
 
 
@@ -73,14 +73,14 @@ def test_explain_says_which_interface_tokens_are_derived_and_which_the_site_set(
 
 def test_srun_passes_no_oob_parameter_because_it_starts_no_daemons():
     site = make_site(launcher={"name": "srun", "pmi": "pmix"})
-    argv = build_command(site, RankLayout(4, in_allocation=True), ["python", "t.py"]).argv
+    argv = planned(site, RankLayout(4, in_allocation=True), ["python", "t.py"]).argv
     threads = "OMP_NUM_THREADS=4"  # 8 cores over the 2 ranks (one per GPU) of a node
     assert argv[: argv.index("srun")] == ["env", threads, "OMPI_MCA_btl_tcp_if_include=eth0", "NCCL_SOCKET_IFNAME=eth0"]
 
 
 def test_hydra_gpu_site_confines_mpi_with_iface_and_nccl_with_its_variable():
     site = make_site(mpi={"flavour": "intelmpi", "version": "2021.10"}, launcher={"name": "mpiexec.hydra"})
-    argv = build_command(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"]).argv
+    argv = planned(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"]).argv
     assert argv == [
         "env",
         "OMP_NUM_THREADS=8",  # 8 cores for the one rank on each host
@@ -108,5 +108,5 @@ def test_hydra_gpu_site_confines_mpi_with_iface_and_nccl_with_its_variable():
 def test_horovodrun_refuses_an_interface_key_its_network_interface_flag_would_override(launcher, key, section):
     site = make_site(launcher=launcher, **{section: {key.split(".")[1]: "eth1"}})
     with pytest.raises(UserError) as caught:
-        build_command(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"])
+        planned(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python", "t.py"])
     assert caught.value.lines[0].startswith(f"site demo: {key}: horovodrun sets it from --network-interface")

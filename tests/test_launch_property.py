@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hpcbundle.config.errors import UserError
 from hpcbundle.launch import RankLayout, build_command, load_site, parse_hosts
-from hpcbundle.launch.batch import BatchJob, sbatch_script, script_environment
+from hpcbundle.launch.batch import BatchJob, batch_plan, sbatch_script, script_environment
 from hpcbundle.launch.layout import MAX_HOSTS
 
 from .helpers import ROOT, examples
@@ -135,7 +135,7 @@ def test_sbatch_script_launch_line_hands_the_program_the_same_argv(fake_models, 
     model = fake_models[site]
     image = None if site == "local" else "dir with space/horovod.sif"
     job = BatchJob(nodes=2)
-    script = sbatch_script(model, job, words, image, TEMPLATES)
+    script = sbatch_script(batch_plan(model, job, words, image), job, TEMPLATES)
     per_node = model.node.slots
     layout = RankLayout(2 * per_node, in_allocation=True, cpus_per_rank=model.node.cpus_for(per_node))
     argv = build_command(model, layout, words, image).argv

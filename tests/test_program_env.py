@@ -24,7 +24,7 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import RankLayout, build_command, load_site
 from hpcbundle.rules.engine import Facts, evaluate
 
-from .helpers import ROOT, hpcbundle_argv, observed, shellcheck
+from .helpers import ROOT, hpcbundle_argv, observed, planned, shellcheck
 from .helpers import SMALL_SITE as SITE
 
 SITES = find_bundle(None, ROOT).sites_dir
@@ -107,7 +107,7 @@ def test_the_same_interpreter_and_modules_everywhere_pass():
 def test_launch_line_forwards_the_exported_program_environment_and_explains_it():
     site = load_site("local", SITES).model_copy(update={"export": ["PATH", "VIRTUAL_ENV"]})
     launching = {"PATH": "/v/bin", "VIRTUAL_ENV": "/v"}
-    command = build_command(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python3", "t.py"], None, launching)
+    command = planned(site, RankLayout(2, (("n1", 1), ("n2", 1))), ["python3", "t.py"], None, launching)
     assert "-x PATH -x VIRTUAL_ENV" in command.display()
     explained = "\n".join(command.explain())
     assert "over ssh a rank starts with the login shell's PATH" in explained
@@ -117,7 +117,7 @@ def test_launch_line_forwards_the_exported_program_environment_and_explains_it()
 def test_an_exported_variable_unset_in_the_launching_shell_is_one_line_naming_it():
     site = load_site("local", SITES).model_copy(update={"export": ["PATH", "CONDA_PREFIX"]})
     with pytest.raises(UserError) as caught:
-        build_command(site, RankLayout(2), ["python3", "t.py"], None, {"PATH": "/usr/bin"})
+        planned(site, RankLayout(2), ["python3", "t.py"], None, {"PATH": "/usr/bin"})
     assert list(caught.value.lines) == [
         f"{site.where}: export[1]: CONDA_PREFIX is not set in the launching shell "
         "(activate the conda env (conda activate ENV) in the launching shell, or drop CONDA_PREFIX from export)"
@@ -144,19 +144,19 @@ def test_cli_exec_refuses_an_unset_export_with_exit_2_and_starts_nothing(tmp_pat
 
 def test_container_line_keeps_the_images_environment():
     ib = load_site("ib-v100", SITES)
-    command = build_command(ib, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"], "h.sif")
+    command = planned(ib, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"], "h.sif")
     assert "-x LD_LIBRARY_PATH -x PATH" in command.display()  # singularity keeps the image's own inside
     roce = load_site("roce-h100-ompi5", SITES)
-    explained = "\n".join(build_command(roce, RankLayout(8), ["python", "t.py"], "h.sif").explain())
+    explained = "\n".join(planned(roce, RankLayout(8), ["python", "t.py"], "h.sif").explain())
     assert "on the host only: apptainer keeps the image's own PATH inside" in explained
     venv = ib.model_copy(update={"export": ["PATH", "VIRTUAL_ENV"]})
     with pytest.raises(UserError) as caught:
-        build_command(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"], "h.sif")
+        planned(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"], "h.sif")
     assert list(caught.value.lines) == [
         f"{ib.where}: export[1]: VIRTUAL_ENV of the launching shell would replace the image's own in singularity "
         "containers (drop VIRTUAL_ENV from export: the image provides the program's environment)"
     ]
-    assert build_command(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"]).argv[-2:] == [
+    assert planned(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"]).argv[-2:] == [
         "python",
         "t.py",
     ]
@@ -164,11 +164,11 @@ def test_container_line_keeps_the_images_environment():
 
 def test_charliecloud_keeps_the_images_path_only_with_set_env():
     ch = load_site("local-charliecloud", SITES).model_copy(update={"export": ["PATH"]})
-    line = build_command(ch, RankLayout(2), ["python3", "t.py"], "/img").display()
+    line = planned(ch, RankLayout(2), ["python3", "t.py"], "/img").display()
     assert "-x PATH " in line and "ch-run --set-env /img -- python3 t.py" in line
     bare = ch.model_copy(update={"container": ch.container.model_copy(update={"args": []})})
     with pytest.raises(UserError, match=r"export\[0\]: PATH of the launching shell would replace the image's own"):
-        build_command(bare, RankLayout(2), ["python3", "t.py"], "/img")
+        planned(bare, RankLayout(2), ["python3", "t.py"], "/img")
 
 
 def test_site_detect_drafts_the_program_environment_to_export_marked_confirm():

@@ -16,6 +16,7 @@ from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.imports import MAX_BYTES, MAX_FILES, MAX_NAMES, program_imports
 from hpcbundle.diagnose.program import parse_probe, probe_words
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.launch import LaunchPlan
 from hpcbundle.rules.engine import Facts, evaluate
 
 from .helpers import ROOT
@@ -130,10 +131,11 @@ def test_the_probes_command_line_stays_far_below_the_kernels_argument_limits():
 
 def test_the_launch_probe_sends_the_programs_imports_after_the_frameworks(tmp_path: Path):
     program = write(tmp_path, {"train.py": "import torch\nimport torchvision\nimport horovod.torch\nimport json\n"})
-    probe = program_probe(Site.model_validate(SITE), (("node2", 1), ("node3", 1)), ("python3", str(program)), None)
+    hosts = (("node2", 1), ("node3", 1))
+    probe = program_probe(LaunchPlan(Site.model_validate(SITE), program=("python3", str(program))), hosts)
     assert probe is not None and probe.words[6:] == ["horovod", "torch", "--", "horovod", "torch", "torchvision"]
     assert probe.imports == program_imports(program) and probe.launch_argv[-len(probe.words) :] == probe.words
-    unbuffered = program_probe(Site.model_validate(SITE), (("node2", 1),), ("python3", "-u", str(program)), None)
+    unbuffered = program_probe(LaunchPlan(Site.model_validate(SITE), program=("python3", "-u", str(program))), hosts)
     assert unbuffered is not None and unbuffered.imports == probe.imports
 
 

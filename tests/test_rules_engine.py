@@ -16,7 +16,7 @@ from hpcbundle.diagnose.doctor import observed_facts
 from hpcbundle.image.imagespec import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
-from hpcbundle.rules.engine import RULES, LaunchRequest, Result, applicable, evaluate
+from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, Result, applicable, evaluate
 from hpcbundle.rules.facts import declared_facts, declared_node
 from hpcbundle.rules.loading import all_recipes
 
@@ -50,19 +50,15 @@ def test_every_rule_runs_from_each_front_end_that_has_its_facts():
     recipe, site = SHIPPED_RECIPES[0], SHIPPED_SITES[0]
     request = LaunchRequest(np=2, image="/img")  # check --np 2 --image /img; doctor --image /img
     from_check = {r.name for r in applicable(dataclasses.replace(declared_facts(recipe, site, KB), request=request))}
-    from_doctor = {
-        r.name
-        for r in applicable(
-            observed_facts(
-                site,
-                observed_as_declared(recipe, site),
-                image="/img",
-                hosts={"node1": 1},
-                program_env={"argv0": "python3", "launching": {}, "nodes": {}},
-                request=request,
-            )
-        )
-    }
+    observed = observed_facts(
+        site,
+        observed_as_declared(recipe, site),
+        image="/img",
+        hosts={"node1": 1},
+        program_env={"argv0": "python3", "launching": {}, "nodes": {}},
+    )
+    planned = Facts(site=site, request=request)  # doctor's launch plan, judged before the nodes are observed
+    from_doctor = {r.name for r in applicable(observed) + applicable(planned)}
     for r in RULES:
         if r.needs <= DECLARABLE | {"request"}:  # the launch request: both take one
             assert r.name in from_check and r.name in from_doctor, r.name

@@ -25,8 +25,8 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.render import render_image, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.launch import build_command, load_site
-from hpcbundle.launch.batch import BatchJob, job_layout, sbatch_script, script_environment
+from hpcbundle.launch import load_site
+from hpcbundle.launch.batch import BatchJob, batch_plan, sbatch_script, script_environment
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
@@ -153,12 +153,14 @@ def _site(data: dict[str, Any], directory: Path):
 
 def _launch_round_trips(site, program: list[str], image: str | None) -> None:
     """The sbatch script runs only the launcher, with exactly the argv; the printed line parses back to it."""
+    job = BatchJob(nodes=2)
+    plan = batch_plan(site, job, program, image)
     try:
-        script = sbatch_script(site, BatchJob(nodes=2), program, image, script_environment(ROOT / "scripts"))
-        command = build_command(site, job_layout(site, BatchJob(nodes=2)), program, image)
+        plan.judge()
     except UserError as exc:  # refused (e.g. an image that starts with '-'): one line, nothing run
         assert all("\n" not in line for line in exc.lines)
         return
+    script, command = sbatch_script(plan, job, script_environment(ROOT / "scripts")), plan.command()
     with sandbox() as box:
         box.run(script)
         launched = [argv for argv in box.recorded() if argv[:1] == bytes_of(command.argv[:1])]

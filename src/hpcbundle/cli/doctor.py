@@ -17,7 +17,7 @@ from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
 from ..knowledge.compat import knowledge_base
 from ..launch import parse_hosts
-from ..rules.engine import exit_status
+from ..rules.engine import exit_status, failed
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option
 from .outputs import OUTPUT_HELP, output_target, print_results, write_atomic
@@ -69,14 +69,14 @@ def doctor_command(
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
     plan = plan_from(model, None, program or None, image, environment=os.environ)
-    declared = plan.judge(observing=True)  # the site and the request, before any node is asked
+    declared = plan.evaluate(observing=True)  # the site and the request; the nodes are observed next
     observed = doctor(
         model,
         image,
         placed,
         checksum=not no_checksum,
         timeout=timeout,
-        probe=program_probe(plan, placed),
+        probe=None if failed(declared) else program_probe(plan, placed),  # a refused line is never started
         environment=os.environ,
         judged=JUDGED,
     )

@@ -180,8 +180,8 @@ def plan_command(
     b = bundle.get()
     examples, environment = str(b.examples_dir.resolve()), script_environment(b.scripts_dir)
     planned = plan_study(model_site, study, image, examples, str(directory), environment, __version__)
-    print_results(list(planned.warnings), err=True)
     _write_plan(planned, directory, outdir)
+    print_results(list(planned.warnings), err=True)
     if submit:
         _submit(ctx, planned, directory, model_site, image, no_doctor)
 

@@ -11,11 +11,14 @@ the job's line, the gate's and the program probe's, none judged again::
     >>> from hpcbundle.config.bundle import find_bundle
     >>> from hpcbundle.config.sites import read_site
     >>> site = read_site("ib-v100", find_bundle(None, Path.cwd()).sites_dir)
-    >>> plan = LaunchPlan(site, RankLayout(3, (("f1", 3),)), ("python", "t.py"), "h.sif")
-    >>> plan.judge()
-    Traceback (most recent call last):
-    ...
-    hpcbundle.config.errors.UserError: --hosts f1:3: 3 ranks on f1 but 2 GPUs there: NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)
+    >>> plan = LaunchPlan(site, RankLayout(4, (("f1", 2), ("f2", 2))), ("python", "t.py"), "h.sif")
+    >>> [r.rule for r in plan.judge() if r.status == "WARN"], plan.command().argv[:5]
+    ([], ['mpirun', '-np', '4', '-H', 'f1:2,f2:2'])
+    >>> try:
+    ...     LaunchPlan(site, RankLayout(3, (("f1", 3),)), ("python", "t.py"), "h.sif").judge()
+    ... except UserError as refused:
+    ...     print(refused.lines[0][:60])
+    --hosts f1:3: 3 ranks on f1 but site ib-v100 nodes have 2 GPU
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import image_facts, image_labels
-from ..rules.engine import Facts, LaunchRequest, Result
+from ..rules.engine import Facts, LaunchRequest, Result, registered
 from ..rules.engine import evaluate as evaluate_facts
 from ..rules.facts import declared_node
 from ..rules.loading import problem_line
@@ -121,9 +124,11 @@ class LaunchPlan:
     def judge(self, observing: bool = False) -> list[Result]:
         """The one pass before anything is written or started: every FAIL refused as one line each
         (`FLAG: problem (fix)` or `FILE: KEY: problem (fix)`), exit 2; else the results, WARNs among them.
-        `observing`: the nodes are observed next (doctor), so the rules over them wait for that."""
+        `observing`: the nodes are observed next (launch --exec, doctor), so the rules over them wait for that."""
         results = self.evaluate(observing=observing)
         failures = [r for r in results if r.status == "FAIL"]
+        in_site = [r for r in failures if _needs(r) <= {"site"}]
+        failures = in_site or failures  # a site the rules refuse is fixed first: the request is judged on it after
         if failures:
             raise UserError(*(problem_line(replace(r, key=r.key or r.rule), self.site.where) for r in failures))
         return results
@@ -135,3 +140,9 @@ class LaunchPlan:
         assert ranks is not None, "a launch command needs ranks"
         words = program if program is not None else self.program or ()
         return build_command(self.site, ranks, words, self.image, self.workdir)
+
+
+def _needs(result: Result) -> frozenset[str]:
+    """The fact kinds the rule behind `result` needs."""
+    name = result.rule.split(" ", 1)[0]
+    return next(r.needs for r in registered() if r.name == name)

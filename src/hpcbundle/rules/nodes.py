@@ -35,8 +35,9 @@ def node_reach(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     superseded_by=("hosts-launcher", "elastic-hosts", "elastic-np", "np-one-node"),
 )
 def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """The ranks each node gets fit it: one per GPU (FAIL over: NCCL refuses two ranks on one GPU; WARN
-    under: GPUs idle) and no more than its CPUs take, unless launcher.oversubscribe.
+    """The ranks each node gets fit it: one per GPU (NCCL refuses two on one; fewer leave GPUs idle), and its CPUs.
+
+    FAIL over the GPUs, WARN under them; FAIL over what a CPU node takes, WARN with launcher.oversubscribe.
 
     The ranks per node are the planned launch's (--hosts, a repeated host's slots added up, or --hostfile,
     filled by slot; every rank on this node; sbatch --tasks-per-node; doctor --hosts), else the site's
@@ -47,7 +48,7 @@ def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     per_node = site.node.ranks_per_node
     hosts = facts.hosts or ({host: per_node for host in nodes} if per_node else {})
     if not hosts:
-        return [Verdict("SKIP", "no hosts and no node.ranks_per_node: the ranks per node are SLURM's to place")]
+        return [Verdict("SKIP", "no hosts given and no node.ranks_per_node: the ranks per node are not known")]
     declared = next(iter(nodes.values()), {})
     node_of = {h: nodes.get(h, {}) if facts.observed else nodes.get(h, declared) for h in hosts}
     gpus = {h: _gpus(node_of[h], site.node.gpus) for h in hosts}
@@ -76,8 +77,14 @@ def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 def _mismatch(status: Status, found: list[tuple[str, int, str]], consequence: str, fix: str, flag: str = "") -> Verdict:
     """One verdict over the hosts whose ranks do not fit: `N ranks on HOST but LIMIT, ...: consequence`."""
-    evidence = ", ".join(f"{ranks} ranks on {host} but {limit}" for host, ranks, limit in found[:3])
-    evidence += (", ..." if found[3:] else "") + f": {consequence}"
+    limits = {limit for _, _, limit in found}
+    if len(limits) == 1:  # declared nodes: one limit for all
+        evidence = ", ".join(f"{ranks} ranks on {host}" for host, ranks, _ in found[:3])
+        evidence += (", ..." if found[3:] else "") + f" but {limits.pop()}"
+    else:
+        evidence = ", ".join(f"{ranks} ranks on {host} but {limit}" for host, ranks, limit in found[:3])
+        evidence += ", ..." if found[3:] else ""
+    evidence += f": {consequence}"
     return Verdict(status, evidence, fix, key=flag, flag=bool(flag))
 
 
