@@ -17,7 +17,7 @@ the job's line, the gate's and the program probe's, none judged again::
     >>> try:
     ...     LaunchPlan(site, RankLayout(3, (("f1", 3),)), ("python", "t.py"), "h.sif").judge()
     ... except UserError as refused:
-    ...     print(refused.lines[0][:60])
+    ...     print(refused.lines[0][:61])
     --hosts f1:3: 3 ranks on f1 but site ib-v100 nodes have 2 GPU
 """
 
