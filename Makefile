@@ -133,9 +133,8 @@ golden: venv ## Regenerate every golden file after an intended change (review th
 # download and nothing of the full set-up (markers registered by hpcbundle_testbed's plugins).
 CHECK_MARKERS := not cluster and not docker and not apptainer and not gpu and not gpu_build and not full_setup
 
-# Measured on a fresh clone with only `make venv` (2 cores shared with other jobs): 95 s at load 3-4, 133 s at
-# load 8-10; 110-126 CPU-seconds in all, so about a minute on 2 idle cores. `make venv` took 30 s (pip cache warm).
-check: venv ## Fast lane (~95 s on a fresh clone, 2 cores): unit, golden, property tests and lint; no cluster, Docker, Horovod or MPI
+# How long it takes is stated in one place, the README's `make check` line (measured on a fresh clone).
+check: venv ## Fast lane (its time: README): unit, golden, property, doctest tests and lint; no cluster, Docker, Horovod or MPI
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint check-tests
 
 # The fast lane's tests, run beside lint, spread over the cores (pytest-xdist); property tests draw a fifth

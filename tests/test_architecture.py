@@ -1,5 +1,6 @@
 """The package's imports follow docs/architecture.md: no arrow points up, no cycle, and the page's
-`arrows` block lists exactly the imports between stages.
+`arrows` block lists exactly the imports between stages; its `Every module` table lists exactly the
+package's modules, each with its stage.
 
 Each module of src/hpcbundle sits on a floor (the page's `floors` block); a module may import its
 own package and the floors below it, never a floor above it or a sibling stage on its own floor
@@ -132,4 +133,38 @@ def test_the_pages_arrows_are_exactly_the_imports_between_stages():
         + "".join(f"  add:    {line}\n" for line in add)
         + "".join(f"  remove: {line}\n" for line in remove)
         + "".join(f"  listed twice: {line}\n" for line in repeated)
+    )
+
+
+def module_rows() -> dict[str, str]:
+    """The page's `Every module` table: module path (below src/hpcbundle) -> its stage column."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("\n## Every module\n", 1)[1].split("\n## ", 1)[0]
+    cells = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| `")]
+    rows = [(cell[0].strip().strip("`"), cell[1].strip().strip("`")) for cell in cells]
+    assert len(rows) == len(dict(rows)), f"a module is listed twice in {ARCHITECTURE.name}'s Every module table"
+    return dict(rows)
+
+
+def draft_row(path: str) -> str:
+    """A table row for the module at `path`, its docstring's first line as the draft of what it holds."""
+    docstring = ast.get_docstring(ast.parse((PACKAGE / path).read_text(encoding="utf-8"))) or ""
+    return f"| `{path}` | `{stage(module_name(PACKAGE / path))}` | {docstring.partition(chr(10))[0]} |"
+
+
+def test_the_pages_module_table_lists_every_module_once_with_its_stage():
+    """docs/architecture.md's `Every module` table has a row for each module of the package, none for
+    a module that is gone, and each row's stage is the module's."""
+    code = {str(path.relative_to(PACKAGE)): stage(module_name(path)) for path in PACKAGE.rglob("*.py")}
+    documented = module_rows()
+    add = [draft_row(path) for path in sorted(code.keys() - documented.keys())]
+    remove = sorted(documented.keys() - code.keys())
+    wrong = [
+        f"{path}: `{code[path]}`" for path in sorted(code.keys() & documented.keys()) if documented[path] != code[path]
+    ]
+    assert (add, remove, wrong) == ([], [], []), (
+        f"update the Every module table of {ARCHITECTURE.relative_to(ROOT)}:\n"
+        + "".join(f"  add:    {line}\n" for line in add)
+        + "".join(f"  remove: {line}\n" for line in remove)
+        + "".join(f"  stage:  {line}\n" for line in wrong)
     )

@@ -87,6 +87,19 @@ def test_a_syntax_error_is_one_line_and_no_imports(tmp_path: Path):
     assert local.required == ("numpy",) and local.problem.startswith("util.py: line 1: ")
 
 
+def test_a_syntax_error_without_a_line_names_none(tmp_path: Path, monkeypatch):
+    """CPython 3.11.4+ raises null bytes as a SyntaxError whose lineno is None, and a bad coding line's is 0."""
+    coding = program_imports(write(tmp_path, {"train.py": "# -*- coding: nope -*-\nimport numpy\n"}))
+    assert coding.problem == "train.py: unknown encoding: nope; its imports were not read"
+
+    def parse(source: bytes, filename: str) -> None:
+        raise SyntaxError("source code string cannot contain null bytes")
+
+    monkeypatch.setattr("hpcbundle.diagnose.imports.ast.parse", parse)
+    found = program_imports(write(tmp_path, {"nulls.py": "import numpy\n"}))
+    assert found.problem == "nulls.py: source code string cannot contain null bytes; its imports were not read"
+
+
 def test_huge_deep_and_binary_files_are_refused_in_one_line_without_recursion_error(tmp_path: Path):
     sources = {
         "chained.py": "import numpy\nx = " + "+".join(["1"] * 100_000) + "\n",

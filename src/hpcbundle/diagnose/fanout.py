@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
 from ..knowledge.launching import runtime_detection
-from .probes import facts
+from .probes import facts, quiet_run
 
 
 def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
@@ -86,15 +86,7 @@ def _run_json(argv: list[str], timeout: float) -> dict[str, Any]:
     a node the agent did not reach also gets 'unreached' (the rules judge the others only)."""
     agent = None if argv[0] in ("env", sys.executable) else os.path.basename(argv[0])  # None: run here (_self)
     try:
-        res = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,  # noqa: S603
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        res = quiet_run(argv, timeout, start_new_session=True)
     except subprocess.TimeoutExpired:
         if agent is None:
             return {"error": f"no answer within {timeout:g} s"}

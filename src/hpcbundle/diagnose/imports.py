@@ -43,11 +43,12 @@ def _parse(path: Path) -> tuple[ast.Module | None, str]:
         if path.stat().st_size > MAX_BYTES:
             return None, f"{path.name} is over {MAX_BYTES // 1024 // 1024} MiB, its imports were not read"
         return ast.parse(path.read_bytes(), filename=path.name), ""
-    except SyntaxError as exc:
-        return None, f"{path.name}: line {exc.lineno}: {exc.msg}; its imports were not read"
+    except SyntaxError as exc:  # lineno is None or 0 where no line is at fault (null bytes, a bad coding line)
+        where = f"line {exc.lineno}: " if exc.lineno else ""
+        return None, f"{path.name}: {where}{exc.msg}; its imports were not read"
     except (RecursionError, MemoryError):
         return None, f"{path.name} is nested too deeply to read, its imports were not read"
-    except ValueError as exc:  # e.g. source holding null bytes
+    except ValueError as exc:  # null bytes before CPython 3.11.4 (a SyntaxError without a line since)
         return None, f"{path.name}: {exc}; its imports were not read"
     except OSError as exc:
         return None, f"{path.name}: {exc.strerror}; its imports were not read"

@@ -45,15 +45,7 @@ def _attempt(argv: list[str], timeout: float = 10.0) -> tuple[str | None, str]:
         return None, f"{argv[0]} is not on PATH"
     try:
         env = os.environ if "USER" in os.environ else {**os.environ, "USER": _user()}  # ch-run needs $USER
-        res = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,  # noqa: S603
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+        res = quiet_run(argv, timeout, env=env)
     except OSError as exc:
         return None, f"{command} does not start: {exc.strerror}"
     except subprocess.TimeoutExpired:
@@ -62,6 +54,14 @@ def _attempt(argv: list[str], timeout: float = 10.0) -> tuple[str | None, str]:
     if res.returncode:
         return None, f"{command} fails: {(text.strip().splitlines() or [f'exit {res.returncode}'])[-1]}"
     return text, ""
+
+
+def quiet_run(argv: list[str], timeout: float, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`argv` run with no stdin and its output captured as text, bounded by `timeout` seconds: raises
+    TimeoutExpired then, OSError when it does not start; `options` go to subprocess.run."""
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL, **options
+    )
 
 
 def _user() -> str:

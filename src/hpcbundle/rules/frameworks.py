@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
-from ..config.recipes import Recipe
+from ..config.recipes import PyTorch, Recipe, TensorFlow
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, refusal, rule
-from .gpu import CPU_ONLY
+from .gpu import CPU_ONLY, not_known, recipe_rule
+
+NO_PYTORCH, NO_TENSORFLOW = Verdict("SKIP", "no PyTorch"), Verdict("SKIP", "no TensorFlow")
 
 
-def _in_range(version: str, bounds: tuple[str, str]) -> bool:
-    return parse_version(bounds[0]) <= parse_version(major_minor(version)) <= parse_version(bounds[1])
+def pytorch_of(recipe: Recipe) -> PyTorch | None:
+    """The recipe's PyTorch; None without one."""
+    return recipe.frameworks.pytorch
+
+
+def tensorflow_of(recipe: Recipe) -> TensorFlow | None:
+    """The recipe's TensorFlow; None without one."""
+    return recipe.frameworks.tensorflow
+
+
+def _python_refused(release: str, python: str, bounds: tuple[str, str]) -> Verdict | None:
+    """The FAIL for a `python` outside the range a framework `release` supports; None inside it."""
+    if parse_version(bounds[0]) <= parse_version(major_minor(python)) <= parse_version(bounds[1]):
+        return None
+    return Verdict("FAIL", f"{release} supports Python {bounds[0]}-{bounds[1]}, not {python}")
 
 
 def _runs_build(have: str, built: str) -> bool:
@@ -18,22 +33,14 @@ def _runs_build(have: str, built: str) -> bool:
     return have.split(".")[0] == built.split(".")[0] and parse_version(major_minor(have)) >= parse_version(built)
 
 
-@rule("tensorflow-build", needs=("recipe",))
-def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("tensorflow-build", tensorflow_of, NO_TENSORFLOW)
+def tensorflow_build(recipe: Recipe, tf: TensorFlow, kb: KnowledgeBase) -> Verdict:
     """TensorFlow's pip wheel is built against one CUDA/cuDNN and a range of Pythons."""
-    recipe = facts.recipe
-    tf = recipe.frameworks.tensorflow
-    if tf is None:
-        return Verdict("SKIP", "no TensorFlow")
     build = kb.tensorflow_build(tf.version)
     if build is None:
-        return Verdict(
-            "FAIL", f"TensorFlow {tf.version} is not in the knowledge base", "add it to compat.yaml tensorflow"
-        )
-    if not _in_range(recipe.python, build.python):
-        return Verdict(
-            "FAIL", f"TensorFlow {tf.version} supports Python {build.python[0]}-{build.python[1]}, not {recipe.python}"
-        )
+        return not_known(f"TensorFlow {tf.version}", "tensorflow")
+    if refused := _python_refused(f"TensorFlow {tf.version}", recipe.python, build.python):
+        return refused
     if recipe.gpu is None:
         if tf.package != "tensorflow-cpu":
             return Verdict("WARN", f"CPU-only recipe installs the GPU package {tf.package}; tensorflow-cpu is smaller")
@@ -58,20 +65,14 @@ def tensorflow_build(facts: Facts, kb: KnowledgeBase) -> Verdict:
     )
 
 
-@rule("pytorch-wheel", needs=("recipe",))
-def pytorch_wheel(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("pytorch-wheel", pytorch_of, NO_PYTORCH)
+def pytorch_wheel(recipe: Recipe, pt: PyTorch, kb: KnowledgeBase) -> Verdict:
     """The torch wheel variant must exist, match the recipe's CUDA major (or CPU), and suit the Python."""
-    recipe = facts.recipe
-    pt = recipe.frameworks.pytorch
-    if pt is None:
-        return Verdict("SKIP", "no PyTorch")
     release = kb.pytorch_release(pt.version)
     if release is None:
-        return Verdict("FAIL", f"PyTorch {pt.version} is not in the knowledge base", "add it to compat.yaml pytorch")
-    if not _in_range(recipe.python, release.python):
-        return Verdict(
-            "FAIL", f"PyTorch {pt.version} supports Python {release.python[0]}-{release.python[1]}, not {recipe.python}"
-        )
+        return not_known(f"PyTorch {pt.version}", "pytorch")
+    if refused := _python_refused(f"PyTorch {pt.version}", recipe.python, release.python):
+        return refused
     if pt.variant not in release.variants:
         return Verdict(
             "FAIL",
@@ -114,13 +115,11 @@ def torchvision_pairing(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return []
 
 
-@rule("pytorch-archs", needs=("recipe",))
-def pytorch_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("pytorch-archs", pytorch_of, NO_PYTORCH)
+def pytorch_archs(recipe: Recipe, pt: PyTorch, kb: KnowledgeBase) -> Verdict:
     """The torch wheel's own kernels must cover every GPU the recipe targets."""
-    recipe = facts.recipe
-    pt = recipe.frameworks.pytorch
-    if pt is None or recipe.gpu is None:
-        return Verdict("SKIP", "no PyTorch" if pt is None else CPU_ONLY.evidence)
+    if recipe.gpu is None:
+        return CPU_ONLY
     release = kb.pytorch_release(pt.version)
     archs = release.variants.get(pt.variant) if release else None
     if archs is None:
@@ -141,11 +140,9 @@ def horovod_tensorflow(facts: Facts, kb: KnowledgeBase) -> Verdict:
     recipe = facts.recipe
     tf, hvd = recipe.frameworks.tensorflow, kb.horovod.get(recipe.horovod.version)
     if hvd is None:
-        return Verdict(
-            "FAIL", f"Horovod {recipe.horovod.version} is not in the knowledge base", "add it to compat.yaml horovod"
-        )
+        return not_known(f"Horovod {recipe.horovod.version}", "horovod")
     if tf is None:
-        return Verdict("SKIP", "no TensorFlow")
+        return NO_TENSORFLOW
     if parse_version(major_minor(tf.version)) > parse_version(hvd.tensorflow_max):
         return Verdict(
             "FAIL",
@@ -157,13 +154,12 @@ def horovod_tensorflow(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"Horovod {recipe.horovod.version} supports TensorFlow {tf.version} (Keras 2)")
 
 
-@rule("horovod-pytorch", needs=("recipe",))
-def horovod_pytorch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-pytorch", pytorch_of, NO_PYTORCH)
+def horovod_pytorch(recipe: Recipe, pt: PyTorch, kb: KnowledgeBase) -> Verdict:
     """PyTorch >= 2.1 needs C++17, which the Horovod 0.28.1 sdist only gets with the cxx17 patch."""
-    recipe = facts.recipe
-    pt, hvd = recipe.frameworks.pytorch, kb.horovod.get(recipe.horovod.version)
-    if pt is None or hvd is None:
-        return Verdict("SKIP", "no PyTorch" if pt is None else "Horovod unknown (see horovod-tensorflow)")
+    hvd = kb.horovod.get(recipe.horovod.version)
+    if hvd is None:
+        return Verdict("SKIP", "Horovod unknown (see horovod-tensorflow)")
     if parse_version(pt.version) < parse_version(hvd.pytorch_min):
         return Verdict("FAIL", f"Horovod {recipe.horovod.version} needs PyTorch >= {hvd.pytorch_min}")
     if (
@@ -202,15 +198,11 @@ def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
     hvd, gcc = kb.horovod.get(recipe.horovod.version), kb.os_gcc.get(recipe.base.os)
     if hvd is None or hvd.gcc13_patch_from is None or gcc is None:
         return Verdict("SKIP", "no GCC 13 rule for this Horovod, or the GCC of the base OS is unknown")
-    return _horovod_patch(
-        recipe,
-        "gcc13",
-        f"GCC {gcc} of {recipe.base.os}",
-        gcc,
-        hvd.gcc13_patch_from,
+    why = (
         f"{recipe.base.os} builds with GCC {gcc}; Horovod {recipe.horovod.version} does not compile with "
-        f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)",
+        f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)"
     )
+    return _horovod_patch(recipe, "gcc13", f"GCC {gcc} of {recipe.base.os}", gcc, hvd.gcc13_patch_from, why)
 
 
 @rule("horovod-py312", needs=("recipe",))
@@ -220,15 +212,11 @@ def horovod_py312(facts: Facts, kb: KnowledgeBase) -> Verdict:
     hvd = kb.horovod.get(recipe.horovod.version)
     if hvd is None or hvd.py312_patch_from is None:
         return Verdict("SKIP", "no Python 3.12 rule for this Horovod")
-    return _horovod_patch(
-        recipe,
-        "py312",
-        f"Python {recipe.python}",
-        recipe.python,
-        hvd.py312_patch_from,
+    why = (
         f"Python {recipe.python} has no distutils; Horovod {recipe.horovod.version}'s torch build and horovodrun "
-        f"import it (Python >= {hvd.py312_patch_from})",
+        f"import it (Python >= {hvd.py312_patch_from})"
     )
+    return _horovod_patch(recipe, "py312", f"Python {recipe.python}", recipe.python, hvd.py312_patch_from, why)
 
 
 @rule("horovod-ops", needs=("recipe",))

@@ -2,23 +2,53 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping, TypeVar
 
 from ..config.fields import major_minor, parse_version
 from ..config.gpuarchs import GpuArch, GpuArchs
+from ..config.recipes import Gpu, Recipe
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, rule
 
 CPU_ONLY = Verdict("SKIP", "CPU-only recipe")
 
+Part = TypeVar("Part")
+Judge = Callable[[Recipe, Part, KnowledgeBase], Verdict]
 
-@rule("cuda-known", needs=("recipe",))
-def cuda_known(facts: Facts, kb: KnowledgeBase) -> Verdict:
+
+def recipe_rule(
+    name: str, part: Callable[[Recipe], Part | None], absent: Verdict
+) -> Callable[[Judge[Part]], Callable[[Facts, KnowledgeBase], Verdict]]:
+    """Register a rule over one part of a recipe (its gpu block, a framework), judged as
+    `judge(recipe, that part, kb)`; a recipe without the part gets `absent` (a SKIP), so no rule
+    repeats that guard. The registered rule keeps `judge`'s name and docstring (`hpcbundle rules`)."""
+
+    def register(judge: Judge[Part]) -> Callable[[Facts, KnowledgeBase], Verdict]:
+        @functools.wraps(judge)
+        def judged(facts: Facts, kb: KnowledgeBase) -> Verdict:
+            found = part(facts.recipe)
+            return absent if found is None else judge(facts.recipe, found, kb)
+
+        return rule(name, needs=("recipe",))(judged)
+
+    return register
+
+
+def gpu_of(recipe: Recipe) -> Gpu | None:
+    """The recipe's gpu block; None for a CPU-only recipe."""
+    return recipe.gpu
+
+
+def not_known(what: str, table: str) -> Verdict:
+    """The FAIL for a version the knowledge base lacks: add it to compat.yaml's `table`."""
+    return Verdict("FAIL", f"{what} is not in the knowledge base", f"add it to compat.yaml {table}")
+
+
+@recipe_rule("cuda-known", gpu_of, CPU_ONLY)
+def cuda_known(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """A CUDA version must be in the driver and architecture tables before anything can be checked."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    cuda = major_minor(recipe.gpu.cuda)
+    cuda = major_minor(gpu.cuda)
     if cuda not in kb.cuda_driver or cuda not in kb.cuda_archs:
         return Verdict(
             "FAIL",
@@ -34,17 +64,14 @@ def arch_floor(cuda: str, kb: KnowledgeBase) -> str | None:
     return min(archs, key=parse_version) if archs else None
 
 
-@rule("cuda-archs", needs=("recipe",))
-def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("cuda-archs", gpu_of, CPU_ONLY)
+def cuda_archs(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """nvcc of this CUDA must be able to build every requested compute capability."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    cuda = major_minor(recipe.gpu.cuda)
+    cuda = major_minor(gpu.cuda)
     supported = kb.cuda_archs.get(cuda)
     if supported is None:
         return Verdict("SKIP", f"CUDA {cuda} unknown (see cuda-known)")
-    missing = [a for a in recipe.gpu.archs if a not in supported]
+    missing = [a for a in gpu.archs if a not in supported]
     floor = arch_floor(cuda, kb) or supported[0]
     below = [a for a in missing if parse_version(a) < parse_version(floor)]
     if below:
@@ -61,16 +88,12 @@ def cuda_archs(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"(it builds {supported[0]}..{supported[-1]})",
             f"use another CUDA or drop {', '.join(missing)} from gpu.archs",
         )
-    return Verdict("PASS", f"CUDA {cuda} builds {', '.join(f'sm_{arch.sm}' for arch in recipe.gpu.targets)}")
+    return Verdict("PASS", f"CUDA {cuda} builds {', '.join(f'sm_{arch.sm}' for arch in gpu.targets)}")
 
 
-@rule("cuda-source", needs=("recipe",))
-def cuda_source(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("cuda-source", gpu_of, CPU_ONLY)
+def cuda_source(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """gpu.source: wheels needs PyPI's toolkit wheels for the recipe's CUDA (they start at 13.0)."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    gpu = recipe.gpu
     if gpu.source == "image":
         return Verdict("PASS", f"CUDA {gpu.cuda} from the base image {recipe.base.build_image}")
     wheels = kb.cuda_wheels.get(major_minor(gpu.cuda))
@@ -85,28 +108,22 @@ def cuda_source(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"CUDA {gpu.cuda} from PyPI's wheels into nvidia/{wheels.dir}: {pins}")
 
 
-@rule("cudnn-cuda", needs=("recipe",))
-def cudnn_cuda(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("cudnn-cuda", gpu_of, CPU_ONLY)
+def cudnn_cuda(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """cuDNN ships separate builds per CUDA major; the recipe's must exist for its CUDA."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    cudnn, cuda_major = major_minor(recipe.gpu.cudnn), recipe.gpu.cuda.split(".")[0]
+    cudnn, cuda_major = major_minor(gpu.cudnn), gpu.cuda.split(".")[0]
     majors = kb.cudnn_cuda_majors.get(cudnn)
     if majors is None:
-        return Verdict("FAIL", f"cuDNN {cudnn} is not in the knowledge base", "add it to compat.yaml cudnn_cuda_majors")
+        return not_known(f"cuDNN {cudnn}", "cudnn_cuda_majors")
     if cuda_major not in majors:
         return Verdict("FAIL", f"cuDNN {cudnn} has no build for CUDA {cuda_major}.x (only {', '.join(majors)}.x)")
     return Verdict("PASS", f"cuDNN {cudnn} has a CUDA {cuda_major}.x build")
 
 
-@rule("nccl-torch", needs=("recipe",))
-def nccl_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("nccl-torch", gpu_of, CPU_ONLY)
+def nccl_torch(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """One NCCL per image: gpu.nccl must be the NCCL that the torch wheel loads (Horovod builds against it)."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    gpu, pt = recipe.gpu, recipe.frameworks.pytorch
+    pt = recipe.frameworks.pytorch
     if pt is None:
         return Verdict("PASS", f"no PyTorch: NCCL {gpu.nccl} from NVIDIA's apt repository for CUDA {gpu.cuda}")
     wheel = kb.torch_wheel(pt.version, pt.variant)
@@ -137,13 +154,10 @@ def nccl_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
     )
 
 
-@rule("cudnn-torch", needs=("recipe",))
-def cudnn_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("cudnn-torch", gpu_of, CPU_ONLY)
+def cudnn_torch(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """One cuDNN per image: gpu.cudnn must be the cuDNN the torch wheel pins (TensorFlow loads that one too)."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    gpu, pt = recipe.gpu, recipe.frameworks.pytorch
+    pt = recipe.frameworks.pytorch
     wheel = kb.torch_wheel(pt.version, pt.variant) if pt else None
     if pt is None or wheel is None or wheel.cudnn is None:
         return Verdict("SKIP", "no PyTorch wheel pin to compare (see nccl-torch)")
@@ -156,13 +170,10 @@ def cudnn_torch(facts: Facts, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"cuDNN {wheel.cudnn} from torch's wheel, the image's only cuDNN")
 
 
-@rule("nvcc-gcc", needs=("recipe",))
-def nvcc_gcc(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("nvcc-gcc", gpu_of, CPU_ONLY)
+def nvcc_gcc(recipe: Recipe, gpu: Gpu, kb: KnowledgeBase) -> Verdict:
     """nvcc refuses a host GCC newer than its crt/host_config.h allows."""
-    recipe = facts.recipe
-    if recipe.gpu is None:
-        return CPU_ONLY
-    cuda, gcc = major_minor(recipe.gpu.cuda), kb.os_gcc.get(recipe.base.os)
+    cuda, gcc = major_minor(gpu.cuda), kb.os_gcc.get(recipe.base.os)
     newest = kb.nvcc_host_gcc.get(cuda)
     if gcc is None or newest is None:
         return Verdict("SKIP", f"host GCC range of CUDA {cuda} or the GCC of {recipe.base.os} unknown")
