@@ -1,7 +1,8 @@
 """`hpcbundle reference`: the reference pages in docs/reference/, generated from the code they describe.
 
 site-keys.md and recipe-keys.md come from the pydantic models' field descriptions (config/sites.py,
-config/recipes.py), image-blocks.md from the building blocks' docstrings (image/blocks/). The page
+config/recipes.py), image-blocks.md from the building blocks' docstrings (image/blocks/), launchers.md from
+the launcher and runtime rows (knowledge/launching.py, through cli/launchers_page.py). The page
 texts are pure functions of the code; tests/test_reference.py fails when a committed page differs.
 """
 
@@ -23,6 +24,7 @@ from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..image.blocks import BLOCKS, Block
 from . import main, pass_bundle
+from .launchers_page import launchers_page, with_names
 from .outputs import write_atomic
 
 REGENERATE = "hpcbundle reference"
@@ -90,7 +92,7 @@ def _key_sections(model: type[BaseModel], prefix: str = "") -> list[str]:
             nested.append((key, models[0], field))
             continue
         kind = f"`{_cell(_plain_type(str(hints[name])))}`{_bounds(field)}"
-        rows.append(f"| `{key}` | {kind} | {_default(field)} | {_cell(field.description or '')} |")
+        rows.append(f"| `{key}` | {kind} | {_default(field)} | {_cell(with_names(key, field.description or ''))} |")
     lines = []
     if rows:
         lines += ["| key | type | default | what it says |", "|---|---|---|---|", *rows, ""]
@@ -171,12 +173,21 @@ def blocks_page() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+LAUNCHERS_HEADER = (
+    "Launchers and container runtimes",
+    "their rows (src/hpcbundle/knowledge/launching.py) and the launch classes (src/hpcbundle/launch/)",
+    "What the rules and the launch classes know of each launcher and runtime, stated once in its row. A new "
+    "launcher is a file in launch/launchers/ and a row; the rules read the row, never the launcher's name.",
+)
+
+
 def pages() -> dict[str, str]:
     """docs/reference/<name> -> its text."""
     return {
         "site-keys.md": keys_page(Site, "Site keys", "the site schema (src/hpcbundle/config/sites.py)"),
         "recipe-keys.md": keys_page(Recipe, "Recipe keys", "the recipe schema (src/hpcbundle/config/recipes.py)"),
         "image-blocks.md": blocks_page(),
+        "launchers.md": launchers_page(_header(*LAUNCHERS_HEADER)),
     }
 
 
@@ -193,7 +204,7 @@ def stale_pages(directory: Path) -> list[str]:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming each page that is stale.")
 @pass_bundle
 def reference_command(bundle, check: bool) -> None:
-    """Write docs/reference/ (site keys, recipe keys, image blocks) from the schema and the blocks.
+    """Write docs/reference/ (site keys, recipe keys, image blocks, launchers) from the schema, blocks and rows.
 
     \b
     Examples:

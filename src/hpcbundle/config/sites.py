@@ -130,7 +130,9 @@ class HostMpi(StrictModel):
 class LauncherSettings(StrictModel):
     """Which registered launcher starts the ranks, and its options (each launcher honours its own)."""
 
-    name: str = Field(min_length=1, description="mpirun, mpirun5, mpiexec.hydra, srun, horovodrun")
+    name: str = Field(
+        min_length=1, description="the launcher that starts the ranks (docs/reference/launchers.md), one of its rows"
+    )
     command: Word | None = Field(None, description="the executable, when not the launcher's usual name")
     tag_output: bool = Field(False, description="prefix each output line with its rank")
     allow_run_as_root: bool = Field(
@@ -152,7 +154,8 @@ class Container(StrictModel):
     """The container runtime that runs one image per rank (or none: the host's own software)."""
 
     runtime: str = Field(
-        "none", description="singularity, apptainer, charliecloud, docker, podman, pyxis, or none (the host's software)"
+        "none",
+        description="the container runtime (docs/reference/launchers.md; none: the host's software), one of its rows",
     )
     command: Word | None = Field(None, description="the runtime's executable, when not its usual name")
     gpu: bool = Field(False, description="expose the host's NVIDIA driver and GPUs (--nv, --gpus all)")

@@ -21,7 +21,7 @@ import socket
 from typing import Any
 
 from ..config.sites import PROGRAM_ENV
-from ..knowledge.launching import runtime_detection
+from ..knowledge.launching import LAUNCHERS_KNOWN, runtime_detection
 from ..knowledge.tuning import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from .topo import parse_topo
 
@@ -136,14 +136,21 @@ with one it ends the bound after its last line, the node named (measured: 30 s w
 
 
 def _launcher(flavour: str, version: str) -> str:
-    """The launcher a draft names for the MPI found: mpirun (mpirun5 for Open MPI 5), else hydra.
+    """The launcher a draft names for the MPI found: the one that MPI installs (its row's mpi_own), for Open MPI
+    the one that speaks its major's syntax: mpirun (mpirun5 for Open MPI 5), else hydra.
 
     >>> _launcher("openmpi", "4.1.6"), _launcher("openmpi", "5.0.3"), _launcher("mpich", "4.1")
     ('mpirun', 'mpirun5', 'mpiexec.hydra')
     """
-    if flavour != "openmpi":
-        return "mpiexec.hydra"
-    return "mpirun5" if int(version.split(".")[0]) >= 5 else "mpirun"
+
+    def speaks(syntax: int | None) -> bool:
+        return syntax is None or syntax == (5 if int(version.split(".")[0]) >= 5 else 4)
+
+    return next(
+        name
+        for name, known in LAUNCHERS_KNOWN.items()
+        if known.mpi_own and flavour in known.flavours and speaks(known.openmpi_syntax)
+    )
 
 
 def _launcher_lines(launcher: str, is_ompi: bool, root: bool) -> list[str]:
@@ -230,7 +237,8 @@ def _export_lines(program_env: dict[str, str], launcher: str) -> list[str]:
     names = [name for name in PROGRAM_ENV if program_env.get(name)]
     if not names:
         return []
-    how = "mpirun -x" if launcher.startswith("mpirun") else f"{launcher} forwards its environment"
+    known = LAUNCHERS_KNOWN[launcher]
+    how = f"{known.command} {known.export_option}" if known.export_option else f"{launcher} forwards its environment"
     lines = [
         f"export:  # CONFIRM: what the launching shell holds ({how}): over ssh a rank otherwise gets the "
         "login PATH, not your venv; the same paths must exist on every node"

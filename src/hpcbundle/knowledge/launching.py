@@ -3,7 +3,7 @@ the launch classes (launch/launchers/, launch/runtimes/) take their attributes f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..config.sites import Site
@@ -20,11 +20,28 @@ class LauncherKnown:
     """One launcher: the MPI flavours it starts, the launcher.* keys it honours, the interface settings it
     takes from network.interfaces, and its fixed habits.
 
+    command          the executable it runs (launcher.command overrides it)
+    flavours         the host MPI flavours whose ranks it starts (mpi.flavour)
+    options          the launcher.* keys it honours besides the common ones (name, command, args, timeout)
+    interface_keys   the settings derived from network.interfaces that it passes
+    reads_allocation it places the ranks on the nodes of the SLURM allocation it runs in
+    takes_hosts      it takes the hosts from --hosts or --hostfile (srun takes the allocation's)
     openmpi_syntax   the Open MPI major whose mpirun spelling it speaks (None: not an Open MPI mpirun)
     single_dash_only it passes Open MPI options with single dashes itself (Open MPI 5 rejects them)
     own_mca          MCA parameters it passes itself, which win over the site's
     interface_flag   it confines MPI and NCCL to network.interfaces with its own option
     max_interfaces   how many interfaces that option takes (None: any number)
+    openmpi_daemons  with Open MPI ranks it starts Open MPI's daemons (orted, prted) on the nodes over ssh,
+                     whose out-of-band channel picks any interface up
+    mpi_own          it is the launcher an MPI library installs (what `site detect` drafts for the host MPI)
+    rank_env         the variables that give each rank it starts its rank (the program probe reads one)
+    local_rank_env   the variables that give each rank its rank on its node (hpcbundle-bind reads one)
+    export_option    the option that forwards a variable of the launching shell ("": it forwards them all)
+    workdir_option   the option that starts every rank in a directory ("": none, the ranks start where it
+                     runs; ending in "=": the path is joined to it)
+
+    Whether the ranks talk MPI, and through which SLURM MPI plugin, are the keys it honours: launcher.gloo
+    (gloo_rendezvous below) and launcher.pmi.
     """
 
     command: str
@@ -38,6 +55,12 @@ class LauncherKnown:
     own_mca: tuple[str, ...] = ()
     interface_flag: bool = False
     max_interfaces: int | None = None
+    openmpi_daemons: bool = False
+    mpi_own: bool = False
+    rank_env: tuple[str, ...] = ()
+    local_rank_env: tuple[str, ...] = ()
+    export_option: str = ""
+    workdir_option: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +69,12 @@ class RuntimeKnown:
     needs an image, whether one container holds the launcher, the variables whose image value always
     wins, and how GPUs reach the container when it has no GPU flag (`gpu_instead`).
 
+    command              the executable it runs ("": none, the program runs on the host)
+    userns               its containers run in a user namespace by default (container.userns overrides it)
+    needs_image          it runs an image: False only where the program runs on the host's software
+    wraps_launcher       one container on the launching node holds the launcher and all its ranks
+    image_keeps          variables whose image value always wins over the launching shell's
+    gpu_instead          how GPUs reach its containers where it has no GPU option (container.gpu is refused)
     gpus_from_image_env  when its NVIDIA hook reads the image's NVIDIA_VISIBLE_DEVICES and
                          NVIDIA_DRIVER_CAPABILITIES: "always" (enroot: no GPU without them) or
                          "without --gpus" (the NVIDIA container toolkit under Docker/podman)
@@ -64,6 +93,11 @@ class RuntimeKnown:
                          starts the program in, by default); `--no-mount` too where its list names cwd
     no_ptrace            its containers lack CAP_SYS_PTRACE by default, so the kernel refuses CMA
                          (process_vm_readv) between the ranks in one container (Docker's and podman's defaults)
+    mount_separators     the characters that split its mount of the working directory (docker -v SRC:DST,
+                         ch-run -b SRC:DST, pyxis --container-mounts=SRC:DST,SRC:DST); "": it mounts none
+    enroot               it runs enroot's images: --image is an absolute squashfs path or an enroot reference, and
+                         enroot's PMIx hook (or container.pmix_spool_mount) mounts the PMIx server's directory
+    named_images         --image may name an image in its engine's own store rather than a file on the nodes
     """
 
     command: str
@@ -81,9 +115,27 @@ class RuntimeKnown:
     sets_workdir: bool = False
     contain_args: frozenset[str] = frozenset()
     no_ptrace: bool = False
+    mount_separators: str = ""
+    enroot: bool = False
+    named_images: bool = False
 
 
+MPIRUN = LauncherKnown(
+    "mpirun",
+    frozenset({"openmpi"}),
+    OPEN_MPI_OPTIONS,
+    openmpi_syntax=4,
+    openmpi_daemons=True,
+    mpi_own=True,
+    rank_env=("OMPI_COMM_WORLD_RANK",),
+    local_rank_env=("OMPI_COMM_WORLD_LOCAL_RANK",),
+    export_option="-x",
+    workdir_option="--wdir",
+)
+"""Open MPI's mpirun, 3/4 spelling (rank variables: docs.open-mpi.org, "Environment variables set for MPI
+applications"); Open MPI 5's is the same but for its spelling."""
 LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
+    # Horovod's gloo_run sets HOROVOD_RANK and HOROVOD_LOCAL_RANK; over MPI the mpirun it builds sets the MPI's own.
     "horovodrun": LauncherKnown(
         "horovodrun",
         ALL_FLAVOURS,
@@ -93,16 +145,26 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
         single_dash_only=True,
         own_mca=("pml", "btl"),
         interface_flag=True,
+        openmpi_daemons=True,
+        rank_env=("HOROVOD_RANK",),
+        local_rank_env=("HOROVOD_LOCAL_RANK",),
     ),
+    # Intel MPI's Hydra sets PMI_RANK and MPI_LOCALRANKID in every rank (its reference lists them among the
+    # variables Hydra does not propagate); MPICH's Hydra the same.
     "mpiexec.hydra": LauncherKnown(
         "mpiexec.hydra",
         frozenset({"intelmpi", "mpich", "mvapich2"}),
         frozenset({"tag_output"}),
         interface_keys=frozenset({"env.NCCL_SOCKET_IFNAME"}),  # -iface for MPI; no Open MPI MCA
         max_interfaces=1,
+        mpi_own=True,
+        rank_env=("PMI_RANK",),
+        local_rank_env=("MPI_LOCALRANKID",),
+        workdir_option="-wdir",
     ),
-    "mpirun": LauncherKnown("mpirun", frozenset({"openmpi"}), OPEN_MPI_OPTIONS, openmpi_syntax=4),
-    "mpirun5": LauncherKnown("mpirun", frozenset({"openmpi"}), OPEN_MPI_OPTIONS, openmpi_syntax=5),
+    "mpirun": MPIRUN,
+    "mpirun5": replace(MPIRUN, openmpi_syntax=5),
+    # srun sets SLURM_PROCID and SLURM_LOCALID in every task (srun(1), OUTPUT ENVIRONMENT VARIABLES).
     "srun": LauncherKnown(
         "srun",
         ALL_FLAVOURS,
@@ -110,6 +172,9 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
         # No mpirun daemons, so no oob traffic: of the derived interface settings, btl and NCCL only.
         interface_keys=frozenset({"mca.btl_tcp_if_include", "env.NCCL_SOCKET_IFNAME"}),
         takes_hosts=False,
+        rank_env=("SLURM_PROCID",),
+        local_rank_env=("SLURM_LOCALID",),
+        workdir_option="--chdir=",
     ),
 }
 
@@ -118,6 +183,16 @@ SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
 SINGULARITY_USERNS = frozenset({"--userns", "-u", "--fakeroot", "-f"})
 # exec --contain (-c), --containall (-C): no host file systems but the binds named (Apptainer: Bind Paths and Mounts).
 SINGULARITY_CONTAIN = frozenset({"--contain", "-c", "--containall", "-C"})
+DOCKER = RuntimeKnown(
+    "docker",
+    wraps_launcher=True,
+    gpus_from_image_env="without --gpus",
+    sets_workdir=True,
+    no_ptrace=True,
+    mount_separators=":",
+    named_images=True,
+)
+"""Docker's engine; podman is the same but for its command."""
 RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
     "apptainer": RuntimeKnown(
         "apptainer",
@@ -133,10 +208,9 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         gpu_instead="inject the driver once with `ch-fromhost --nvidia IMAGE`",
         image_keeps_with=("--set-env", frozenset({"PATH"})),
         sets_workdir=True,
+        mount_separators=":",
     ),
-    "docker": RuntimeKnown(
-        "docker", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True, no_ptrace=True
-    ),
+    "docker": DOCKER,
     "none": RuntimeKnown("", needs_image=False),
     # pyxis (NVIDIA/pyxis README: --container-image, --container-mounts, --container-env), enroot underneath:
     # the image's environment wins over the host's unless --container-env names the variable. It has no
@@ -150,10 +224,10 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         detect_option="--container-image",
         install="pyxis and enroot",
         sets_workdir=True,
+        mount_separators=":,",
+        enroot=True,
     ),
-    "podman": RuntimeKnown(
-        "podman", wraps_launcher=True, gpus_from_image_env="without --gpus", sets_workdir=True, no_ptrace=True
-    ),
+    "podman": replace(DOCKER, command="podman"),
     "singularity": RuntimeKnown(
         "singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS, contain_args=SINGULARITY_CONTAIN
     ),
@@ -186,12 +260,25 @@ def image_env_kept(site: Site) -> frozenset[str]:
     return known.image_keeps | more if option and option in site.container.args else known.image_keeps
 
 
+def gloo_capable(name: str) -> bool:
+    """Whether launcher `name` honours launcher.gloo: it can start the ranks over ssh through Gloo's rendezvous
+    instead of MPI (horovodrun --gloo), which switches Horovod's controller and is what elastic Horovod needs."""
+    known = LAUNCHERS_KNOWN.get(name)
+    return known is not None and "gloo" in known.options
+
+
 def ranks_use_mpi(site: Site) -> bool:
     """Whether the ranks talk over MPI, so that the MPI rules (host MPI, ABI match, btls) judge the site:
-    every launcher does but horovodrun with launcher.gloo, which starts the ranks over ssh and wires
-    them through Gloo's rendezvous (no mpirun, no MPI between ranks).
+    every launcher does but one with launcher.gloo (gloo_capable), whose ranks Gloo's rendezvous wires
+    (no mpirun, no MPI between ranks).
     """
-    return not (site.launcher.name == "horovodrun" and site.launcher.gloo)
+    return not (site.launcher.gloo and gloo_capable(site.launcher.name))
+
+
+def in_container(site: Site) -> bool:
+    """Whether the site's programs run in a container: every runtime but the one that needs no image (none)."""
+    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    return known is None or known.needs_image
 
 
 def in_user_namespace(site: Site) -> bool:

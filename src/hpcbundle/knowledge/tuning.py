@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..config.sites import Site
+from .launching import gloo_capable
 
 
 @dataclass(frozen=True)
@@ -19,19 +20,21 @@ class KnobSites:
 
 
 def _openmpi(site: Site) -> bool:
-    return site.mpi.flavour == "openmpi" and site.launcher.name != "horovodrun"
+    """Open MPI ranks under a launcher without launcher.gloo (mpirun, srun; not horovodrun)."""
+    return site.mpi.flavour == "openmpi" and not gloo_capable(site.launcher.name)
 
 
-def _horovodrun(site: Site) -> bool:
-    return site.launcher.name == "horovodrun"
+def _gloo_capable(site: Site) -> bool:
+    """A launcher with launcher.gloo (horovodrun), which the controller knob sets."""
+    return gloo_capable(site.launcher.name)
 
 
 OPEN_MPI_RANKS = KnobSites(_openmpi, "sites whose ranks run Open MPI under mpirun or srun")
-HOROVODRUN = KnobSites(_horovodrun, "sites with the horovodrun launcher")
+HOROVODRUN = KnobSites(_gloo_capable, "sites with the horovodrun launcher")
 EVERY_SITE = KnobSites(lambda site: True, "every site")
 
-# Only horovodrun can switch the controller: it starts Gloo's rendezvous. Under mpirun/srun, Horovod 0.28 with
-# HOROVOD_CPU_OPERATIONS=gloo and an MPI controller segfaults (no Gloo context is made).
+# Only a launcher with launcher.gloo (horovodrun) can switch the controller: it starts Gloo's rendezvous. Under
+# mpirun/srun, Horovod 0.28 with HOROVOD_CPU_OPERATIONS=gloo and an MPI controller segfaults (no Gloo context is made).
 KNOB_SITES: dict[str, KnobSites] = {
     "controller": HOROVODRUN,
     "algorithm": OPEN_MPI_RANKS,

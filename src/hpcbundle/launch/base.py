@@ -48,6 +48,8 @@ class Launcher:
     interface_keys: ClassVar[frozenset[str]]
     reads_allocation: ClassVar[bool]
     takes_hosts: ClassVar[bool]
+    export_option: ClassVar[str]
+    workdir_option: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -64,7 +66,7 @@ class Launcher:
 
     def export(self, site: Site, name: str) -> tuple[str, ...]:
         """Option that forwards variable `name` from the launching shell (empty: forwarded anyway)."""
-        return ()
+        return (self.export_option, name) if self.export_option else ()
 
     def setenv(self, site: Site, name: str, value: str) -> tuple[str, ...]:
         """Option that sets `name=value` in every rank (empty: set it in front of the launcher)."""
@@ -76,7 +78,10 @@ class Launcher:
 
     def chdir(self, site: Site, path: str) -> tuple[str, ...]:
         """Option that starts every rank in directory `path` (empty: none; the ranks start where it runs)."""
-        return ()
+        option = self.workdir_option
+        if not option:
+            return ()
+        return (f"{option}{path}",) if option.endswith("=") else (option, path)
 
     def tail(self, site: Site, out: Parts) -> None:
         """Options after env and MCA (interfaces for launchers with their own flag)."""

@@ -7,7 +7,14 @@ from typing import Any
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import NVIDIA_CONTAINER_ENV, NVIDIA_ENV_LABELS
-from ..knowledge.launching import RUNTIMES_KNOWN, cwd_unbound_by, in_user_namespace, ptrace_refused
+from ..knowledge.launching import (
+    LAUNCHERS_KNOWN,
+    RUNTIMES_KNOWN,
+    cwd_unbound_by,
+    in_container,
+    in_user_namespace,
+    ptrace_refused,
+)
 from .engine import Facts, Verdict, rule
 from .mpi import without_mpi
 
@@ -18,8 +25,8 @@ def container_runtime(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
     Which test applies is the runtime row's detect_option (knowledge/launching.py)."""
     name = facts.site.container.runtime
-    if name == "none":
-        return Verdict("SKIP", "container.runtime: none (the host's own software)")
+    if not in_container(facts.site):
+        return Verdict("SKIP", f"container.runtime: {name} (the host's own software)")
     known = RUNTIMES_KNOWN.get(name)
     command = facts.site.container.command or getattr(known, "command", name)
     nodes = facts.ok_nodes()
@@ -55,7 +62,7 @@ def image_on_nodes(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if not path:
         return Verdict("SKIP", "no --image: the program runs on the host", subject="present")
     seen = {h: n.get("image") or {} for h, n in facts.ok_nodes().items()}
-    engine = facts.site.container.runtime in ("docker", "podman")
+    engine = getattr(RUNTIMES_KNOWN.get(facts.site.container.runtime), "named_images", False)
     if seen and (
         engine
         and not any(i.get("exists") for i in seen.values())
@@ -235,15 +242,16 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """
     site = facts.site
     launcher = site.launcher
-    if launcher.name != "srun" or not (launcher.pmi or "").startswith("pmix") or site.container.runtime == "none":
+    plugin = "pmi" in getattr(LAUNCHERS_KNOWN.get(launcher.name), "options", ())  # srun --mpi: SLURM's MPI plugin
+    if not plugin or not (launcher.pmi or "").startswith("pmix") or not in_container(site):
         return Verdict("SKIP", "no srun --mpi=pmix into a container")
     spool = site.slurm.spool_dir.rstrip("/")
     bound = [b.split(":", 1)[0].rstrip("/") for b in site.container.binds]
     missing = []
     if site.env.get("PMIX_MCA_gds") != "hash":
         missing.append(("PMIX_MCA_gds is not hash", 'add env PMIX_MCA_gds: "hash"'))
-    pyxis = site.container.runtime == "pyxis"  # enroot's PMIx hook, or container.pmix_spool_mount, mounts it
-    if not pyxis and not any(spool == b or spool.startswith(f"{b}/") for b in bound):
+    enroot = getattr(RUNTIMES_KNOWN.get(site.container.runtime), "enroot", False)  # its PMIx hook mounts it
+    if not enroot and not any(spool == b or spool.startswith(f"{b}/") for b in bound):
         missing.append(
             (
                 f"SlurmdSpoolDir {spool} (slurm.spool_dir) is not bound into the container",
@@ -258,9 +266,11 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
             + ": the ranks' PMIx client cannot read the server's job data (PMIX ERROR in gds_ds12/ds21)",
             "; ".join(m[1] for m in missing),
         )
-    if pyxis:
+    if enroot:
         how = "container.pmix_spool_mount" if site.container.pmix_spool_mount else "enroot's PMIx hook"
-        return Verdict("PASS", f"PMIX_MCA_gds=hash, and {how} mounts the PMIx server's directory (pyxis)")
+        return Verdict(
+            "PASS", f"PMIX_MCA_gds=hash, and {how} mounts the PMIx server's directory ({site.container.runtime})"
+        )
     return Verdict("PASS", f"PMIX_MCA_gds=hash and {spool} bound into {site.container.runtime}")
 
 

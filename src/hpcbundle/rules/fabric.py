@@ -9,6 +9,7 @@ from ..config.fields import parse_version
 from ..config.sites import Site
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import listed
+from ..knowledge.launching import LAUNCHERS_KNOWN
 from ..knowledge.network import MAX_SOCKET_THREADS, MAX_SOCKETS, SOCKET_KEYS, interface_settings, named_interfaces
 from .engine import Facts, Verdict, refusal, rule
 
@@ -508,16 +509,15 @@ def ethernet_gpu_interface(facts: Facts, kb: KnowledgeBase) -> Verdict:
     )
 
 
-# The launchers that start Open MPI's daemons over ssh/plm, whose out-of-band channel picks any interface.
-DAEMON_LAUNCHERS = ("mpirun", "mpirun5", "horovodrun")
-
-
 @rule("oob-interfaces", needs=("site",))
 def oob_interfaces(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """mpirun's daemons talk over named interfaces (oob_tcp_if_include, or network.interfaces): unconfined they
-    try every interface up, and a libvirt/Docker bridge or an unrouted one hangs the job's wire-up."""
+    try every interface up, and a libvirt/Docker bridge or an unrouted one hangs the job's wire-up.
+
+    Which launchers start them is their row's openmpi_daemons (knowledge/launching.py)."""
     site = facts.site
-    if site.mpi.flavour != "openmpi" or site.launcher.name not in DAEMON_LAUNCHERS or site.network.fabric == "loopback":
+    daemons = getattr(LAUNCHERS_KNOWN.get(site.launcher.name), "openmpi_daemons", False)
+    if site.mpi.flavour != "openmpi" or not daemons or site.network.fabric == "loopback":
         return Verdict("SKIP", "no Open MPI daemons between nodes")
     return _names_interface(
         site,

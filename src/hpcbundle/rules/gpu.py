@@ -9,6 +9,7 @@ from ..config.fields import major_minor, parse_version
 from ..config.gpuarchs import GpuArch, GpuArchs
 from ..config.recipes import Gpu, Recipe
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.launching import in_container
 from .engine import Facts, Verdict, rule
 
 CPU_ONLY = Verdict("SKIP", "CPU-only recipe")
@@ -217,7 +218,7 @@ def gpu_presence(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"recipe {image.get('recipe')} is CPU-only: the {len(gpus)} {gpus[0]['name']} GPUs per node of "
             f"{where} stay idle",
         )
-    if cuda and not site.container.gpu and site.container.runtime != "none":
+    if cuda and not site.container.gpu and in_container(site):
         return Verdict("WARN", f"site {site.name} does not pass GPUs into the container (container.gpu: false)")
     return Verdict("PASS", "GPU stack on a GPU site" if cuda else "CPU stack on a CPU site")
 

@@ -8,7 +8,7 @@ import difflib
 from ..config.fields import parse_version
 from ..config.sites import LauncherSettings, Site
 from ..knowledge.compat import KnowledgeBase
-from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown
+from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, gloo_capable
 from .engine import Facts, Verdict, refusal, rule
 
 
@@ -152,16 +152,20 @@ def launcher_interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("srun-plugin-runtime", needs=("site",), on_load=True)
 def srun_plugin_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """A runtime that is srun's plugin (pyxis): the srun launcher, PMIx or PMI2, binds without commas."""
+    """A runtime that is srun's plugin (pyxis): the srun launcher, PMIx or PMI2, binds without commas.
+
+    The plugin's command is the launcher it plugs into (pyxis: srun), so that launcher's row has the same command."""
     site = facts.site
     known = RUNTIMES_KNOWN.get(site.container.runtime)
     if known is None or not known.srun_plugin:
         return []
-    name = site.container.runtime
+    name, host = site.container.runtime, known.command
     found = []
-    if site.launcher.name != "srun":
+    if getattr(LAUNCHERS_KNOWN.get(site.launcher.name), "command", None) != host:
         found.append(
-            refusal("launcher.name", f"{name}'s options are srun's: {site.launcher.name} cannot take them", "use srun")
+            refusal(
+                "launcher.name", f"{name}'s options are {host}'s: {site.launcher.name} cannot take them", f"use {host}"
+            )
         )
     elif not (site.launcher.pmi or "").startswith(("pmix", "pmi2")):
         found.append(
@@ -203,12 +207,13 @@ def elastic_horovodrun(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if elastic is None:
         return []
     found = []
-    if site.launcher.name != "horovodrun" or not site.launcher.gloo:
+    gloo = gloo_capable(site.launcher.name)
+    if not (gloo and site.launcher.gloo):
         found.append(
             refusal(
                 "faults.elastic",
                 f"elastic Horovod runs under horovodrun with Gloo, not {site.launcher.name}"
-                + (" with MPI" if site.launcher.name == "horovodrun" else ""),
+                + (" with MPI" if gloo else ""),
                 "set launcher: {name: horovodrun, gloo: true}, or drop faults.elastic",
             )
         )

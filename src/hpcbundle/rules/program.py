@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.launching import in_container
 from .engine import Facts, Verdict, rule
 
 
@@ -38,7 +39,7 @@ def program_env(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return Verdict("FAIL", f"the probe launch did not run: {probe['error']}", "check the launcher on this node")
     if "error" in here:
         return Verdict("FAIL", f"{reference}: {here['error']}", "run the job's launch line with --exec to see why")
-    container = site.container.runtime != "none" and facts.image_path
+    container = in_container(site) and facts.image_path
     if here.get("kind") == "missing":
         return Verdict(
             "FAIL",
@@ -100,7 +101,7 @@ def program_imports(facts: Facts, kb: KnowledgeBase) -> Verdict:
     if probe.get("error") or here.get("kind") != "python":
         return Verdict("SKIP", "the probe found no Python interpreter to check the imports in (see program-env)")
     same = {h: n for h, n in probe["nodes"].items() if "error" not in n and _same_interpreter(n, here)}
-    image = facts.image_path if facts.site.container.runtime != "none" else None
+    image = facts.image_path if in_container(facts.site) else None
     where = f"in image {image}" if image else f"in the node's python {here.get('executable')}"
     required = _not_importable(_missing_groups(same, list(imports["required"])), where)
     optional = _not_importable(_missing_groups(same, list(imports["optional"])), where)

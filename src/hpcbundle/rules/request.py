@@ -103,7 +103,7 @@ def image_form(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     image = _image(facts.request)
     if image is None:
         return [_skip("--image")]
-    if facts.site.container.runtime != "pyxis":
+    if not getattr(RUNTIMES_KNOWN.get(facts.site.container.runtime), "enroot", False):
         return []
     problem = _pyxis_image_problem(image)
     return [request_refusal("--image", *problem)] if problem else []
@@ -142,11 +142,6 @@ def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("--image", problem, "drop --image or pick a site with a container runtime")]
 
 
-_MOUNT_SEPARATORS = {"docker": ":", "podman": ":", "charliecloud": ":", "pyxis": ":,"}
-"""The characters that split a mount spec, for the runtimes that mount the working directory
-(docker -v SRC:DST, ch-run -b SRC:DST, pyxis --container-mounts=SRC:DST,SRC:DST)."""
-
-
 @rule("workdir-path", needs=REQUEST, on_load=True)
 def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The working directory every rank starts in is an absolute path without control characters, and
@@ -160,7 +155,7 @@ def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         return [request_refusal("--workdir", f"{shown} is not an absolute path", "give it from /, e.g. $PWD/run")]
     if any(ord(char) < 32 or ord(char) == 127 for char in workdir):
         return [request_refusal("--workdir", f"{shown} has a control character", "use a plain directory name")]
-    split = [char for char in _MOUNT_SEPARATORS.get(runtime, "") if char in workdir]
+    split = [char for char in getattr(RUNTIMES_KNOWN.get(runtime), "mount_separators", "") if char in workdir]
     if not split:
         return []
     problem = f"{shown} has {split[0]!r}, which splits {runtime}'s mount of the working directory"

@@ -32,9 +32,6 @@ class Hydra(Launcher):
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-hosts", "-f")
 
-    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
-        return ("-wdir", path)
-
     def tail(self, site: Site, out: Parts) -> None:
         if site.network.interfaces:
             out.site(

@@ -36,13 +36,11 @@ class OpenMpi4(Launcher):
         self.add_values(site, out, {"bind_to": f"{self.dash(site)}bind-to", "map_by": f"{self.dash(site)}map-by"})
 
     def chdir(self, site: Site, path: str) -> tuple[str, ...]:
-        return (f"{self.dash(site)}wdir", path)
-
-    def export(self, site: Site, name: str) -> tuple[str, ...]:
-        return ("-x", name)
+        """The row's --wdir, with a single dash under launcher.single_dash."""
+        return (self.dash(site) + self.workdir_option.lstrip("-"), path)
 
     def setenv(self, site: Site, name: str, value: str) -> tuple[str, ...]:
-        return ("-x", f"{name}={value}")
+        return (self.export_option, f"{name}={value}")
 
     def mca(self, site: Site, name: str, value: str) -> tuple[str, ...]:
         return (f"{self.dash(site)}mca", name, value)

@@ -50,6 +50,3 @@ class Srun(Launcher):
         elif site.node.gpus:
             out.site("node.gpus", [f"--ntasks-per-node={site.node.gpus}"], reasons.SRUN_PER_GPU)
         self.add_flags(site, out, {"tag_output": "--label"})
-
-    def chdir(self, site: Site, path: str) -> tuple[str, ...]:
-        return (f"--chdir={path}",)
