@@ -15,10 +15,9 @@ from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
 from ..knowledge.stack import torchvision_version
-from ..launch import read_site
 from ..rules.engine import failed
 from ..rules.facts import check_declared
-from ..rules.loading import all_recipes, load_recipe
+from ..rules.loading import all_recipes, file_failures, load_recipe, problem_line, read_recipe
 from . import main, pass_bundle
 from .options import image_option, layout_from, plan_from, ranks_options, site_for, workdir_from, workdir_option
 from .outputs import OUTPUT_HELP, write_atomic
@@ -181,7 +180,7 @@ def check_command(
       hpcbundle check cuda11.8-tf2.14-torch2.1 --site ib-v100 --np 4 --hosts f1:2,f2:2 --image h.sif
     """
     b = bundle.get()
-    model = load_recipe(recipe, b.recipes_dir)
+    model, where = read_recipe(recipe, b.recipes_dir)  # judged below, once, with the site and the request
     asked = {"--np": np_, "--hosts": hosts, "--hostfile": hostfile, "--image": image, "--workdir": workdir}
     given = [flag for flag, value in asked.items() if value is not None]
     if given and site is None:
@@ -195,7 +194,10 @@ def check_command(
         plan = plan_from(site_for(bundle, site), layout, None, image, workdir=workdir_from(workdir))
         findings = plan.evaluate(model)
     else:
-        findings = check_declared(model, read_site(site, b.sites_dir), knowledge_base())
+        findings = check_declared(model, site_for(bundle, site), knowledge_base())
+    in_recipe = file_failures(findings, {"recipe"})
+    if in_recipe:  # as loading the recipe refuses it: the file first
+        raise UserError(*(problem_line(r, where) for r in in_recipe))
     for finding in findings:
         click.echo(finding.line())
     if failed(findings):

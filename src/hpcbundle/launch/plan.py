@@ -31,10 +31,10 @@ from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import image_facts, image_labels
-from ..rules.engine import Facts, LaunchRequest, Result, registered
+from ..rules.engine import Facts, LaunchRequest, Result
 from ..rules.engine import evaluate as evaluate_facts
 from ..rules.facts import declared_node
-from ..rules.loading import problem_line
+from ..rules.loading import file_failures, problem_line
 from .assemble import build_command
 from .base import LAUNCHERS
 from .command import Command
@@ -127,8 +127,7 @@ class LaunchPlan:
         `observing`: the nodes are observed next (launch --exec, doctor), so the rules over them wait for that."""
         results = self.evaluate(observing=observing)
         failures = [r for r in results if r.status == "FAIL"]
-        in_site = [r for r in failures if _needs(r) <= {"site"}]
-        failures = in_site or failures  # a site the rules refuse is fixed first: the request is judged on it after
+        failures = file_failures(results, {"site"}) or failures  # a refused site first: the request is judged on it
         if failures:
             raise UserError(*(problem_line(replace(r, key=r.key or r.rule), self.site.where) for r in failures))
         return results
@@ -141,8 +140,3 @@ class LaunchPlan:
         words = program if program is not None else self.program or ()
         return build_command(self.site, ranks, words, self.image, self.workdir)
 
-
-def _needs(result: Result) -> frozenset[str]:
-    """The fact kinds the rule behind `result` needs."""
-    name = result.rule.split(" ", 1)[0]
-    return next(r.needs for r in registered() if r.name == name)

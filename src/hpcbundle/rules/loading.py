@@ -16,7 +16,7 @@ from ..config.loading import named_file
 from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
-from .engine import Facts, LaunchRequest, Result, applicable
+from .engine import Facts, LaunchRequest, Result, applicable, registered
 
 
 def load_failures(facts: Facts) -> list[Result]:
@@ -56,12 +56,26 @@ def load_site(ref: str, sites_dir: Path) -> Site:
     return refuse_site(sites.read_site(ref, sites_dir))
 
 
+def read_recipe(ref: str, recipes_dir: Path) -> tuple[Recipe, str]:
+    """A recipe by name or path, its shape validated (a command that judges it with everything else, once:
+    check), and the file it came from."""
+    path = named_file(ref, recipes_dir, "recipe")
+    return recipes.read_recipe(str(path), recipes_dir), str(path)
+
+
 def load_recipe(ref: str, recipes_dir: Path) -> Recipe:
     """Load a recipe by name or path: its shape (config), then every load rule at once."""
-    path = named_file(ref, recipes_dir, "recipe")
-    recipe = recipes.read_recipe(str(path), recipes_dir)
-    refuse_failures(Facts(site=None, recipe=recipe), str(path))
+    recipe, where = read_recipe(ref, recipes_dir)
+    refuse_failures(Facts(site=None, recipe=recipe), where)
     return recipe
+
+
+def file_failures(results: list[Result], kinds: set[str]) -> list[Result]:
+    """The FAILs among `results` of the load rules over one file alone (needing no facts beyond `kinds`): in a
+    pass over a whole request they come first, as loading that file would have refused them."""
+    rules = {r.name: r for r in registered()}
+    alone = [r for r in results if r.status == "FAIL" and rules[r.rule.split(" ", 1)[0]].needs <= kinds]
+    return [r for r in alone if rules[r.rule.split(" ", 1)[0]].on_load]
 
 
 def all_recipes(recipes_dir: Path) -> list[Recipe]:
