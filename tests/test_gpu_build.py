@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
 from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall, in_venv, offline_env, run_install_script

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME
 from hpcbundle.rules.loading import load_recipe

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_layout, image_spec
-from hpcbundle.image.layout import VENV, WHEELHOUSE
+from hpcbundle.image.derive import image_layout, image_spec
+from hpcbundle.image.spec import VENV, WHEELHOUSE
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd

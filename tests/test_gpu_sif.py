@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
-from hpcbundle.image.layout import VENV
+from hpcbundle.image.derive import image_spec
+from hpcbundle.image.spec import VENV
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd

@@ -20,7 +20,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks import BLOCKS
 from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
     Steps,

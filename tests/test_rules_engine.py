@@ -13,7 +13,7 @@ import pytest
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import RULES, LaunchRequest, Result, applicable, evaluate

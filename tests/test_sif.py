@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.labels import MANIFEST
 from hpcbundle.rules.loading import load_recipe

@@ -37,7 +37,7 @@ if [[ -f $wheelhouse/system-packages.txt ]]; then cp "$wheelhouse/system-package
 left_out=$("$py" - <<'PY'
 import re
 from pathlib import Path
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle.knowledge.compat import knowledge_base
 spec = image_spec(load_recipe("cuda13.0-torch2.11", Path("recipes")), knowledge_base(), host=True)

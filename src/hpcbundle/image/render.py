@@ -27,8 +27,8 @@ from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
 from .blocks.horovod import verify
 from .bootstrap import Bootstrap
-from .imagespec import image_spec
-from .layout import ImageSpec
+from .derive import image_spec
+from .spec import ImageSpec
 
 Format = Literal["docker", "singularity", "shell"]
 TEMPLATES: dict[str, str] = {

@@ -24,7 +24,7 @@ from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.fields import major_minor
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks.venv import HOROVOD_HELPERS
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 

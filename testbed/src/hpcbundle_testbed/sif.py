@@ -26,8 +26,8 @@ from pathlib import Path
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
-from hpcbundle.image.imagespec import image_layout, image_spec
-from hpcbundle.image.layout import WHEELHOUSE, ImageSpec
+from hpcbundle.image.derive import image_layout, image_spec
+from hpcbundle.image.spec import WHEELHOUSE, ImageSpec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, NamedTuple
 
 from ...registry import Registry
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 
 
 class Packages(NamedTuple):

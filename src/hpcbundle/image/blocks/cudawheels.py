@@ -6,7 +6,7 @@ from ...config.fields import major_minor
 from ...config.recipes import Recipe
 from ...knowledge.compat import CudaWheels as KnownCudaWheels
 from ...knowledge.compat import KnowledgeBase
-from ..layout import CudaTree, ImageSpec
+from ..spec import CudaTree, ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 

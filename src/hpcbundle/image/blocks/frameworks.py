@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.recipes import Recipe
 from ...knowledge.compat import KnowledgeBase
 from ...knowledge.stack import stack_pins
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 

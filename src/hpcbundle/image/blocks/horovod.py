@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from ...config.recipes import Recipe
-from ..layout import WHEELHOUSE, ImageSpec, search_env, wheel_libs
+from ..spec import WHEELHOUSE, ImageSpec, search_env, wheel_libs
 from .base import BLOCKS, Block, Snippet
 
 HOROVOD_CACHE = f"{WHEELHOUSE}/horovod"

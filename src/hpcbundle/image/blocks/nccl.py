@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...config.fields import major_minor
 from ...config.recipes import Recipe
 from ...knowledge.compat import KnowledgeBase
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages
 
 

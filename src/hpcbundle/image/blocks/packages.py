@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...config.packages import package_name
 from ...knowledge.stack import HELD_AS_BUILT, owned_by
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 CONSTRAINTS = "hpcbundle-constraints.txt"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 # Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the

@@ -2,7 +2,7 @@
 
 The image's shared paths (the venv, the wheelhouse, the examples, the build directory, CUDA's home)
 and the spec's types live here, below the blocks; what belongs to one component (its prefix, its
-packages, its pinned versions) lives in its block, and `imagespec.image_spec` puts the two together.
+packages, its pinned versions) lives in its block, and `derive.image_spec` puts the two together.
 
 The build context of every image holds two directories, `examples/` (copied to /examples) and
 `wheelhouse/` (maybe empty): wheels, the Horovod sdist and source tarballs that pip (`--find-links`)
@@ -66,7 +66,7 @@ class CudaTree:
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """Everything the templates need besides the recipe itself; build with `imagespec.image_spec()`."""
+    """Everything the templates need besides the recipe itself; build with `derive.image_spec()`."""
 
     wheelhouse: ClassVar[str] = WHEELHOUSE
     examples: ClassVar[str] = EXAMPLES

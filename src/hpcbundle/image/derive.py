@@ -1,7 +1,7 @@
 """What goes into an image, derived from a recipe and the building blocks: layout, build inputs,
 environment, metadata.
 
-`image_spec` puts together the shared layout (image/layout.py) and what each component's block
+`image_spec` puts together the shared layout (image/spec.py) and what each component's block
 says of itself (blocks/: the MPI's and UCX's prefixes, the frameworks' pins, the CUDA wheels' tree,
 Horovod's cache key and check-build lines, pip's cmake), once for every format; the blocks and the
 templates in containers/ read the result.
@@ -23,7 +23,7 @@ from .blocks.horovod import HOROVOD_CACHE, check_build, horovod_key
 from .blocks.nccl import nccl_from_torch
 from .blocks.ucx import UCX_PREFIX
 from .blocks.venv import CMAKE_FOR_WHEELS
-from .layout import BUILD_DIR, CUDA_HOME, EXAMPLES, VENV, WHEELHOUSE, ImageLayout, ImageSpec, search_env, wheel_libs
+from .spec import BUILD_DIR, CUDA_HOME, EXAMPLES, VENV, WHEELHOUSE, ImageLayout, ImageSpec, search_env, wheel_libs
 
 
 def image_layout(recipe: Recipe) -> ImageLayout:
