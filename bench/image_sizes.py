@@ -21,7 +21,7 @@ from pathlib import Path
 
 from hpcbundle.config.bundle import Bundle
 from hpcbundle.image import docker_client
-from hpcbundle.image.derive import image_spec
+from hpcbundle.image.blocks.frameworks import framework_requirements
 from hpcbundle.image.render import render_image, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
@@ -39,7 +39,7 @@ def build_both(recipe_name: str) -> tuple[docker_client.ImageInfo, docker_client
     kb = knowledge_base()
     recipe = load_recipe(recipe_name, bundle.recipes_dir)
     dockerfile = render_image(recipe, "docker", template_environment(bundle.containers_dir), kb)
-    local_builds = [r for r in image_spec(recipe, kb).framework_requirements if "+" in r]
+    local_builds = [r for r in framework_requirements(recipe, kb) if "+" in r]
     wheelhouse = download_wheels(local_builds, cache_dir() / "wheelhouse" / recipe_name)
     seconds: dict[str, float] = {}
     with DockerEngine.cached() as engine:

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.image import docker_client
-from hpcbundle.image.derive import image_spec, recipe_record
+from hpcbundle.image.derive import image_spec, recipe_record, runtime_stage
 from hpcbundle.image.spec import EXAMPLES
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.labels import MANIFEST
@@ -128,9 +128,9 @@ def test_runtime_image_is_well_under_the_build_stage_and_has_no_build_tools(cpu_
 
 def test_image_labels_and_manifest_carry_the_recipe(cpu_local: Built, docker_engine: DockerEngine):
     recipe, info = cpu_local.recipe, cpu_local.runtime
-    spec = image_spec(recipe, knowledge_base())
+    stage = runtime_stage(image_spec(recipe, knowledge_base()))
     ours = {k: v for k, v in info.labels.items() if k.startswith("org.hpcbundle.")}
-    assert ours == spec.labels
+    assert ours == stage.labels
     assert ours["org.hpcbundle.recipe"] == recipe.name
     assert ours["org.hpcbundle.horovod"] == recipe.horovod.version
     assert ours["org.hpcbundle.tensorflow"] == recipe.frameworks.tensorflow.version
@@ -139,8 +139,8 @@ def test_image_labels_and_manifest_carry_the_recipe(cpu_local: Built, docker_eng
     assert ours["org.hpcbundle.manifest"] == MANIFEST
     manifest = docker_client.read_json(docker_engine.client(), RUNTIME_TAG, MANIFEST)
     assert manifest["recipe"] == recipe_record(recipe)
-    assert manifest["labels"] == spec.labels
-    assert manifest == json.loads(spec.manifest)
+    assert manifest["labels"] == stage.labels
+    assert manifest == json.loads(stage.manifest)
 
 
 # ------------------------------------------------------------------------------ inside the image

@@ -1,29 +1,23 @@
-"""What goes into an image, derived from a recipe and the building blocks: layout, build inputs,
-environment, metadata.
+"""What goes into an image, derived from a recipe: the `ImageSpec` the blocks share, and what the runtime
+stage gathers from the blocks (copies, environment, labels, manifest).
 
-`image_spec` puts together the shared layout (image/spec.py) and what each component's block
-says of itself (blocks/: the MPI's and UCX's prefixes, the frameworks' pins, the CUDA wheels' tree,
-Horovod's cache key and check-build lines, pip's cmake), once for every format; the blocks and the
-templates in containers/ read the result.
+`image_spec` lays the recipe out (image/spec.py) and derives what several blocks read (CUDA's home
+and wheels); `runtime_stage` asks every registered block, in `Block.path_order`, for its prefix,
+search paths, variables and manifest rows. No block is named here: a new block is its own file.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from .. import __version__
 from ..config.fields import major_minor
 from ..config.recipes import Recipe
-from ..knowledge.compat import KnowledgeBase
-from ..knowledge.labels import NVIDIA_CONTAINER_ENV, image_labels
-from .blocks.base import MPI_PREFIX
-from .blocks.cudawheels import cuda_tree
-from .blocks.frameworks import framework_requirements
-from .blocks.horovod import HOROVOD_CACHE, check_build, horovod_key
-from .blocks.nccl import nccl_from_torch
-from .blocks.ucx import UCX_PREFIX
-from .blocks.venv import CMAKE_FOR_WHEELS
-from .spec import BUILD_DIR, CUDA_HOME, EXAMPLES, VENV, WHEELHOUSE, ImageLayout, ImageSpec, search_env, wheel_libs
+from ..knowledge.compat import CudaWheels, KnowledgeBase
+from ..knowledge.labels import image_labels
+from .blocks import BLOCKS, search_env
+from .spec import BUILD_DIR, CUDA_HOME, EXAMPLES, VENV, WHEELHOUSE, CudaTree, ImageLayout, ImageSpec
 
 
 def image_layout(recipe: Recipe) -> ImageLayout:
@@ -33,84 +27,82 @@ def image_layout(recipe: Recipe) -> ImageLayout:
         venv=VENV,
         site_packages=f"{VENV}/lib/python{recipe.python}/site-packages",
         build_dir=BUILD_DIR,
-        horovod_cache=f"{HOROVOD_CACHE}/{horovod_key(recipe)}",
         pip=f"{VENV}/bin/python -m pip",
         pip_flags=f"--no-cache-dir --find-links {WHEELHOUSE}",
     )
 
 
-def host_layout(recipe: Recipe) -> ImageLayout:
-    """The install script's layout: shell variables its preamble sets (containers/shell/install.sh.j2)."""
-    return ImageLayout(
-        host=True,
-        venv="${HPCBUNDLE_VENV}",
-        site_packages="${HPCBUNDLE_SITE}",
-        build_dir="${HPCBUNDLE_BUILD}",
-        horovod_cache=f"${{HPCBUNDLE_CACHE}}/horovod/{horovod_key(recipe)}-py${{HPCBUNDLE_PYVER}}",
-        pip='"${HPCBUNDLE_VENV}/bin/python" -m pip',
-        pip_flags="",
+HOST_LAYOUT = ImageLayout(
+    host=True,
+    venv="${HPCBUNDLE_VENV}",
+    site_packages="${HPCBUNDLE_SITE}",
+    build_dir="${HPCBUNDLE_BUILD}",
+    pip='"${HPCBUNDLE_VENV}/bin/python" -m pip',
+    pip_flags="",
+)
+"""The install script's layout: shell variables its preamble sets (containers/shell/install.sh.j2)."""
+
+
+def cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
+    """The toolkit wheels for gpu.source: wheels (None for the image route or an unknown CUDA)."""
+    gpu = recipe.gpu
+    if gpu is None or gpu.source != "wheels":
+        return None
+    wheels: CudaWheels | None = kb.cuda_wheels.get(major_minor(gpu.cuda))
+    assert wheels is not None, "the cuda-source rule refuses a CUDA without toolkit wheels before any render"
+    return CudaTree(
+        dir=wheels.dir,
+        build_wheels=tuple(f"{name}=={version}" for name, version in wheels.build.items()),
+        runtime_wheels=tuple(f"{name}=={version}" for name, version in wheels.runtime.items()),
+        cudart=f"libcudart.so.{gpu.cuda.split('.')[0]}",
     )
 
 
 def image_spec(recipe: Recipe, kb: KnowledgeBase, host: bool = False) -> ImageSpec:
-    """Derive the image's content from `recipe`; e.g. for recipes/cpu-local.yaml::
+    """Lay `recipe` out and derive what several blocks read; e.g. for recipes/cuda13.0-torch2.11.yaml::
 
-    spec.framework_requirements == ("tensorflow-cpu==2.15.1", "torch==2.13.0+cpu")
-    spec.check_build == ("Frameworks: TensorFlow", "Frameworks: PyTorch", "Controllers: MPI", ...)
+    spec.cuda_home == "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
 
     `host=True` lays the same content out for the bare-metal install script (a venv anywhere).
     """
-    labels = image_labels(recipe, kb)
-    layout = host_layout(recipe) if host else image_layout(recipe)
+    layout = HOST_LAYOUT if host else image_layout(recipe)
     tree = cuda_tree(recipe, kb)
-    site = layout.site_packages
-    nccl_dir = nccl_home = None
-    if nccl_from_torch(recipe, kb):
-        nccl_dir = "${HPCBUNDLE_NCCL_DIR}" if host else f"{site}/nvidia/nccl"
-        nccl_home = f"{layout.build_dir}/nccl" if host else nccl_dir
     if tree is not None:
-        cuda_home: str | None = "${HPCBUNDLE_CUDA_HOME}" if host else f"{site}/nvidia/{tree.dir}"
+        cuda_home: str | None = "${HPCBUNDLE_CUDA_HOME}" if host else f"{layout.site_packages}/nvidia/{tree.dir}"
     else:
         cuda_home = CUDA_HOME if recipe.gpu else None
-    prefixes = _prefixes(recipe)
-    return ImageSpec(
-        recipe=recipe,
-        layout=layout,
-        cuda_home=cuda_home,
-        cuda_tree=tree,
-        nccl_home=nccl_home,
-        nccl_dir=nccl_dir,
-        prefixes=prefixes,
-        build_requirements=(CMAKE_FOR_WHEELS,) if tree else (),
-        gcc_max=kb.nvcc_host_gcc.get(major_minor(recipe.gpu.cuda)) if recipe.gpu else None,
-        gcc13_from=hvd.gcc13_patch_from if (hvd := kb.horovod.get(recipe.horovod.version)) else None,
-        py312_from=hvd.py312_patch_from if hvd else None,
-        framework_requirements=framework_requirements(recipe, kb),
-        check_build=check_build(recipe),
-        copies=(VENV, *prefixes),
-        runtime_env=search_env(recipe, layout, prefixes, wheel_libs(recipe, layout, cuda_home, nccl_dir))
-        | (NVIDIA_CONTAINER_ENV if tree is not None and not host else {}),
+    return ImageSpec(recipe=recipe, kb=kb, layout=layout, cuda_tree=tree, cuda_home=cuda_home)
+
+
+@dataclass(frozen=True)
+class RuntimeStage:
+    """What the runtime stage takes from the build and says of itself: the directories it copies (the venv,
+    then the blocks' prefixes), its environment, its labels and the manifest (one line of JSON)."""
+
+    copies: tuple[str, ...]
+    env: dict[str, str]
+    labels: dict[str, str]
+    manifest: str
+
+
+def runtime_stage(spec: ImageSpec) -> RuntimeStage:
+    """Gather the runtime stage from every block in `path_order`; e.g. for a recipe with Open MPI and UCX
+    built from source, copies == ("/opt/venv", "/opt/openmpi", "/opt/ucx") and PATH lists their bin/ in
+    that order. The install script's host has its own MPI and UCX: their prefixes are the images' only."""
+    blocks = BLOCKS.on_paths()
+    env = search_env(spec)
+    rows: dict[str, str | None] = {"venv": VENV}
+    for block in blocks:
+        env |= block.runtime_env(spec)
+        rows |= block.manifest(spec)
+    rows["examples"] = EXAMPLES
+    labels = image_labels(spec.recipe, spec.kb)
+    record = {"hpcbundle_version": __version__, "recipe": recipe_record(spec.recipe), "layout": rows, "labels": labels}
+    return RuntimeStage(
+        copies=(VENV, *(prefix for block in blocks if (prefix := block.prefix(spec)))),
+        env=env,
         labels=labels,
-        manifest=_manifest(recipe, labels),
-    )
-
-
-def _prefixes(recipe: Recipe) -> tuple[str, ...]:
-    """The source builds' prefixes, the MPI's first (blocks/base.py MPI_PREFIX, blocks/ucx.py UCX_PREFIX)."""
-    return (*([MPI_PREFIX] if recipe.mpi.install == "source" else []), *([UCX_PREFIX] if recipe.ucx else []))
-
-
-def _manifest(recipe: Recipe, labels: dict[str, str]) -> str:
-    """The JSON written to MANIFEST: the full recipe (the user's package keys only where given, with the
-    requirements file's pins), the image layout and the labels, on one line."""
-    layout = {
-        "venv": VENV,
-        "mpi_prefix": MPI_PREFIX if recipe.mpi.install == "source" else None,
-        "ucx_prefix": UCX_PREFIX if recipe.ucx else None,
-        "examples": EXAMPLES,
-    }
-    return json.dumps(
-        {"hpcbundle_version": __version__, "recipe": recipe_record(recipe), "layout": layout, "labels": labels}
+        manifest=json.dumps(record),
     )
 
 

@@ -2,7 +2,8 @@
 
 The image's shared paths (the venv, the wheelhouse, the examples, the build directory, CUDA's home)
 and the spec's types live here, below the blocks; what belongs to one component (its prefix, its
-packages, its pinned versions) lives in its block, and `derive.image_spec` puts the two together.
+search paths, its manifest rows, its packages and pins) lives in its block, and `derive.image_spec`
+fills the spec in.
 
 The build context of every image holds two directories, `examples/` (copied to /examples) and
 `wheelhouse/` (maybe empty): wheels, the Horovod sdist and source tarballs that pip (`--find-links`)
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..config.recipes import Recipe
+from ..knowledge.compat import KnowledgeBase
 from ..knowledge.labels import MANIFEST
 
 VENV = "/opt/venv"
@@ -40,7 +42,6 @@ class ImageLayout:
     venv: str
     site_packages: str
     build_dir: str
-    horovod_cache: str
     pip: str
     pip_flags: str
 
@@ -66,36 +67,19 @@ class CudaTree:
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """Everything the templates need besides the recipe itself; build with `derive.image_spec()`."""
+    """What several blocks and the templates share besides the recipe: the knowledge base each block derives its
+    own pins from, the layout, and CUDA's home and wheels; build with `derive.image_spec()`."""
 
     wheelhouse: ClassVar[str] = WHEELHOUSE
     examples: ClassVar[str] = EXAMPLES
     manifest_path: ClassVar[str] = MANIFEST
 
     recipe: Recipe
+    kb: KnowledgeBase
     layout: ImageLayout
-    cuda_home: str | None
     cuda_tree: CudaTree | None
-    nccl_home: str | None
-    """What HOROVOD_NCCL_HOME names when torch's wheel brings NCCL (None: the base image's NCCL)."""
-    nccl_dir: str | None
-    """torch's nvidia/nccl itself (in the image the same as nccl_home; the host script links it in its build dir)."""
-    prefixes: tuple[str, ...]
-    """The source builds' install prefixes (the MPI's, UCX's): copied to the runtime stage, on its search paths."""
-    build_requirements: tuple[str, ...]
-    """pip's cmake for the wheels route (blocks/venv.py), else nothing: the OS's cmake builds."""
-    framework_requirements: tuple[str, ...]
-    check_build: tuple[str, ...]
-    copies: tuple[str, ...]
-    runtime_env: dict[str, str]
-    labels: dict[str, str]
-    manifest: str
-    gcc_max: str | None = None
-    """The newest host GCC major nvcc of the recipe's CUDA accepts (the install script checks the host's)."""
-    gcc13_from: str | None = None
-    """The GCC major from which Horovod needs the gcc13 patch (the install script refuses it unpatched)."""
-    py312_from: str | None = None
-    """The Python from which Horovod needs the py312 patch (the install script refuses it unpatched)."""
+    """The toolkit wheels for gpu.source: wheels (the frameworks, venv, prune and cudawheels blocks read it)."""
+    cuda_home: str | None
 
     @property
     def venv(self) -> str:
@@ -122,46 +106,3 @@ class ImageSpec:
         """`<venv python> -m pip install [flags]`: the image reads its wheelhouse first; the host script uses
         pip's own configuration (PIP_NO_INDEX, PIP_FIND_LINKS, its download cache)."""
         return " ".join(part for part in (self.layout.pip, "install", self.layout.pip_flags) if part)
-
-
-def wheel_libs(recipe: Recipe, layout: ImageLayout, cuda_home: str | None, nccl_dir: str | None) -> tuple[str, ...]:
-    """Library directories of the NVIDIA wheels that must be found at run time (one NCCL, one cuDNN)."""
-    libs = []
-    if nccl_dir:
-        libs.append(f"{nccl_dir}/lib")
-        if recipe.frameworks.tensorflow:
-            # TensorFlow's pip wheel dlopens libcudnn.so.8: it finds torch's cuDNN wheel here.
-            libs.append(nccl_dir.rsplit("/", 1)[0] + "/cudnn/lib")
-    if recipe.gpu and recipe.gpu.source == "wheels" and cuda_home:
-        # lib64: the install script's toolkit may be the host's (HPCBUNDLE_CUDA_HOME), which has no lib/.
-        libs.append(f"{cuda_home}/{'lib64' if layout.host else 'lib'}")
-    return tuple(libs)
-
-
-def search_env(
-    recipe: Recipe,
-    layout: ImageLayout,
-    prefixes: tuple[str, ...],
-    first_libs: tuple[str, ...] = (),
-    first_bins: tuple[str, ...] = (),
-) -> dict[str, str]:
-    """PATH / LD_LIBRARY_PATH (and Intel MPI's variables) for the venv and the image's `prefixes`.
-
-    Values keep what the base image or the container runtime set (Apptainer's --nv adds to
-    LD_LIBRARY_PATH), so they use shell/Dockerfile `${VAR}` syntax and must be double-quoted.
-    The install script's host has its own MPI and UCX: their prefixes are the images' only.
-    """
-    venv = layout.venv
-    bins, libs = [f"{venv}/bin", *first_bins], list(first_libs)
-    for prefix in () if layout.host else prefixes:
-        bins.append(f"{prefix}/bin")
-        libs.append(f"{prefix}/lib")
-    if recipe.mpi.install == "pip":
-        libs += [f"{venv}/lib", f"{venv}/lib/libfabric"]
-    env = {"PATH": ":".join(bins) + ":${PATH}"}
-    if libs:
-        env["LD_LIBRARY_PATH"] = ":".join(libs) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
-    if recipe.mpi.install == "pip":
-        env["I_MPI_ROOT"] = venv
-        env["FI_PROVIDER_PATH"] = f"{venv}/lib/libfabric/prov"
-    return env

@@ -8,7 +8,7 @@ from .base import BLOCKS, Block, Snippet
 
 @BLOCKS.register
 class Manifest(Block):
-    """Writes `spec.manifest` (the recipe, the layout, the labels) at /etc/hpcbundle/manifest.json.
+    """Writes the manifest (the recipe, the layout rows of every block, the labels) at /etc/hpcbundle/manifest.json.
 
     Parameters: the whole recipe.
 

@@ -21,6 +21,11 @@ CMAKE_FOR_WHEELS = "cmake==4.4.4"
 """The wheels route builds with pip's cmake (the one measured with CUDA 13 wheels; Debian 12's is 3.25)."""
 
 
+def build_requirements(spec: ImageSpec) -> tuple[str, ...]:
+    """pip's cmake for the wheels route, else nothing: the OS's cmake builds."""
+    return (CMAKE_FOR_WHEELS,) if spec.cuda_tree else ()
+
+
 @BLOCKS.register
 class Venv(Block):
     """A venv from the distribution's python3 (the install script: the host's, reused on a re-run),
@@ -39,4 +44,6 @@ class Venv(Block):
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         title = f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers"
-        return (Snippet(title, "venv", {"requirements": (*HOROVOD_HELPERS, *spec.build_requirements)}),)
+        tools = build_requirements(spec)
+        values = {"requirements": (*HOROVOD_HELPERS, *tools), "build_requirements": tools}
+        return (Snippet(title, "venv", values),)
