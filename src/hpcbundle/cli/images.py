@@ -11,7 +11,7 @@ import click
 
 from ..config.errors import UserError
 from ..image import docker_client
-from ..image.derive import image_spec
+from ..image.blocks.frameworks import framework_requirements
 from ..image.render import render_image, template_environment
 from ..image.spec import CONTEXT_DIRS
 from ..knowledge.compat import knowledge_base
@@ -93,7 +93,7 @@ def build_docker_command(
 
     args = _build_args(text, base_image, build_args)
     wheels = wheelhouse or b.root / "wheelhouse"
-    _check_wheelhouse(image_spec(model, kb).framework_requirements, wheels, args)
+    _check_wheelhouse(framework_requirements(model, kb), wheels, args)
     directories = {"examples": b.examples_dir, "wheelhouse": wheels}
     assert set(directories) == set(CONTEXT_DIRS), "build context out of step with image.spec.CONTEXT_DIRS"
 
