@@ -23,7 +23,7 @@ import yaml
 from hpcbundle.config.loading import validate
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.image.render import Steps, render_image, render_steps, template_environment
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import Command, LaunchPlan, RankLayout

@@ -3,7 +3,7 @@
 The engine is private (hpcbundle_testbed.docker_engine) and no registry is used: both stages start
 FROM a debootstrapped `local/debian:bookworm` passed as the BUILD_IMAGE / RUNTIME_IMAGE build
 arguments; torch==2.13.0+cpu comes from a wheelhouse that this machine's pip fills. Builds, tags,
-inspection and export go through hpcbundle.image.images (the Docker SDK). Cold (empty cache) this is
+inspection and export go through hpcbundle.image.docker_client (the Docker SDK). Cold (empty cache) this is
 the slow test of the suite; warm, every layer comes from the cache and the module takes about a
 minute, most of it the in-image Horovod runs.
 
@@ -22,9 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
-from hpcbundle.image import images
-from hpcbundle.image.imagespec import image_spec, recipe_record
-from hpcbundle.image.layout import EXAMPLES
+from hpcbundle.image import docker_client
+from hpcbundle.image.derive import image_spec, recipe_record, runtime_stage
+from hpcbundle.image.spec import EXAMPLES
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.labels import MANIFEST
 from hpcbundle_testbed.docker_engine.engine import DockerEngine
@@ -112,12 +112,13 @@ def test_runtime_image_is_well_under_the_build_stage_and_has_no_build_tools(cpu_
     with capsys.disabled():
         print(
             f"\n  {'image':<28}{'size':>10}{'layers':>8}\n"
-            f"  {BUILD_TAG:<28}{images.format_size(build.size):>10}{build.layers:>8}\n"
-            f"  {RUNTIME_TAG:<28}{images.format_size(runtime.size):>10}{runtime.layers:>8}\n"
-            f"  runtime/build = {ratio:.2f}, saved {images.format_size(build.size - runtime.size)}"
+            f"  {BUILD_TAG:<28}{docker_client.format_size(build.size):>10}{build.layers:>8}\n"
+            f"  {RUNTIME_TAG:<28}{docker_client.format_size(runtime.size):>10}{runtime.layers:>8}\n"
+            f"  runtime/build = {ratio:.2f}, saved {docker_client.format_size(build.size - runtime.size)}"
         )
     assert ratio <= MAX_RUNTIME_TO_BUILD_RATIO, (
-        f"runtime {images.format_size(runtime.size)} is {ratio:.2f} of the build stage {images.format_size(build.size)}"
+        f"runtime {docker_client.format_size(runtime.size)} is {ratio:.2f} of the build stage "
+        f"{docker_client.format_size(build.size)}"
     )
     assert build.size - runtime.size >= MIN_SAVING_BYTES
     probe = " ".join(f"[ ! -e {p} ] || echo {p};" for p in BUILD_ONLY)
@@ -127,19 +128,19 @@ def test_runtime_image_is_well_under_the_build_stage_and_has_no_build_tools(cpu_
 
 def test_image_labels_and_manifest_carry_the_recipe(cpu_local: Built, docker_engine: DockerEngine):
     recipe, info = cpu_local.recipe, cpu_local.runtime
-    spec = image_spec(recipe, knowledge_base())
+    stage = runtime_stage(image_spec(recipe, knowledge_base()))
     ours = {k: v for k, v in info.labels.items() if k.startswith("org.hpcbundle.")}
-    assert ours == spec.labels
+    assert ours == stage.labels
     assert ours["org.hpcbundle.recipe"] == recipe.name
     assert ours["org.hpcbundle.horovod"] == recipe.horovod.version
     assert ours["org.hpcbundle.tensorflow"] == recipe.frameworks.tensorflow.version
     assert ours["org.hpcbundle.pytorch"] == f"{recipe.frameworks.pytorch.version}+{recipe.frameworks.pytorch.variant}"
     assert ours["org.hpcbundle.mpi.version"] == recipe.mpi.version
     assert ours["org.hpcbundle.manifest"] == MANIFEST
-    manifest = images.read_json(docker_engine.client(), RUNTIME_TAG, MANIFEST)
+    manifest = docker_client.read_json(docker_engine.client(), RUNTIME_TAG, MANIFEST)
     assert manifest["recipe"] == recipe_record(recipe)
-    assert manifest["labels"] == spec.labels
-    assert manifest == json.loads(spec.manifest)
+    assert manifest["labels"] == stage.labels
+    assert manifest == json.loads(stage.manifest)
 
 
 # ------------------------------------------------------------------------------ inside the image
@@ -187,7 +188,7 @@ def test_short_pytorch_training_in_runtime_image_learns(cpu_local: Built, docker
 
 def test_export_rootfs_streams_the_flattened_file_system(docker_engine, docker_base_image):
     buf = io.BytesIO()
-    written = images.export_rootfs(docker_engine.client(), docker_base_image.tag, buf)
+    written = docker_client.export_rootfs(docker_engine.client(), docker_base_image.tag, buf)
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tar:
         names = set(tar.getnames())
@@ -221,9 +222,9 @@ def test_build_docker_command_streams_the_log_and_prints_labels_and_size(
     assert result.exit_code == 0, result.output + result.stderr
     assert "Step 1/" in result.stderr and "Using cache" in result.stderr
     assert f"built {RUNTIME_TAG}, hpcbundle/cpu-local:cli  {cpu_local.runtime.short_id}" in result.stdout
-    assert images.format_size(cpu_local.runtime.size) in result.stdout
+    assert docker_client.format_size(cpu_local.runtime.size) in result.stdout
     assert f"  org.hpcbundle.recipe={RECIPE}" in result.stdout
-    assert images.inspect(docker_engine.client(), "hpcbundle/cpu-local:cli").id == cpu_local.runtime.id
+    assert docker_client.inspect(docker_engine.client(), "hpcbundle/cpu-local:cli").id == cpu_local.runtime.id
 
 
 def test_build_docker_without_an_engine_says_where_it_looked(tmp_path):

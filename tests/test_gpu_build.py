@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.blocks.horovod import check_build
+from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, dist_record, ldd, site_packages
 from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall, in_venv, offline_env, run_install_script
@@ -49,7 +50,7 @@ def test_check_build_lists_nccl_and_pytorch(gpu_host_install: HostInstall, cuda_
     venv = gpu_host_install.venv
     marks = check_build_marks(_in_venv(venv, ["horovodrun", "--check-build"]))
     assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks
-    wanted = set(image_spec(cuda_host_venv.recipe, knowledge_base()).check_build)
+    wanted = set(check_build(cuda_host_venv.recipe))
     assert wanted <= marks, f"the recipe wants {sorted(wanted - marks)} too"
 
 
@@ -117,7 +118,9 @@ def test_script_leaves_the_recipe_where_doctor_reads_an_images(
     venv = gpu_host_install.venv
     manifest = venv / "etc" / "hpcbundle" / "manifest.json"
     assert manifest.is_file(), "the install script wrote no manifest into the venv"
-    assert json.loads(manifest.read_text()) == json.loads(image_spec(cuda_host_venv.recipe, knowledge_base()).manifest)
+    assert json.loads(manifest.read_text()) == json.loads(
+        runtime_stage(image_spec(cuda_host_venv.recipe, knowledge_base())).manifest
+    )
     hpcbundle = Path(sys.executable).parent / "hpcbundle"
     run = subprocess.run(
         [str(hpcbundle), "doctor", "--site", "local", "--image", str(venv), "--no-checksum"],

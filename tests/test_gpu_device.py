@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME
 from hpcbundle.rules.loading import load_recipe
@@ -79,7 +79,9 @@ def test_doctor_fails_a_recipe_without_code_for_this_gpu(gpu_venv: Path, drafted
     recipe = load_recipe(ARCH_EXCLUDING_RECIPE, ROOT / "recipes")
     image = tmp_path / "image"
     (image / "etc" / "hpcbundle").mkdir(parents=True)
-    (image / "etc" / "hpcbundle" / "manifest.json").write_text(image_spec(recipe, knowledge_base()).manifest)
+    (image / "etc" / "hpcbundle" / "manifest.json").write_text(
+        runtime_stage(image_spec(recipe, knowledge_base())).manifest
+    )
     run = in_venv(gpu_venv, [*HPCBUNDLE, "doctor", "--site", str(drafted_site), "--image", str(image)])
     status, evidence = doctor_rows(run.stdout).get("gpu-arch", ("missing", ""))
     assert status == "FAIL", run.stdout

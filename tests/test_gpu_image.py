@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbundle.image.imagespec import image_layout, image_spec
-from hpcbundle.image.layout import VENV, WHEELHOUSE
-from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.image.blocks.horovod import check_build, horovod_cache
+from hpcbundle.image.spec import VENV, WHEELHOUSE
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd
 from hpcbundle_testbed.docker_engine.engine import DockerEngine
@@ -79,7 +78,7 @@ def gpu_image(
     (wheels / cuda_wheels.COMPLETE).unlink(missing_ok=True)
     # Where the image looks for a prebuilt Horovod: /wheelhouse/horovod/<key>, the key being the
     # recipe's versions (the host script's cache adds its Python to the same key).
-    in_image = image_layout(cuda_wheelhouse.recipe).horovod_cache
+    in_image = horovod_cache(cuda_wheelhouse.recipe, host=False)
     assert in_image.startswith(WHEELHOUSE + "/"), in_image
     _link_tree(gpu_host_install.wheel.parent, wheels / in_image[len(WHEELHOUSE) + 1 :])
     # The build stage gets its own tag (as the cpu-local fixture does): the engine prunes untagged
@@ -152,7 +151,7 @@ def test_image_reuses_the_cached_horovod_wheel(gpu_image) -> None:
 def test_image_check_build_lists_nccl_and_pytorch(gpu_image, docker_engine: DockerEngine, cuda_wheelhouse) -> None:
     marks = check_build_marks(_run(docker_engine, ["horovodrun", "--check-build"]))
     assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks
-    assert set(image_spec(cuda_wheelhouse.recipe, knowledge_base()).check_build) <= marks, marks
+    assert set(check_build(cuda_wheelhouse.recipe)) <= marks, marks
 
 
 def test_image_imports_horovod_torch(gpu_image, docker_engine: DockerEngine) -> None:

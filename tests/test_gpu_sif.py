@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
-from hpcbundle.image.layout import VENV
-from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.image.blocks.horovod import check_build
+from hpcbundle.image.spec import VENV
 from hpcbundle_testbed import cuda_wheels
 from hpcbundle_testbed.cuda_wheels import check_build_marks, cubin_archs, ldd
 from hpcbundle_testbed.gpu_plugin import CudaStack, HostInstall
@@ -41,7 +40,7 @@ def test_sif_build_reused_the_cached_horovod_wheel(gpu_sif: SifBuild) -> None:
 def test_sif_check_build_lists_nccl(apptainer: str, gpu_sif: SifBuild, cuda_wheelhouse: CudaStack) -> None:
     marks = check_build_marks(in_sif(apptainer, gpu_sif, ["horovodrun", "--check-build"]))
     assert {"Frameworks: PyTorch", "Tensor Operations: NCCL"} <= marks, marks
-    assert set(image_spec(cuda_wheelhouse.recipe, knowledge_base()).check_build) <= marks, marks
+    assert set(check_build(cuda_wheelhouse.recipe)) <= marks, marks
 
 
 def test_sif_has_one_nccl_torchs_own_wheel(apptainer: str, gpu_sif: SifBuild) -> None:

@@ -20,7 +20,8 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.image.blocks import BLOCKS
 from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.blocks.nccl import torch_nccl
+from hpcbundle.image.derive import image_spec
 from hpcbundle.image.render import (
     SUFFIXES,
     Steps,
@@ -230,9 +231,9 @@ def test_every_image_carries_hpcbundle_bind_exactly_as_the_package_ships_it(name
 def test_cuda_image_recipes_build_nccl_ops_against_one_nccl_with_the_cuda_stub(name: str) -> None:
     r = recipe(name)
     gpu, text = r.gpu, rendered(name, "docker")
-    torch_nccl = image_spec(r, knowledge_base()).nccl_home
-    if torch_nccl:  # torch's wheel brings NCCL: Horovod builds against it, the base image's is purged
-        assert "libnccl2=" not in text and f'export HOROVOD_NCCL_HOME="{torch_nccl}"' in text
+    nccl = torch_nccl(image_spec(r, knowledge_base()))
+    if nccl:  # torch's wheel brings NCCL: Horovod builds against it, the base image's is purged
+        assert "libnccl2=" not in text and f'export HOROVOD_NCCL_HOME="{nccl.home}"' in text
         assert "apt-get purge -y --allow-change-held-packages libnccl-dev libnccl2 && \\" in text
         assert "-cudnn" not in r.base.build_image + r.base.runtime_image  # cuDNN: torch's wheel, one copy
     else:  # a bundled torch (no NCCL wheel): NVIDIA's apt NCCL, pinned

@@ -13,7 +13,7 @@ import pytest
 from hpcbundle.config.recipes import Recipe
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.doctor import observed_facts
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, Result, applicable, evaluate
@@ -33,7 +33,7 @@ DECLARABLE = {"image", "site", "nodes"}
 
 def observed_as_declared(recipe: Recipe, site: Site) -> dict:
     """What doctor would observe on one node if the site's declaration is true and the recipe's image is there."""
-    manifest = json.loads(image_spec(recipe, KB).manifest)
+    manifest = json.loads(runtime_stage(image_spec(recipe, KB)).manifest)
     image = {"path": "/img", "exists": True, "kind": "dir", "manifest": manifest, "sha256": "a" * 64}
     return {"node1": {**declared_node(site, KB), "image": image}}
 

@@ -15,7 +15,8 @@ import subprocess
 
 import pytest
 
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.blocks.horovod import check_build
+from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.knowledge.labels import MANIFEST
 from hpcbundle.rules.loading import load_recipe
@@ -46,7 +47,7 @@ def test_inspect_shows_the_recipe_labels(apptainer: str, cpu_local_sif: SifBuild
     assert res.returncode == 0, res.stderr
     labels = json.loads(res.stdout)["data"]["attributes"]["labels"]
     recipe = load_recipe(RECIPE, ROOT / "recipes")
-    expected = image_spec(recipe, knowledge_base()).labels
+    expected = runtime_stage(image_spec(recipe, knowledge_base())).labels
     assert {k: v for k, v in labels.items() if k.startswith("org.hpcbundle.")} == expected
 
 
@@ -62,13 +63,13 @@ def test_apptainer_test_runs_the_test_section(apptainer: str, cpu_local_sif: Sif
 def test_check_build_inside(apptainer: str, cpu_local_sif: SifBuild) -> None:
     marks = check_build_marks(in_sif(apptainer, cpu_local_sif, ["horovodrun", "--check-build"]))
     recipe = load_recipe(RECIPE, ROOT / "recipes")
-    assert set(image_spec(recipe, knowledge_base()).check_build) <= marks, marks
+    assert set(check_build(recipe)) <= marks, marks
 
 
 def test_manifest_is_inside_at_its_fixed_path(apptainer: str, cpu_local_sif: SifBuild) -> None:
     manifest = json.loads(in_sif(apptainer, cpu_local_sif, ["cat", MANIFEST]))
     recipe = load_recipe(RECIPE, ROOT / "recipes")
-    assert manifest == json.loads(image_spec(recipe, knowledge_base()).manifest)
+    assert manifest == json.loads(runtime_stage(image_spec(recipe, knowledge_base())).manifest)
     assert re.search(r"^    org\.hpcbundle\.recipe cpu-local$", cpu_local_sif.definition, re.M)
 
 

@@ -37,12 +37,13 @@ if [[ -f $wheelhouse/system-packages.txt ]]; then cp "$wheelhouse/system-package
 left_out=$("$py" - <<'PY'
 import re
 from pathlib import Path
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.blocks.venv import build_requirements
+from hpcbundle.image.derive import image_spec
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle.knowledge.compat import knowledge_base
 spec = image_spec(load_recipe("cuda13.0-torch2.11", Path("recipes")), knowledge_base(), host=True)
 tree = spec.cuda_tree.requirements if spec.cuda_tree else ()
-print(" ".join(re.sub(r"[-.]", "_", pin.split("==")[0]).lower() for pin in (*tree, *spec.build_requirements)))
+print(" ".join(re.sub(r"[-.]", "_", pin.split("==")[0]).lower() for pin in (*tree, *build_requirements(spec))))
 PY
 )
 for wheel in "$wheelhouse"/*.whl; do

@@ -10,10 +10,10 @@ from typing import IO, Any
 import click
 
 from ..config.errors import UserError
-from ..image import images
-from ..image.imagespec import image_spec
-from ..image.layout import CONTEXT_DIRS
+from ..image import docker_client
+from ..image.blocks.frameworks import framework_requirements
 from ..image.render import render_image, template_environment
+from ..image.spec import CONTEXT_DIRS
 from ..knowledge.compat import knowledge_base
 from ..rules.engine import failed
 from ..rules.facts import check_declared
@@ -93,13 +93,13 @@ def build_docker_command(
 
     args = _build_args(text, base_image, build_args)
     wheels = wheelhouse or b.root / "wheelhouse"
-    _check_wheelhouse(image_spec(model, kb).framework_requirements, wheels, args)
+    _check_wheelhouse(framework_requirements(model, kb), wheels, args)
     directories = {"examples": b.examples_dir, "wheelhouse": wheels}
-    assert set(directories) == set(CONTEXT_DIRS), "build context out of step with image.layout.CONTEXT_DIRS"
+    assert set(directories) == set(CONTEXT_DIRS), "build context out of step with image.spec.CONTEXT_DIRS"
 
     tags = tags or (f"hpcbundle/{model.name}:{target or 'latest'}",)
-    client = images.connect()
-    context = images.build_context(text, directories)
+    client = docker_client.connect()
+    context = docker_client.build_context(text, directories)
     click.echo(
         f"building {tags[0]} from recipe {model.name}"
         + (f" (stage {target})" if target else "")
@@ -112,7 +112,7 @@ def build_docker_command(
     finally:
         context.close()
     for extra in tags[1:]:
-        info = images.tag(client, info.id, extra)
+        info = docker_client.tag(client, info.id, extra)
     click.echo(describe(info, tags, time.monotonic() - t0))
 
 
@@ -125,11 +125,11 @@ def _build(
     args: dict[str, str],
     network: str | None,
     no_cache: bool,
-) -> images.ImageInfo:
+) -> docker_client.ImageInfo:
     """Build `context` as `tag` (up to stage `target`), the engine's log streamed to stderr unless `quiet`;
     a failed build prints the engine's reason (and, when quiet, the log's tail) and exits 1."""
     try:
-        return images.build(
+        return docker_client.build(
             client,
             context,
             tag=tag,
@@ -139,7 +139,7 @@ def _build(
             nocache=no_cache,
             progress=None if quiet else lambda line: click.echo(line, nl=False, err=True),
         )
-    except images.BuildFailed as exc:
+    except docker_client.BuildFailed as exc:
         if quiet:
             click.echo(exc.tail(), err=True)
         click.echo(f"hpcbundle: error: {exc.message}", err=True)
@@ -191,17 +191,19 @@ def _check_wheelhouse(requirements: tuple[str, ...], wheelhouse: Path, args: dic
             )
 
 
-def describe(info: images.ImageInfo, tags: tuple[str, ...], seconds: float | None = None) -> str:
+def describe(info: docker_client.ImageInfo, tags: tuple[str, ...], seconds: float | None = None) -> str:
     """What was built, for people: names, id, size, the largest layers, the labels."""
     took = f" in {seconds:.0f} s" if seconds is not None else ""
-    lines = [f"built {', '.join(tags)}  {info.short_id}  {images.format_size(info.size)}, {info.layers} layers{took}"]
+    lines = [
+        f"built {', '.join(tags)}  {info.short_id}  {docker_client.format_size(info.size)}, {info.layers} layers{took}"
+    ]
     largest = sorted((h for h in info.history if h.get("Size")), key=lambda h: -h["Size"])[:5]
     if largest:
         lines.append("largest layers:")
         for h in largest:
             step = " ".join(h.get("CreatedBy", "").split())
             step = re.sub(r"^/bin/\S*sh( -\S+| pipefail)* -c (#\(nop\) )?", "", step)
-            lines.append(f"  {images.format_size(h['Size']):>9}  {step[:100] or '(base image)'}")
+            lines.append(f"  {docker_client.format_size(h['Size']):>9}  {step[:100] or '(base image)'}")
     lines.append("labels:" if info.labels else "labels: (none)")
     lines += [f"  {key}={value}" for key, value in sorted(info.labels.items())]
     return "\n".join(lines)

@@ -25,10 +25,10 @@ from ..knowledge.compat import KnowledgeBase
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
-from .blocks.horovod import verify
+from .blocks.horovod import horovod_build, verify
 from .bootstrap import Bootstrap
-from .imagespec import image_spec
-from .layout import ImageSpec
+from .derive import image_spec, runtime_stage
+from .spec import ImageSpec
 
 Format = Literal["docker", "singularity", "shell"]
 TEMPLATES: dict[str, str] = {
@@ -89,6 +89,8 @@ def render_image(
         recipe=recipe,
         spec=spec,
         steps=render_steps(spec, env),
+        runtime=runtime_stage(spec),
+        horovod=horovod_build(spec),
         packages=apt_packages(spec).install,
         source_builds=source_builds(spec),
         hpcbundle_version=__version__,
@@ -97,10 +99,12 @@ def render_image(
 
 
 def render_steps(spec: ImageSpec, env: jinja2.Environment) -> Steps:
-    """Render every registered block's snippets, stage by stage in block order, for each format to lay out."""
+    """Render every registered block's snippets, stage by stage in block order, for each format to lay out
+    (a snippet sees the recipe, the spec, the runtime stage and the values its block fills in)."""
+    runtime = runtime_stage(spec)
 
     def rendered(snippet: Snippet, on_host: bool = True) -> Step:
-        lines = render_snippet(env, snippet.name, recipe=spec.recipe, spec=spec, **snippet.values)
+        lines = render_snippet(env, snippet.name, recipe=spec.recipe, spec=spec, runtime=runtime, **snippet.values)
         return Step(snippet.title, snippet.name, lines, on_host, snippet.lint_ignore)
 
     blocks = BLOCKS.ordered()

@@ -2,7 +2,7 @@
 
 A directory image is what `ch-convert` writes from a Docker image: its flattened file system in a
 directory, plus `ch/environment` (the image's ENV, one VAR=value a line) that `ch-run --set-env`
-reads. Here the file system comes out of the testbed's Docker engine through hpcbundle.image.images
+reads. Here the file system comes out of the testbed's Docker engine through hpcbundle.image.docker_client
 (the Docker SDK) and is untarred, so no Charliecloud builder and no registry are involved. The
 pytest fixture over it is `ch_image` in hpcbundle_testbed.docker_plugin.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcbundle.image import images
+from hpcbundle.image import docker_client
 
 from .netns_cluster import unique_prefix
 
@@ -47,7 +47,7 @@ def export_directory_image(client: Any, tag: str, image: Path) -> int:
     image.mkdir()
     tar = subprocess.Popen(["tar", "-x", "-C", str(image)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        written = images.export_rootfs(client, tag, tar.stdin)
+        written = docker_client.export_rootfs(client, tag, tar.stdin)
     finally:
         tar.stdin.close()
         try:

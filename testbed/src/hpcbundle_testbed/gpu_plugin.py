@@ -23,8 +23,10 @@ import pytest
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.fields import major_minor
 from hpcbundle.config.recipes import Recipe
-from hpcbundle.image.blocks.venv import HOROVOD_HELPERS
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.blocks.frameworks import framework_requirements
+from hpcbundle.image.blocks.horovod import horovod_cache
+from hpcbundle.image.blocks.venv import HOROVOD_HELPERS, build_requirements
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 
@@ -98,8 +100,8 @@ def stack_requirements(recipe: Recipe) -> tuple[str, ...]:
     cuobjdump = kb.cuda_wheels[major_minor(recipe.gpu.cuda)].cuobjdump
     return (
         *HOROVOD_HELPERS,
-        *spec.build_requirements,
-        *spec.framework_requirements,
+        *build_requirements(spec),
+        *framework_requirements(recipe, kb),
         *spec.cuda_tree.requirements,
         *(f"{name}=={version}" for name, version in cuobjdump.items()),
     )
@@ -262,7 +264,7 @@ def gpu_host_install(
 
 def host_horovod_cache(recipe: Recipe, venv: Path) -> Path:
     """The install script's cache directory for the recipe's Horovod: $HPCBUNDLE_CACHE/horovod/<key>-py<M.m>."""
-    template = image_spec(recipe, knowledge_base(), host=True).layout.horovod_cache
+    template = horovod_cache(recipe, host=True)
     python = cuda_wheels.site_packages(venv).parent.name.removeprefix("python")
     path = template.replace("${HPCBUNDLE_CACHE}", str(cache_dir())).replace("${HPCBUNDLE_PYVER}", python)
     return Path(path)

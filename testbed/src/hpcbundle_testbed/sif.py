@@ -25,9 +25,9 @@ from pathlib import Path
 
 from hpcbundle.config.bundle import find_bundle
 from hpcbundle.config.recipes import Recipe
-from hpcbundle.image.blocks.horovod import horovod_env, horovod_key
-from hpcbundle.image.imagespec import image_layout, image_spec
-from hpcbundle.image.layout import WHEELHOUSE, ImageSpec
+from hpcbundle.image.blocks.horovod import horovod_cache, horovod_env, horovod_key
+from hpcbundle.image.derive import image_spec
+from hpcbundle.image.spec import WHEELHOUSE, ImageSpec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 
@@ -125,7 +125,7 @@ def build_context(recipe: Recipe, dest: Path, examples: Path, wheels: Iterable[P
 def link_horovod_wheel(recipe: Recipe, wheels: Path, wheelhouse: Path) -> Path:
     """Hard-link the Horovod wheel in `wheels` to wheelhouse/horovod/<horovod_key>/, where the rendered
     Horovod step installs it instead of compiling; that directory."""
-    target = wheelhouse / image_layout(recipe).horovod_cache.removeprefix(WHEELHOUSE + "/")
+    target = wheelhouse / horovod_cache(recipe, host=False).removeprefix(WHEELHOUSE + "/")
     target.mkdir(parents=True, exist_ok=True)
     for wheel in wheels.glob("horovod-*.whl"):
         if not (target / wheel.name).exists():

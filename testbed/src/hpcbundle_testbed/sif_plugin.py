@@ -19,7 +19,7 @@ import pytest
 
 from hpcbundle.config.bundle import Bundle
 from hpcbundle.config.recipes import Recipe
-from hpcbundle.image.imagespec import image_spec
+from hpcbundle.image.derive import image_spec
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules.loading import load_recipe
 

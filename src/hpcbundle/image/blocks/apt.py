@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages, Snippet, apt_packages
 
 BASE_PACKAGES = Packages(

@@ -3,7 +3,10 @@
 A block reads recipe keys (through the `ImageSpec`) and returns, per stage, the snippets it runs
 (containers/common/<name>.sh.j2 with the values it fills in) and the apt packages it needs. The
 renderer lays the same snippets out as a Dockerfile, a .def or the install script, so every format
-runs the same steps in `position` order.
+runs the same steps in `position` order. A block also says what the runtime stage gets of it (hpccm's
+`environment_variables` and `runtime()`): the prefix it copies, its PATH and LD_LIBRARY_PATH entries,
+its variables and its rows in the manifest, gathered from every block in `path_order`; so no list
+anywhere names the blocks.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Mapping, NamedTuple
 
 from ...registry import Registry
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 
 
 class Packages(NamedTuple):
@@ -77,6 +80,16 @@ class SourceBuild:
         return self.url.rsplit("/", 1)[1]
 
 
+@dataclass(frozen=True)
+class Paths:
+    """A block's directories on PATH and LD_LIBRARY_PATH and the variables that say where it is: set for the
+    build steps after it (Horovod's build) and in the runtime stage."""
+
+    bin: tuple[str, ...] = ()
+    lib: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 MPI_PREFIX = "/opt/openmpi"
 """Where a source-built MPI goes (Open MPI's or MPICH's: one MPI per image)."""
 
@@ -97,6 +110,9 @@ class Block:
     on_host: ClassVar[bool] = True
     shell: ClassVar[tuple[str, ...]] = ()
     """The snippets its steps run, containers/common/<name>.sh.j2 (shared ones too: pip, autotools)."""
+    path_order: ClassVar[int] = 50
+    """Where its prefix, search paths and manifest rows go among the other blocks' (ascending, then `position`).
+    Not the build order: UCX builds before the MPI that links it, yet the MPI's bin/ comes first on PATH."""
 
     def apt(self, spec: ImageSpec) -> Apt:
         """The apt packages this block needs (the apt block installs them all)."""
@@ -118,6 +134,25 @@ class Block:
         """Steps of the runtime stage."""
         return ()
 
+    def prefix(self, spec: ImageSpec) -> str | None:
+        """The directory it installs into, which the runtime stage copies from the build (None: none of its own)."""
+        return None
+
+    def paths(self, spec: ImageSpec) -> Paths:
+        """Its search-path entries: its prefix's bin/ and lib/ in an image (the install script's host has its own)."""
+        prefix = self.prefix(spec)
+        if prefix is None or spec.layout.host:
+            return Paths()
+        return Paths((f"{prefix}/bin",), (f"{prefix}/lib",))
+
+    def runtime_env(self, spec: ImageSpec) -> Mapping[str, str]:
+        """Variables the runtime stage alone sets (not the build)."""
+        return {}
+
+    def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
+        """Its rows in the manifest's `layout`, where `doctor` and people look for it (e.g. ucx_prefix)."""
+        return {}
+
 
 class SourceBlock(Block):
     """A block that builds its `source()` with the shared autotools snippet (fetch tools included)."""
@@ -127,6 +162,10 @@ class SourceBlock(Block):
 
     def apt(self, spec: ImageSpec) -> Apt:
         return Apt(FETCH_PACKAGES) if self.source(spec) else Apt()
+
+    def prefix(self, spec: ImageSpec) -> str | None:
+        built = self.source(spec)
+        return built.prefix if built else None
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         built = self.source(spec)
@@ -141,6 +180,11 @@ class MpiBlock(SourceBlock):
 
     flavour: ClassVar[str]
     distro_packages: ClassVar[Packages]
+    path_order = 20
+
+    def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
+        """mpi_prefix, where the recipe's MPI is this one (None: the distribution's)."""
+        return {"mpi_prefix": self.prefix(spec)} if spec.recipe.mpi.flavour == self.flavour else {}
 
     def options(self, spec: ImageSpec) -> tuple[str, ...]:
         """The configure options: the recipe's mpi.configure."""
@@ -168,6 +212,10 @@ class BlockRegistry(Registry[Block]):
     def ordered(self) -> list[Block]:
         return sorted(self.all(), key=lambda block: (block.position, block.name))
 
+    def on_paths(self) -> list[Block]:
+        """The blocks in the order their prefixes, search paths and manifest rows go (`Block.path_order`)."""
+        return sorted(self.all(), key=lambda block: (block.path_order, block.position, block.name))
+
 
 BLOCKS = BlockRegistry("image block")
 
@@ -180,3 +228,21 @@ def apt_packages(spec: ImageSpec) -> Apt:
 def source_builds(spec: ImageSpec) -> tuple[SourceBuild, ...]:
     """What the image builds from source, in build order (e.g. UCX, then Open MPI against it)."""
     return tuple(built for block in BLOCKS.ordered() if (built := block.source(spec)))
+
+
+def search_env(spec: ImageSpec, first_bins: tuple[str, ...] = (), first_libs: tuple[str, ...] = ()) -> dict[str, str]:
+    """PATH / LD_LIBRARY_PATH and the blocks' variables: the venv's bin/ first, then a build step's own
+    `first_bins` and `first_libs`, then every block's `paths` in `path_order`.
+
+    Values keep what the base image or the container runtime set (Apptainer's --nv adds to
+    LD_LIBRARY_PATH), so they use shell/Dockerfile `${VAR}` syntax and must be double-quoted.
+    """
+    parts = [block.paths(spec) for block in BLOCKS.on_paths()]
+    bins = [f"{spec.venv}/bin", *first_bins, *(path for part in parts for path in part.bin)]
+    libs = [*first_libs, *(path for part in parts for path in part.lib)]
+    env = {"PATH": ":".join(bins) + ":${PATH}"}
+    if libs:
+        env["LD_LIBRARY_PATH"] = ":".join(libs) + "${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
+    for part in parts:
+        env |= part.env
+    return env

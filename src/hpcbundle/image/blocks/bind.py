@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...knowledge.bind import BIND_PATH, BIND_SCRIPT
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 

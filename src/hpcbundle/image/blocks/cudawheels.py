@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from ...config.fields import major_minor
-from ...config.recipes import Recipe
-from ...knowledge.compat import CudaWheels as KnownCudaWheels
-from ...knowledge.compat import KnowledgeBase
-from ..layout import CudaTree, ImageSpec
-from .base import BLOCKS, Block, Snippet
+from typing import Mapping
 
-
-def cuda_tree(recipe: Recipe, kb: KnowledgeBase) -> CudaTree | None:
-    """The toolkit wheels for gpu.source: wheels (None for the image route or an unknown CUDA)."""
-    gpu = recipe.gpu
-    if gpu is None or gpu.source != "wheels":
-        return None
-    wheels: KnownCudaWheels | None = kb.cuda_wheels.get(major_minor(gpu.cuda))
-    assert wheels is not None, "the cuda-source rule refuses a CUDA without toolkit wheels before any render"
-    return CudaTree(
-        dir=wheels.dir,
-        build_wheels=tuple(f"{name}=={version}" for name, version in wheels.build.items()),
-        runtime_wheels=tuple(f"{name}=={version}" for name, version in wheels.runtime.items()),
-        cudart=f"libcudart.so.{gpu.cuda.split('.')[0]}",
-    )
+from ...knowledge.labels import NVIDIA_CONTAINER_ENV
+from ..spec import ImageSpec
+from .base import BLOCKS, Block, Paths, Snippet
+from .nccl import torch_nccl
 
 
 @BLOCKS.register
@@ -39,11 +24,30 @@ class CudaWheels(Block):
         if [ ! -e "/opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64" ]; then ln -s lib "..."; fi
     """
 
-    name, position = "cudawheels", 60
+    name, position, path_order = "cudawheels", 60, 10
     shell = ("cudawheels",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
-        homes = [what for what, there in (("a CUDA home", spec.cuda_tree), ("an NCCL home", spec.nccl_dir)) if there]
+        nccl = torch_nccl(spec)
+        homes = [what for what, there in (("a CUDA home", spec.cuda_tree), ("an NCCL home", nccl)) if there]
         if not homes:
             return ()
-        return (Snippet(f"{' and '.join(homes)} from the NVIDIA wheels for Horovod's build", "cudawheels"),)
+        title = f"{' and '.join(homes)} from the NVIDIA wheels for Horovod's build"
+        return (Snippet(title, "cudawheels", {"nccl": nccl}),)
+
+    def paths(self, spec: ImageSpec) -> Paths:
+        """The wheels' library directories found at run time, first of all: one NCCL, one cuDNN, the CUDA runtime."""
+        recipe, nccl, libs = spec.recipe, torch_nccl(spec), []
+        if nccl:
+            libs.append(f"{nccl.dir}/lib")
+            if recipe.frameworks.tensorflow:
+                # TensorFlow's pip wheel dlopens libcudnn.so.8: it finds torch's cuDNN wheel here.
+                libs.append(nccl.dir.rsplit("/", 1)[0] + "/cudnn/lib")
+        if recipe.gpu and recipe.gpu.source == "wheels" and spec.cuda_home:
+            # lib64: the install script's toolkit may be the host's (HPCBUNDLE_CUDA_HOME), which has no lib/.
+            libs.append(f"{spec.cuda_home}/{'lib64' if spec.layout.host else 'lib'}")
+        return Paths(lib=tuple(libs))
+
+    def runtime_env(self, spec: ImageSpec) -> Mapping[str, str]:
+        """What the nvidia/cuda base images set, on the wheels route's plain OS base."""
+        return NVIDIA_CONTAINER_ENV if spec.cuda_tree is not None and not spec.layout.host else {}

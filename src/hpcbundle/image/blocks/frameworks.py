@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...config.recipes import Recipe
 from ...knowledge.compat import KnowledgeBase
 from ...knowledge.stack import stack_pins
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
@@ -44,7 +44,7 @@ class Frameworks(Block):
         gpu = spec.recipe.gpu
         title = "frameworks" + (f" and the CUDA {gpu.cuda} toolkit wheels" if toolkit and gpu else "")
         values = {
-            "requirements": (*spec.framework_requirements, *(() if separate else toolkit)),
+            "requirements": (*framework_requirements(spec.recipe, spec.kb), *(() if separate else toolkit)),
             "toolkit": separate,
             "frozen": True,
         }

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
+from ...config.fields import major_minor
 from ...config.recipes import Recipe
-from ..layout import WHEELHOUSE, ImageSpec, search_env, wheel_libs
-from .base import BLOCKS, Block, Snippet
+from ..spec import WHEELHOUSE, ImageSpec
+from .base import BLOCKS, Block, Snippet, search_env
+from .nccl import torch_nccl
 
 HOROVOD_CACHE = f"{WHEELHOUSE}/horovod"
 """Prebuilt Horovod wheels, one directory per versions key (`horovod_key`): installed instead of building."""
@@ -38,6 +41,38 @@ def horovod_key(recipe: Recipe) -> str:
     return f"horovod-{recipe.horovod.version}-{digest}"
 
 
+def horovod_cache(recipe: Recipe, host: bool) -> str:
+    """The directory of the cached wheel for these versions: in the image's wheelhouse, or the install script's
+    cache (its key ends with the Python the script really runs)."""
+    if host:
+        return f"${{HPCBUNDLE_CACHE}}/horovod/{horovod_key(recipe)}-py${{HPCBUNDLE_PYVER}}"
+    return f"{HOROVOD_CACHE}/{horovod_key(recipe)}"
+
+
+@dataclass(frozen=True)
+class HorovodBuild:
+    """What the templates around the steps say of Horovod's build: where its cached wheel is looked for, and
+    what the install script checks on the host before building there (nvcc's newest host GCC, and the GCC
+    and Python from which this Horovod needs its gcc13 and py312 patches)."""
+
+    cache: str
+    gcc_max: str | None
+    gcc13_from: str | None
+    py312_from: str | None
+
+
+def horovod_build(spec: ImageSpec) -> HorovodBuild:
+    """The cache and the host's bounds for `spec`'s Horovod and CUDA, from the knowledge base."""
+    recipe, kb = spec.recipe, spec.kb
+    hvd = kb.horovod.get(recipe.horovod.version)
+    return HorovodBuild(
+        cache=horovod_cache(recipe, spec.layout.host),
+        gcc_max=kb.nvcc_host_gcc.get(major_minor(recipe.gpu.cuda)) if recipe.gpu else None,
+        gcc13_from=hvd.gcc13_patch_from if hvd else None,
+        py312_from=hvd.py312_patch_from if hvd else None,
+    )
+
+
 def check_build(recipe: Recipe) -> tuple[str, ...]:
     """`horovodrun --check-build` lines that must be [X], as 'Section: Name' (e.g. 'Controllers: MPI')."""
     hvd = recipe.horovod
@@ -61,13 +96,7 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
     wheels = gpu is not None and gpu.source == "wheels"
     # libcuda.so.1 -> the toolkit's stub, only while Horovod builds (build hosts have no GPU driver).
     stub = (f"{layout.build_dir}/cuda-stubs",) if gpu and not wheels else ()
-    env = search_env(
-        recipe,
-        layout,
-        spec.prefixes,
-        stub + wheel_libs(recipe, layout, cuda_home, spec.nccl_dir),
-        (f"{cuda_home}/bin",) if wheels else (),
-    )
+    env = search_env(spec, (f"{cuda_home}/bin",) if wheels else (), stub)
     wanted = {
         "TENSORFLOW": fw.tensorflow is not None,
         "PYTORCH": fw.pytorch is not None,
@@ -82,7 +111,7 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
             "HOROVOD_GPU_OPERATIONS": "NCCL",
             "HOROVOD_NCCL_LINK": "SHARED",
             "HOROVOD_CUDA_HOME": cuda_home,
-            **({"HOROVOD_NCCL_HOME": spec.nccl_home} if spec.nccl_home else {}),
+            **({"HOROVOD_NCCL_HOME": nccl.home} if (nccl := torch_nccl(spec)) else {}),
             "HOROVOD_BUILD_CUDA_CC_LIST": gpu.targets.horovod_cc_list(),
         }
         if fw.pytorch:
@@ -99,7 +128,7 @@ def verify(spec: ImageSpec) -> Snippet:
 
 def _verify_values(spec: ImageSpec) -> dict[str, object]:
     imports = tuple(f"horovod.{'torch' if name == 'pytorch' else name}" for name in spec.recipe.frameworks.names)
-    return {"check_build": spec.check_build, "imports": imports}
+    return {"check_build": check_build(spec.recipe), "imports": imports}
 
 
 @BLOCKS.register
@@ -126,4 +155,5 @@ class Horovod(Block):
             f"Horovod {spec.recipe.horovod.version} (the cached wheel for these versions, or built from its sdist), "
             "then horovodrun --check-build"
         )
-        return (Snippet(title, "horovod", {"build_env": horovod_env(spec), **_verify_values(spec)}),)
+        values = {"build_env": horovod_env(spec), "cache": horovod_cache(spec.recipe, spec.layout.host)}
+        return (Snippet(title, "horovod", values | _verify_values(spec)),)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
-from .base import BLOCKS, Block, Snippet
+from typing import Mapping
+
+from ..spec import ImageSpec
+from .base import BLOCKS, Block, Paths, Snippet
 
 
 @BLOCKS.register
@@ -18,7 +20,7 @@ class IntelMpi(Block):
             impi-devel==2021.13.1 impi-rt==2021.13.1
     """
 
-    name, position = "intelmpi", 45
+    name, position, path_order = "intelmpi", 45, 20
     shell = ("pip",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
@@ -29,3 +31,15 @@ class IntelMpi(Block):
         return (
             Snippet("Intel MPI wheels into the venv", "pip", {"requirements": wheels, "toolkit": (), "frozen": False}),
         )
+
+    def paths(self, spec: ImageSpec) -> Paths:
+        """The venv's lib/ and libfabric, I_MPI_ROOT and the providers (the host's venv holds them too)."""
+        if spec.recipe.mpi.install != "pip":
+            return Paths()
+        venv = spec.venv
+        env = {"I_MPI_ROOT": venv, "FI_PROVIDER_PATH": f"{venv}/lib/libfabric/prov"}
+        return Paths(lib=(f"{venv}/lib", f"{venv}/lib/libfabric"), env=env)
+
+    def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
+        """mpi_prefix None: the wheels sit in the venv."""
+        return {"mpi_prefix": None} if spec.recipe.mpi.flavour == "intelmpi" else {}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
 @BLOCKS.register
 class Manifest(Block):
-    """Writes `spec.manifest` (the recipe, the layout, the labels) at /etc/hpcbundle/manifest.json.
+    """Writes the manifest (the recipe, the layout rows of every block, the labels) at /etc/hpcbundle/manifest.json.
 
     Parameters: the whole recipe.
 

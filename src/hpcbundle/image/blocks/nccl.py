@@ -3,10 +3,12 @@ image's own packages removed where it does."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ...config.fields import major_minor
 from ...config.recipes import Recipe
 from ...knowledge.compat import KnowledgeBase
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages
 
 
@@ -19,6 +21,24 @@ def nccl_from_torch(recipe: Recipe, kb: KnowledgeBase) -> bool:
         return True
     wheel = kb.torch_wheel(pt.version, pt.variant)
     return wheel is not None and wheel.nccl is not None
+
+
+class TorchNccl(NamedTuple):
+    """torch's nvidia/nccl (`dir`) and what HOROVOD_NCCL_HOME names (`home`): the same in an image, a link
+    tree in the install script's build directory (the host's wheel may sit in another site-packages)."""
+
+    dir: str
+    home: str
+
+
+def torch_nccl(spec: ImageSpec) -> TorchNccl | None:
+    """The NCCL torch's wheel brings, where it does (None: the base image's or NVIDIA's apt NCCL)."""
+    if not nccl_from_torch(spec.recipe, spec.kb):
+        return None
+    if spec.layout.host:
+        return TorchNccl("${HPCBUNDLE_NCCL_DIR}", f"{spec.layout.build_dir}/nccl")
+    there = f"{spec.site_packages}/nvidia/nccl"
+    return TorchNccl(there, there)
 
 
 def apt_version(nccl: str, cuda: str) -> str:
@@ -53,7 +73,7 @@ class Nccl(Block):
         recipe, gpu = spec.recipe, spec.recipe.gpu
         if gpu is None:
             return Apt()
-        if spec.nccl_home is None:
+        if torch_nccl(spec) is None:
             nccl = apt_version(gpu.nccl, gpu.cuda)
             return Apt(pinned=Packages((f"libnccl2={nccl}", f"libnccl-dev={nccl}"), (f"libnccl2={nccl}",)))
         if gpu.source != "image":

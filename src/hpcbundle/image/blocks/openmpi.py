@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...config.fields import parse_version
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, MpiBlock, Packages
 from .ucx import UCX_PREFIX
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ...config.packages import package_name
 from ...knowledge.stack import HELD_AS_BUILT, owned_by
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
+from .frameworks import framework_requirements
 
 CONSTRAINTS = "hpcbundle-constraints.txt"
 """The stack's exact pins, in the venv (a later `pip install -c` of the user's own keeps them too)."""
@@ -40,7 +41,7 @@ class Packages(Block):
             return ()
         names = sorted({name.replace("-", "[-_.]+") for pin in pins if not _held(name := package_name(pin))})
         values = {
-            "stack": (*spec.framework_requirements, f"horovod=={spec.recipe.horovod.version}"),
+            "stack": (*framework_requirements(spec.recipe, spec.kb), f"horovod=={spec.recipe.horovod.version}"),
             "constraints": f"{spec.venv}/{CONSTRAINTS}",
             "own": f"^({'|'.join(names)})==" if names else "",
             "packages": pins,

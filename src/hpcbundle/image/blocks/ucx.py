@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
+from typing import Mapping
+
+from ..spec import ImageSpec
 from .base import BLOCKS, Apt, Packages, SourceBlock, SourceBuild
 
 UCX_PREFIX = "/opt/ucx"
@@ -21,7 +23,7 @@ class Ucx(SourceBlock):
         make -C /tmp/build/ucx -j"$(nproc)" install
     """
 
-    name, position = "ucx", 30
+    name, position, path_order = "ucx", 30, 30
 
     def source(self, spec: ImageSpec) -> SourceBuild | None:
         ucx = spec.recipe.ucx
@@ -33,3 +35,6 @@ class Ucx(SourceBlock):
 
     def apt(self, spec: ImageSpec) -> Apt:
         return Apt.merge(super().apt(spec), Apt(UCX_PACKAGES)) if spec.recipe.ucx else Apt()
+
+    def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
+        return {"ucx_prefix": self.prefix(spec)}

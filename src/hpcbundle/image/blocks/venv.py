@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..layout import ImageSpec
+from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 # Horovod 0.28.1's build and run-time helpers: its setup.py and horovodrun import them, and the
@@ -19,6 +19,11 @@ HOROVOD_HELPERS = (
 )
 CMAKE_FOR_WHEELS = "cmake==4.4.4"
 """The wheels route builds with pip's cmake (the one measured with CUDA 13 wheels; Debian 12's is 3.25)."""
+
+
+def build_requirements(spec: ImageSpec) -> tuple[str, ...]:
+    """pip's cmake for the wheels route, else nothing: the OS's cmake builds."""
+    return (CMAKE_FOR_WHEELS,) if spec.cuda_tree else ()
 
 
 @BLOCKS.register
@@ -39,4 +44,6 @@ class Venv(Block):
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         title = f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers"
-        return (Snippet(title, "venv", {"requirements": (*HOROVOD_HELPERS, *spec.build_requirements)}),)
+        tools = build_requirements(spec)
+        values = {"requirements": (*HOROVOD_HELPERS, *tools), "build_requirements": tools}
+        return (Snippet(title, "venv", values),)

@@ -75,7 +75,7 @@ def ensure_base_image(
     """
     import docker.errors
 
-    from hpcbundle.image import images
+    from hpcbundle.image import docker_client
 
     t0 = time.monotonic()
     repo, _, version = tag.rpartition(":")
@@ -105,6 +105,6 @@ def ensure_base_image(
         for rel, data in host_layer(suite).items():
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / rel).write_bytes(data)
-        context = images.build_context(f"FROM {rootfs_tag}\nCOPY host/ /\n", {"host": Path(tmp)})
-    info = images.build(client, context, tag=tag)
+        context = docker_client.build_context(f"FROM {rootfs_tag}\nCOPY host/ /\n", {"host": Path(tmp)})
+    info = docker_client.build(client, context, tag=tag)
     return BaseImage(tag, info.id, rootfs, time.monotonic() - t0, imported=imported)
