@@ -8,7 +8,7 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.network import Setting, interface_settings
-from hpcbundle.launch import RankLayout, build_command, load_site
+from hpcbundle.launch import RankLayout, load_site
 
 from .helpers import SITES, make_site, planned
 

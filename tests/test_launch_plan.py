@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcbundle.cli import main
-from hpcbundle.rules import engine
 from hpcbundle.rules.engine import Facts, Result, Rule, registered
 
 from .helpers import ROOT, SHIPPED, examples

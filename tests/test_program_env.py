@@ -21,7 +21,7 @@ from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import draft_site
 from hpcbundle.diagnose.program import SHELL_PROBE, parse_probe, probe_words
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.launch import RankLayout, build_command, load_site
+from hpcbundle.launch import RankLayout, load_site
 from hpcbundle.rules.engine import Facts, evaluate
 
 from .helpers import ROOT, hpcbundle_argv, observed, planned, shellcheck
@@ -156,10 +156,7 @@ def test_container_line_keeps_the_images_environment():
         f"{ib.where}: export[1]: VIRTUAL_ENV of the launching shell would replace the image's own in singularity "
         "containers (drop VIRTUAL_ENV from export: the image provides the program's environment)"
     ]
-    assert planned(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"]).argv[-2:] == [
-        "python",
-        "t.py",
-    ]
+    assert planned(venv, RankLayout(2, (("f1", 1), ("f2", 1))), ["python", "t.py"]).argv[-2:] == ["python", "t.py"]
 
 
 def test_charliecloud_keeps_the_images_path_only_with_set_env():

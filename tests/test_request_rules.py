@@ -4,7 +4,6 @@ started), `hpcbundle rules` lists them, and with them taken out every bad reques
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +12,10 @@ import yaml
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
+from hpcbundle.config.errors import UserError
 from hpcbundle.config.limits import MAX_CORES, MAX_NODES, MAX_RANKS
 from hpcbundle.config.sites import Site
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.config.errors import UserError
 from hpcbundle.launch import LaunchPlan, RankLayout
 from hpcbundle.launch.workdir import WorkDir
 from hpcbundle.rules import engine

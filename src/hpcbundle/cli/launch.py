@@ -30,20 +30,18 @@ from .options import (
     NODES,
     PROGRAM_SETTINGS,
     RANKS_PER_NODE,
+    JobOptions,
     enter_workdir,
-    gate_option,
     image_option,
+    job_options,
     layout_from,
-    no_doctor_option,
     plan_from,
-    program_argument,
-    ranks_options,
+    plan_options,
     seconds,
     site_for,
     site_option,
     typed,
     workdir_from,
-    workdir_option,
 )
 from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
 from .preflight import doctor_first, fast_doctor, placed_hosts, warnings_of
@@ -64,34 +62,23 @@ def sites_command(bundle) -> None:
 
 
 @dataclass(frozen=True)
-class LaunchOptions:
+class LaunchOptions(JobOptions):
     """What `hpcbundle launch` was asked (its click parameters)."""
 
-    site: str
-    image: str | None
     np_: int
     hosts: str | None
     hostfile: Path | None
     explain: bool
     execute: bool
     timeout: int | None
-    workdir: str | None
-    no_doctor: bool
-    gate: bool
-    program: tuple[str, ...]
 
 
 @main.command("launch", context_settings=PROGRAM_SETTINGS)
-@site_option
-@image_option
-@ranks_options()
+@plan_options()
 @click.option("--explain", is_flag=True, help="Show where every token comes from and why.")
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
-@workdir_option
-@no_doctor_option
-@gate_option
-@program_argument
+@job_options
 @pass_bundle
 @click.pass_context
 @typed(LaunchOptions)
@@ -204,20 +191,14 @@ def gate_first(ctx: click.Context, plan: LaunchPlan) -> None:
 
 
 @dataclass(frozen=True)
-class SbatchOptions:
+class SbatchOptions(JobOptions):
     """What `hpcbundle sbatch` was asked (its click parameters)."""
 
-    site: str
-    image: str | None
     nodes: int
     tasks_per_node: int | None
     time_: str | None
     output: Path | None
     submit: bool
-    workdir: str | None
-    no_doctor: bool
-    gate: bool
-    program: tuple[str, ...]
 
 
 @main.command("sbatch", context_settings=PROGRAM_SETTINGS)
@@ -237,10 +218,7 @@ class SbatchOptions:
     help=f"Write the script here (atomically; {OUTPUT_HELP}) instead of standard output.",
 )
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
-@workdir_option
-@no_doctor_option
-@gate_option
-@program_argument
+@job_options
 @pass_bundle
 @click.pass_context
 @typed(SbatchOptions)

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -128,6 +129,38 @@ def ranks_options(np_help: str = "Number of ranks.", least: int = 1, required: b
     return lambda function: functools.reduce(lambda f, option: option(f), reversed(stack), function)
 
 
+def plan_options(np_help: str = "Number of ranks.", least: int = 1) -> Decorator:
+    """--site, --image, then ranks_options: what a command that plans ranks on a site takes (launch, tune)."""
+    ranks_stack = ranks_options(np_help, least)
+    return lambda function: site_option(image_option(ranks_stack(function)))
+
+
+def counted(flag: str, least: int, default: int, help: str, name: str | None = None) -> Decorator:  # noqa: A002
+    """A whole-number option from `least` up, its default shown in --help (e.g. --repeat, --tensors)."""
+    names = (flag, name) if name else (flag,)
+    return click.option(*names, type=Count(least), default=default, show_default=True, help=help)
+
+
+def job_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """What every command that starts or writes a job takes after its own options: --workdir, --no-doctor,
+    --gate and the PROGRAM after -- (see JobOptions)."""
+    for option in reversed((workdir_option, no_doctor_option, gate_option, program_argument)):
+        function = option(function)
+    return function
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The parameters every command that starts or writes a job shares (site_option, image_option, job_options)."""
+
+    site: str
+    image: str | None
+    workdir: str | None
+    no_doctor: bool
+    gate: bool
+    program: tuple[str, ...]
+
+
 T = TypeVar("T")
 
 
@@ -153,7 +186,9 @@ def typed(options_type: type[T]) -> Decorator:
     return decorate
 
 
-def plan_from(site: Site, layout: RankLayout | None, program: tuple[str, ...] | None, image: str | None, **more: Any) -> LaunchPlan:
+def plan_from(
+    site: Site, layout: RankLayout | None, program: tuple[str, ...] | None, image: str | None, **more: Any
+) -> LaunchPlan:
     """The command's LaunchPlan, with this node's host name (where mpirun starts every rank without hosts)."""
     return LaunchPlan(site, layout, program, image, here=socket.gethostname(), **more)
 

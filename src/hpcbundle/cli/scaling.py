@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -27,7 +28,7 @@ from ..perf.scaling.plan import (
 from ..perf.scaling.report import csv_text, table
 from ..perf.scaling.results import results
 from . import main, pass_bundle
-from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, Count, no_doctor_option, site_for, site_option
+from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, counted, no_doctor_option, site_for, site_option, typed
 from .outputs import output_target, print_results, write_atomic
 from .preflight import doctor_first
 from .submit import submit_script
@@ -49,6 +50,32 @@ def scaling_group() -> None:
       hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1-8 -o study --submit
       hpcbundle scaling report study
     """
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """What `hpcbundle scaling plan` was asked (its click parameters)."""
+
+    site: str
+    image: str | None
+    nodes_text: str
+    mode: str
+    tasks_per_node: int | None
+    global_batch: int
+    batch_per_rank: int
+    model: str
+    image_size: int
+    warmup: int
+    batches_per_iter: int
+    iters: int
+    time_: str | None
+    python: str
+    repeat: int
+    concurrent: bool
+    outdir: str
+    submit: bool
+    no_doctor: bool
+    extra: tuple[str, ...]
 
 
 @scaling_group.command(
@@ -73,25 +100,15 @@ def scaling_group() -> None:
     type=RANKS_PER_NODE,
     help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
 )
-@click.option(
-    "--global-batch",
-    type=Count(1),
-    default=64,
-    show_default=True,
-    help="Images per step over all ranks (strong mode); a multiple of every rank count.",
-)
-@click.option(
-    "--batch-per-rank", type=Count(1), default=32, show_default=True, help="Images per step on each rank (weak mode)."
-)
+@counted("--global-batch", 1, 64, "Images per step over all ranks (strong mode); a multiple of every rank count.")
+@counted("--batch-per-rank", 1, 32, "Images per step on each rank (weak mode).")
 @click.option(
     "--model", type=click.Choice(MODELS), default="resnet", show_default=True, help="The benchmark's --model."
 )
-@click.option(
-    "--image-size", type=Count(4), default=32, show_default=True, help="Height and width of the synthetic images."
-)
-@click.option("--warmup", type=Count(0), default=5, show_default=True, help="Untimed batches before timing.")
-@click.option("--batches-per-iter", type=Count(1), default=5, show_default=True, help="Batches per timed iteration.")
-@click.option("--iters", type=Count(1), default=5, show_default=True, help="Timed iterations (their spread is the +-).")
+@counted("--image-size", 4, 32, "Height and width of the synthetic images.")
+@counted("--warmup", 0, 5, "Untimed batches before timing.")
+@counted("--batches-per-iter", 1, 5, "Batches per timed iteration.")
+@counted("--iters", 1, 5, "Timed iterations (their spread is the +-).")
 @click.option("--time", "time_", help="Time limit of each job, e.g. 00:20:00 (default: the site's slurm.time).")
 @click.option(
     "--python",
@@ -99,13 +116,7 @@ def scaling_group() -> None:
     show_default=True,
     help="The interpreter the ranks run (inside the image with --image).",
 )
-@click.option(
-    "--repeat",
-    type=Count(1),
-    default=1,
-    show_default=True,
-    help="Run the whole study this many times, round after round; report takes each point's median.",
-)
+@counted("--repeat", 1, 1, "Run the whole study this many times, round after round; report takes each point's median.")
 @click.option(
     "--concurrent",
     is_flag=True,
@@ -124,30 +135,8 @@ def scaling_group() -> None:
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
-def plan_command(
-    ctx: click.Context,
-    bundle,
-    site: str,
-    image: str | None,
-    nodes_text: str,
-    mode: str,
-    tasks_per_node: int | None,
-    global_batch: int,
-    batch_per_rank: int,
-    model: str,
-    image_size: int,
-    warmup: int,
-    batches_per_iter: int,
-    iters: int,
-    time_: str | None,
-    python: str,
-    repeat: int,
-    concurrent: bool,
-    outdir: str,
-    submit: bool,
-    no_doctor: bool,
-    extra: tuple[str, ...],
-) -> None:
+@typed(StudyOptions)
+def plan_command(ctx: click.Context, bundle, asked: StudyOptions) -> None:
     """Write one sbatch script per point of a scaling study into OUTPUT (and submit them, with --submit).
 
     \b
@@ -158,32 +147,32 @@ def plan_command(
       hpcbundle scaling plan --site eth-a100-slurm --image horovod.sif --nodes 1,2 --repeat 3 -o study3 --submit
       hpcbundle scaling plan --nodes 1,2 --mode strong --global-batch 128 --model resnet-wide -o s2 -- --fp16-allreduce
     """
-    model_site = site_for(bundle, site)
-    directory = _study_directory(outdir)
+    model_site = site_for(bundle, asked.site)
+    directory = _study_directory(asked.outdir)
     study = Study(
-        nodes=parse_nodes(nodes_text),
-        modes=("strong", "weak") if mode == "both" else (mode,),
-        tasks_per_node=tasks_per_node or model_site.node.slots,
-        global_batch=global_batch,
-        batch_per_rank=batch_per_rank,
-        model=model,
-        image_size=image_size,
-        warmup=warmup,
-        batches_per_iter=batches_per_iter,
-        iters=iters,
-        time=time_,
-        python=python,
-        extra=extra,
-        serial=not concurrent,
-        repeat=repeat,
+        nodes=parse_nodes(asked.nodes_text),
+        modes=("strong", "weak") if asked.mode == "both" else (asked.mode,),
+        tasks_per_node=asked.tasks_per_node or model_site.node.slots,
+        global_batch=asked.global_batch,
+        batch_per_rank=asked.batch_per_rank,
+        model=asked.model,
+        image_size=asked.image_size,
+        warmup=asked.warmup,
+        batches_per_iter=asked.batches_per_iter,
+        iters=asked.iters,
+        time=asked.time_,
+        python=asked.python,
+        extra=asked.extra,
+        serial=not asked.concurrent,
+        repeat=asked.repeat,
     )
     b = bundle.get()
     examples, environment = str(b.examples_dir.resolve()), script_environment(b.scripts_dir)
-    planned = plan_study(model_site, study, image, examples, str(directory), environment, __version__)
-    _write_plan(planned, directory, outdir)
+    planned = plan_study(model_site, study, asked.image, examples, str(directory), environment, __version__)
+    _write_plan(planned, directory, asked.outdir)
     print_results(list(planned.warnings), err=True)
-    if submit:
-        _submit(ctx, planned, directory, model_site, image, no_doctor)
+    if asked.submit:
+        _submit(ctx, planned, directory, model_site, asked.image, asked.no_doctor)
 
 
 def _study_directory(outdir: str) -> Path:

@@ -15,18 +15,7 @@ from ..config.sites import Site
 from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, changed_text, current_settings, report_lines, tuned_site_text
 from ..perf.tunerun import Benchmark, TuneJob, run_sweep
 from . import main, pass_bundle
-from .options import (
-    Count,
-    image_option,
-    layout_from,
-    no_doctor_option,
-    plan_from,
-    ranks_options,
-    seconds,
-    site_for,
-    site_option,
-    typed,
-)
+from .options import counted, layout_from, no_doctor_option, plan_from, plan_options, seconds, site_for, typed
 from .outputs import OUTPUT_HELP, write_atomic
 from .preflight import doctor_first, warnings_of
 
@@ -97,16 +86,13 @@ class TuneOptions:
 
 
 @main.command("tune")
-@site_option
-@image_option
-@ranks_options("Number of ranks (at least 2: an allreduce needs peers).", least=2)
+@plan_options("Number of ranks (at least 2: an allreduce needs peers).", least=2)
 @click.option("--size", default="64M", show_default=True, help="Bytes allreduced per step (K/M/G = KiB/MiB/GiB).")
-@click.option(
+@counted(
     "--tensors",
-    type=Count(1),
-    default=1,
-    show_default=True,
-    help="Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).",
+    1,
+    1,
+    "Split --size into this many tensors submitted together, as gradients are (exercises fusion and cycle time).",
 )
 @click.option(
     "--small-size",
@@ -114,12 +100,8 @@ class TuneOptions:
     show_default=True,
     help="The other end for the fusion and cycle knobs: bytes allreduced per step in --small-tensors tensors.",
 )
-@click.option(
-    "--small-tensors",
-    type=Count(1),
-    default=64,
-    show_default=True,
-    help="Tensors of the small end (a model with many small gradients: 64 x 4 KiB by default).",
+@counted(
+    "--small-tensors", 1, 64, "Tensors of the small end (a model with many small gradients: 64 x 4 KiB by default)."
 )
 @click.option(
     "--knobs",
@@ -128,9 +110,7 @@ class TuneOptions:
         f"{', '.join(KNOB_NAMES)}."
     ),
 )
-@click.option(
-    "--repeat", type=Count(1), default=3, show_default=True, help="Runs per candidate, interleaved; the median counts."
-)
+@counted("--repeat", 1, 3, "Runs per candidate, interleaved; the median counts.")
 @click.option(
     "--python",
     "python",

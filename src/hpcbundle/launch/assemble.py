@@ -66,11 +66,7 @@ def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
 
 
 def build_command(
-    site: Site,
-    layout: RankLayout,
-    program: Sequence[str],
-    image: str | None = None,
-    workdir: WorkDir | None = None,
+    site: Site, layout: RankLayout, program: Sequence[str], image: str | None = None, workdir: WorkDir | None = None
 ) -> Command:
     """The launch command for `program` on `site`, every token explained; with `workdir` (read by the
     caller), every rank starts in that directory, mounted where the runtime would not see it.

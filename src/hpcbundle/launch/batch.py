@@ -159,7 +159,9 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
     discovery = None
     if site.faults.elastic:
         discovery = elastic.discovery_script(site, env, None, job.tasks_per_node or site.node.slots)
-    in_job = replace(plan, workdir=replace(plan.workdir, source=JOB_SOURCE)) if plan.workdir else plan  # it starts there
+    in_job = (
+        replace(plan, workdir=replace(plan.workdir, source=JOB_SOURCE)) if plan.workdir else plan
+    )  # it starts there
     command = in_job.command()
     gate_segments = in_job.command(gate.program).segments() if gate else None
     return env.get_template(TEMPLATE).render(

@@ -139,4 +139,3 @@ class LaunchPlan:
         assert ranks is not None, "a launch command needs ranks"
         words = program if program is not None else self.program or ()
         return build_command(self.site, ranks, words, self.image, self.workdir)
-

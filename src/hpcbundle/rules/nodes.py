@@ -53,7 +53,9 @@ def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     node_of = {h: nodes.get(h, {}) if facts.observed else nodes.get(h, declared) for h in hosts}
     gpus = {h: _gpus(node_of[h], site.node.gpus) for h in hosts}
     flag = _ranks_flag(facts)
-    there = {h: f"{gpus[h]} GPUs there" if facts.observed else f"site {site.name} nodes have {gpus[h]} GPUs" for h in hosts}
+    there = {
+        h: f"{gpus[h]} GPUs there" if facts.observed else f"site {site.name} nodes have {gpus[h]} GPUs" for h in hosts
+    }
     over = [(h, r, there[h]) for h, r in hosts.items() if gpus[h] and r > gpus[h]]
     under = [(h, r, there[h]) for h, r in hosts.items() if gpus[h] and r < gpus[h]]
     cpus = {h: _cpu_limit(site, node_of[h], facts.observed) for h in hosts if not gpus[h]}
