@@ -16,14 +16,13 @@ from ..config.loading import named_file
 from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
-from .engine import Facts, LaunchRequest, Result, applicable, registered
+from .engine import Facts, Result, evaluate, registered
 
 
 def load_failures(facts: Facts) -> list[Result]:
-    """The FAILs of the on_load rules over `facts` (a site alone, or a recipe alone)."""
-    kb = knowledge_base()
-    found = [result for r in applicable(facts) if r.on_load for result in r(facts, kb)]
-    return [result for result in found if result.status == "FAIL"]
+    """The FAILs of the on_load rules over `facts` (a site alone, or a recipe alone), in one engine pass."""
+    on_load = {r.name for r in registered() if r.on_load}
+    return [r for r in evaluate(facts, knowledge_base()) if r.status == "FAIL" and r.rule.split(" ", 1)[0] in on_load]
 
 
 def refuse_failures(facts: Facts, where: str) -> None:
