@@ -1,6 +1,6 @@
 """Loading that refuses: a site or recipe of the right shape whose keys contradict each other is refused
 by the rules that judge it (`on_load` rules), one `FILE: KEY: problem (fix)` line each, exit status 2.
-A launch request is refused the same way before anything starts, its own parts printed as `FLAG: problem (fix)`.
+A launch request is judged with its site by its LaunchPlan (launch/plan.py), its own parts printed as `FLAG: problem (fix)`.
 
 config/ validates the shape and knows no rule; every command loads through here (or through
 hpcbundle.launch.load_site, which calls it), so a combination is judged in one place, the engine.
@@ -41,12 +41,6 @@ def problem_line(result: Result, where: str) -> str:
 def refuse_site(site: Site) -> Site:
     """`site`, unless a rule refuses it (for sites built in code, not read from a file)."""
     refuse_failures(Facts(site=site), site.where)
-    return site
-
-
-def refuse_request(site: Site, request: LaunchRequest) -> Site:
-    """`site`, unless a rule refuses it or the launch `request` on it (nothing has started yet)."""
-    refuse_failures(Facts(site=site, request=request), site.where)
     return site
 
 
