@@ -1,6 +1,7 @@
 """Loading that refuses: a site or recipe of the right shape whose keys contradict each other is refused
 by the rules that judge it (`on_load` rules), one `FILE: KEY: problem (fix)` line each, exit status 2.
-A launch request is judged with its site by its LaunchPlan (launch/plan.py), its own parts printed as `FLAG: problem (fix)`.
+A launch request is judged with its site by its LaunchPlan (launch/plan.py), in one pass; its own parts are
+printed as `FLAG: problem (fix)`.
 
 config/ validates the shape and knows no rule; every command loads through here (or through
 hpcbundle.launch.load_site, which calls it), so a combination is judged in one place, the engine.
