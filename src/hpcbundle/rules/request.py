@@ -41,10 +41,13 @@ def _skip(what: str) -> Verdict:
     return Verdict("SKIP", f"no {what} in this request")
 
 
-def _parts(site: Site) -> tuple[LauncherKnown, RuntimeKnown] | None:
-    """What the site's launcher and runtime can do (None for an unknown name: launcher-known refuses it)."""
-    launcher, runtime = LAUNCHERS_KNOWN.get(site.launcher.name), RUNTIMES_KNOWN.get(site.container.runtime)
-    return (launcher, runtime) if launcher is not None and runtime is not None else None
+def _parts(site: Site) -> tuple[LauncherKnown, RuntimeKnown]:
+    """What the site's launcher and runtime can do (the rules that read it are superseded by launcher-known and
+    runtime-known, which refuse an unknown name)."""
+    return LAUNCHERS_KNOWN[site.launcher.name], RUNTIMES_KNOWN[site.container.runtime]
+
+
+KNOWN_PARTS = ("launcher-known", "runtime-known")
 
 
 def _bad_name(image: str) -> bool:
@@ -104,7 +107,7 @@ def image_form(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if image is None:
         return [_skip("--image")]
     if not getattr(RUNTIMES_KNOWN.get(facts.site.container.runtime), "enroot", False):
-        return []
+        return [Verdict("SKIP", f"{facts.site.container.runtime} takes any image name its engine can find")]
     problem = _pyxis_image_problem(image)
     return [request_refusal("--image", *problem)] if problem else []
 
@@ -132,11 +135,13 @@ def _pyxis_image_problem(image: str) -> tuple[str, str] | None:
     return f"{shown} is not an enroot image reference", fix
 
 
-@rule("image-on-host", needs=REQUEST, on_load=True)
+@rule("image-on-host", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """No --image on a site whose programs run on the host (container.runtime: none)."""
     site, parts = facts.site, _parts(facts.site)
-    if _image(facts.request) is None or parts is None or parts[1].needs_image:
+    if _image(facts.request) is None:
+        return [_skip("--image")]
+    if parts[1].needs_image:
         return []
     problem = f"site {site.name} runs programs on the host (container.runtime: none)"
     return [request_refusal("--image", problem, "drop --image or pick a site with a container runtime")]
@@ -162,11 +167,13 @@ def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("--workdir", problem, f"run from (or give --workdir) a directory without {split[0]!r}")]
 
 
-@rule("hosts-launcher", needs=REQUEST, on_load=True)
+@rule("hosts-launcher", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def hosts_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """--hosts and --hostfile go to a launcher that takes hosts; srun places the ranks on the nodes SLURM allocated."""
     request, parts = facts.request, _parts(facts.site)
-    if not (request.hosts or request.hostfile) or parts is None or parts[0].takes_hosts:
+    if not (request.hosts or request.hostfile):
+        return [_skip("--hosts or --hostfile")]
+    if parts[0].takes_hosts:
         return []
     problem = f"{facts.site.launcher.name} places the ranks on the nodes SLURM allocated"
     fix = "drop --hosts/--hostfile and ask SLURM for nodes (hpcbundle sbatch --nodes N)"
@@ -204,7 +211,7 @@ def np_slots(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
-@rule("np-nodes", needs=REQUEST, on_load=True)
+@rule("np-nodes", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def np_nodes(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """srun's ranks fit the SLURM job's nodes x ranks per node (one per GPU), when the nodes are known.
 
@@ -215,8 +222,10 @@ def np_nodes(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if request.np is None:
         return [_skip("--np")]
     per_node = site.node.fixed_ranks
-    if request.nodes is None or parts is None or parts[0].takes_hosts or per_node is None:
-        return []  # SLURM places the ranks, told --ntasks-per-node
+    if request.nodes is None or parts[0].takes_hosts:
+        return [Verdict("SKIP", "the SLURM job's nodes are not known here, or the launcher places ranks by host")]
+    if per_node is None:
+        return [Verdict("SKIP", "a CPU site without node.ranks_per_node: SLURM places the ranks by CPUs")]
     if request.np <= request.nodes * per_node:
         return []
     key = "node.ranks_per_node" if site.node.ranks_per_node else "node.gpus"
@@ -229,7 +238,7 @@ def _host_list(request: LaunchRequest) -> str:
     return ",".join(f"{host}:{slots}" for host, slots in request.hosts)
 
 
-@rule("np-one-node", needs=REQUEST, on_load=True, superseded_by=("container-one-node",))
+@rule("np-one-node", needs=REQUEST, on_load=True, superseded_by=("container-one-node", *KNOWN_PARTS))
 def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """More ranks than one node's slots need hosts, or a SLURM allocation the launcher reads."""
     site, request, parts = facts.site, facts.request, _parts(facts.site)
@@ -237,7 +246,7 @@ def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         return [_skip("--np")]
     if site.faults.elastic is not None:
         return [Verdict("SKIP", "an elastic site's hosts come from its discovery source (rule elastic-hosts)")]
-    if parts is None or request.np <= site.node.slots or site.launcher.oversubscribe:
+    if request.np <= site.node.slots or site.launcher.oversubscribe:
         return []
     launcher = parts[0]
     if request.slots is not None or not launcher.takes_hosts:
@@ -287,11 +296,13 @@ def _exports_refused(
     return [refusal(f"export[{i}]", problem(name), fix(name)) for i, name in enumerate(site.export) if refused(name)]
 
 
-@rule("container-one-node", needs=REQUEST, on_load=True)
+@rule("container-one-node", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A runtime that holds the launcher in one container (docker, podman) runs the job on one node."""
     site, request, parts = facts.site, facts.request, _parts(facts.site)
-    if _image(request) is None or parts is None or not parts[1].wraps_launcher or not _spans_nodes(site, request):
+    if _image(request) is None:
+        return [_skip("--image")]
+    if not parts[1].wraps_launcher or not _spans_nodes(site, request):
         return []
     flag = "--hosts" if request.hosts else f"--np {request.np}"
     problem = f"{site.container.runtime} runs the launcher inside one container on one node"
@@ -324,13 +335,9 @@ def elastic_hosts(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site, request = facts.site, facts.request
     if request.np is None:
         return [_skip("--np")]
-    return _elastic_hosts(site, request)
-
-
-def _elastic_hosts(site: Site, request: LaunchRequest) -> list[Verdict]:
     elastic = site.faults.elastic
     if elastic is None:
-        return []
+        return [Verdict("SKIP", f"site {site.name} is not elastic (no faults.elastic)")]
     if request.hosts:
         problem = f"site {site.name} is elastic: horovodrun takes its hosts from a discovery script, read every second"
         fix = (
@@ -352,15 +359,12 @@ def _elastic_hosts(site: Site, request: LaunchRequest) -> list[Verdict]:
 @rule("elastic-np", needs=REQUEST, on_load=True)
 def elastic_np(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """An elastic launch's --np lies within faults.elastic's [min_np, max_np]."""
-    if facts.request.np is None:
+    site, np = facts.site, facts.request.np
+    if np is None:
         return [_skip("--np")]
-    return _elastic_np(facts.site, facts.request.np)
-
-
-def _elastic_np(site: Site, np: int) -> list[Verdict]:
     elastic = site.faults.elastic
     if elastic is None:
-        return []
+        return [Verdict("SKIP", f"site {site.name} is not elastic (no faults.elastic)")]
     high = elastic.max_np or np
     if elastic.min_np <= np <= high:
         return []
