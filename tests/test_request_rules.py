@@ -203,7 +203,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 
 def test_every_request_rule_has_a_bad_case():
-    covered = {case[0] for case in CASES} | {"knob-site", "workdir-path"}  # workdir-path: test_workdir.py
+    covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time"}  # test_workdir, test_batch
     assert covered == {r.name for r in registered() if "request" in r.needs} | {"ranks-per-node"}
     assert all(r.on_load for r in registered() if "request" in r.needs)
 
@@ -236,6 +236,7 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
         "np-nodes": "the SLURM job's nodes are not known here, or the launcher places ranks by host",
         "elastic-hosts": "site ib-v100 is not elastic (no faults.elastic)",
         "elastic-np": "site ib-v100 is not elastic (no faults.elastic)",
+        "batch-time": "no --time in this request",
     }
     assert {r.status for name, r in results.items() if name not in skipped} == {"PASS"}
     unknown = engine.evaluate(Facts(site=site, request=LaunchRequest()), knowledge_base())
@@ -256,7 +257,8 @@ def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule()
             "SLURM would signal the job to stop as it starts (ask for more than 600 s)",
         )
     ]
-    assert load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="2 hours"))) == []
+    malformed = load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="2 hours")))
+    assert [(f.rule, f.key) for f in malformed] == [("batch-time", "--time")]  # not the signal lead's to judge
 
 
 def test_check_judges_a_launch_request_given_with_np_hosts_and_image():

@@ -212,7 +212,7 @@ def test_sbatch_refuses_a_working_directory_an_sbatch_line_cannot_quote(tmp_path
     result = hpcbundle("sbatch", "--nodes", "1", "--workdir", '/home/a"b', "-o", str(out), "--", "python3", "t.py")
     assert result.returncode == 2 and not out.exists()
     assert result.stderr == (
-        "hpcbundle: error: --workdir: '/home/a\"b' has a double quote, which an #SBATCH line cannot carry "
+        "hpcbundle: error: --workdir: '/home/a\"b' has a double quote, which an #SBATCH --chdir line cannot carry "
         "(use a directory without '\"')\n"
     )
 

@@ -14,8 +14,8 @@ from typing import Sequence
 import jinja2
 
 from .. import __version__
-from ..config.errors import UserError, clip
-from ..config.sites import Site, is_slurm_time
+from ..config.errors import UserError
+from ..config.sites import Site
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from . import elastic
@@ -79,16 +79,9 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     keeps a quoted word whole).
     """
     slurm = site.slurm
-    time = job.time or slurm.time
-    if time is not None and not is_slurm_time(time):
-        raise UserError.at(
-            "", "--time", f"{clip(time)} is not a SLURM time of at most a year", "e.g. 30, 02:00:00 or 1-00:00:00"
-        )
+    time = job.time or slurm.time  # its form judged by rule batch-time, with the plan
     lead = site.faults.signal_before_end
-    chdir = job.workdir.path if job.workdir else None
-    if chdir and '"' in chdir:
-        problem = f"{clip(chdir)} has a double quote, which an #SBATCH line cannot carry"
-        raise UserError.at("", "--workdir", problem, "use a directory without '\"'")
+    chdir = job.workdir.path if job.workdir else None  # without '"': rule workdir-path
     per_node = job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
@@ -132,7 +125,7 @@ def job_layout(site: Site, job: BatchJob) -> RankLayout:
 def batch_plan(site: Site, job: BatchJob, program: Sequence[str], image: str | None) -> LaunchPlan:
     """The plan of a batch job running `program`: what `sbatch` (and each point of a scaling study) judges
     once before the script is written."""
-    return LaunchPlan(site, job_layout(site, job), tuple(program), image, job.workdir, time=job.time)
+    return LaunchPlan(site, job_layout(site, job), tuple(program), image, job.workdir, time=job.time, batch=True)
 
 
 def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate: GateStep | None = None) -> str:

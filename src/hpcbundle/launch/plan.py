@@ -55,6 +55,7 @@ class LaunchPlan:
     time        a batch job's --time
     knobs       the knobs a tune run sweeps
     here        this node's host name: where mpirun starts every rank when no hosts are given
+    batch       a batch job's plan (sbatch, scaling plan): its script carries #SBATCH lines
     hosts       ranks per host given outright (doctor --hosts), instead of derived from the layout
     """
 
@@ -68,6 +69,7 @@ class LaunchPlan:
     knobs: tuple[str, ...] = ()
     here: str = "localhost"
     hosts: Mapping[str, int] | None = field(default=None)
+    batch: bool = False
 
     def request(self) -> LaunchRequest:
         """The launch request the rules read."""
@@ -86,6 +88,7 @@ class LaunchPlan:
             nodes=layout.nodes if layout else None,
             tasks_per_node=layout.tasks_per_node if layout else None,
             workdir=self.workdir.path if self.workdir else None,
+            batch=self.batch,
         )
 
     def ranks_per_host(self) -> dict[str, int] | None:

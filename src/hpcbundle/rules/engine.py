@@ -101,6 +101,7 @@ class LaunchRequest:
     knobs       the knobs a tune run is to sweep (tune --knobs)
     nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
     tasks_per_node  the ranks on each node a batch job asks for (sbatch --tasks-per-node)
+    batch       the request is a batch job's (sbatch, scaling plan): its script carries #SBATCH lines
     workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
@@ -119,6 +120,7 @@ class LaunchRequest:
     knobs: tuple[str, ...] = ()
     nodes: int | None = None
     tasks_per_node: int | None = None
+    batch: bool = False
     workdir: str | None = None
 
     @property

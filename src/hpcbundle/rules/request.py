@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from ..config.errors import clip
 from ..config.fields import IMAGE_COMPONENT
 from ..config.limits import MAX_RANKS
-from ..config.sites import PROGRAM_ENV, Site
+from ..config.sites import PROGRAM_ENV, Site, is_slurm_time
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
 from ..knowledge.tuning import knob_sites
@@ -151,7 +152,7 @@ def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The working directory every rank starts in is an absolute path without control characters, and
     without the characters that split the site runtime's mount spec (':' for docker, podman and ch-run,
-    also ',' for pyxis), which would mount another directory."""
+    also ',' for pyxis), which would mount another directory; a batch job's without '"' (#SBATCH --chdir)."""
     workdir, runtime = facts.request.workdir, facts.site.container.runtime
     if workdir is None:
         return [_skip("working directory")]
@@ -161,10 +162,29 @@ def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if any(ord(char) < 32 or ord(char) == 127 for char in workdir):
         return [request_refusal("--workdir", f"{shown} has a control character", "use a plain directory name")]
     split = [char for char in getattr(RUNTIMES_KNOWN.get(runtime), "mount_separators", "") if char in workdir]
-    if not split:
+    if split:
+        problem = f"{shown} has {split[0]!r}, which splits {runtime}'s mount of the working directory"
+        fix = f"run from (or give --workdir) a directory without {split[0]!r}"
+        return [request_refusal("--workdir", problem, fix)]
+    if facts.request.batch and '"' in workdir:
+        problem = f"{shown} has a double quote, which an #SBATCH --chdir line cannot carry"
+        return [request_refusal("--workdir", problem, "use a directory without '\"'")]
+    return []
+
+
+@rule("batch-time", needs=REQUEST, on_load=True)
+def batch_time(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A batch job's --time is a SLURM time of at most a year (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]])."""
+    time = facts.request.time
+    if time is None:
+        return [_skip("--time")]
+    if is_slurm_time(time):
         return []
-    problem = f"{shown} has {split[0]!r}, which splits {runtime}'s mount of the working directory"
-    return [request_refusal("--workdir", problem, f"run from (or give --workdir) a directory without {split[0]!r}")]
+    return [
+        request_refusal(
+            "--time", f"{clip(time)} is not a SLURM time of at most a year", "e.g. 30, 02:00:00 or 1-00:00:00"
+        )
+    ]
 
 
 @rule("hosts-launcher", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
