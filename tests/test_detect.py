@@ -6,7 +6,7 @@ from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.diagnose.probes import parse_gpus
-from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME_WHY
+from hpcbundle.knowledge.knobs import GPU_CYCLE_TIME_WHY
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 

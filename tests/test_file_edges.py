@@ -14,7 +14,7 @@ import pytest
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import MAX_DEPTH, MAX_FILE_BYTES
 from hpcbundle.execute import MAX_ARG_BYTES, run_captured
-from hpcbundle.perf.tunerun import busbw_of
+from hpcbundle.perf.tune.run import busbw_of
 from hpcbundle_testbed.cli import hpcbundle
 
 from .helpers import ROOT, SMALL_SITE, assert_refused_in_one_line, elastic_site, write_site

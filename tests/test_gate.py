@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcbundle.diagnose.gate import (
+from hpcbundle.diagnose.gate.probe import failure_of, program, report_of
+from hpcbundle.diagnose.gate.verdict import (
     Expect,
     Measured,
     RankReport,
@@ -23,7 +24,6 @@ from hpcbundle.diagnose.gate import (
     nccl_transport,
     openmpi_transport,
 )
-from hpcbundle.diagnose.gateprobe import failure_of, program, report_of
 from hpcbundle.launch import load_site
 
 from .helpers import ROOT, hpcbundle

@@ -17,7 +17,7 @@ import pytest
 
 from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
-from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME
+from hpcbundle.knowledge.knobs import GPU_CYCLE_TIME
 from hpcbundle.rules.loading import load_recipe
 from hpcbundle_testbed.cuda_wheels import check_build_marks
 from hpcbundle_testbed.gpu_device import nvidia_gpus

@@ -11,7 +11,7 @@ import pytest
 from hpcbundle.config import recipes, sites
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.sites import Site
-from hpcbundle.diagnose.gateprobe import expect
+from hpcbundle.diagnose.gate.probe import expect
 from hpcbundle.rules import engine
 from hpcbundle.rules.engine import RULES, Facts, registered
 from hpcbundle.rules.loading import load_failures, load_recipe, load_site

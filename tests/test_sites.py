@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from hpcbundle.config.errors import UserError
-from hpcbundle.knowledge.tuning import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
+from hpcbundle.knowledge.knobs import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from hpcbundle.launch import load_site
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures

@@ -15,7 +15,8 @@ from hpcbundle.config.loading import parse_yaml, read_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.execute import Captured
 from hpcbundle.launch import RankLayout, load_site
-from hpcbundle.perf.tune import (
+from hpcbundle.perf.tune.run import Benchmark, TuneJob, busbw_of, failure_line, run_sweep
+from hpcbundle.perf.tune.sweep import (
     KNOBS,
     SMALL,
     Candidate,
@@ -31,7 +32,6 @@ from hpcbundle.perf.tune import (
     sweep,
     tuned_site_text,
 )
-from hpcbundle.perf.tunerun import Benchmark, TuneJob, busbw_of, failure_line, run_sweep
 
 from .helpers import GOLDEN, ROOT, assert_golden, hpcbundle, hpcbundle_argv
 

@@ -9,8 +9,8 @@ import pytest
 
 from hpcbundle.config.loading import read_yaml, validate
 from hpcbundle.config.sites import Site
-from hpcbundle.diagnose.gateprobe import REPORT_KEY
-from hpcbundle.diagnose.launchgate import gate_probe, gate_python, run_gate
+from hpcbundle.diagnose.gate.probe import REPORT_KEY
+from hpcbundle.diagnose.gate.run import gate_probe, gate_python, run_gate
 from hpcbundle.diagnose.watchdog import (
     exec_limit,
     hang_error,

@@ -122,7 +122,7 @@ if [[ -f $lane/venv/hpcbundle-env.sh ]] && (( left > 10 )); then
     # shellcheck disable=SC1091  # written by the install script on that machine
     (source "$lane/venv/hpcbundle-env.sh" && timeout "$left" python bench/gpu.py --out "$out") 2>&1 | tee "$out/bench-gpu.txt"
 fi
-# tune's cycle knob (perf/tune.py's candidates, ms) on one GPU at both ends, 4 KiB and 64 MiB, in what is
+# tune's cycle knob (perf/tune/sweep.py's candidates, ms) on one GPU at both ends, 4 KiB and 64 MiB, in what is
 # left: the figures behind the HOROVOD_CYCLE_TIME that GPU sites and `site detect` draft.
 for cycle in 1 0.1 0.5 5; do
     left=$((budget - SECONDS))

@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from ..config.sites import Site
-from ..diagnose.gate import STARTED, hang_line
-from ..diagnose.launchgate import gate_probe, run_gate
+from ..diagnose.gate.run import gate_probe, run_gate
+from ..diagnose.gate.verdict import STARTED, hang_line
 from ..diagnose.watchdog import (
     Stopped,
     exec_limit,

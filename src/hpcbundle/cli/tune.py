@@ -12,8 +12,17 @@ import click
 from ..config.errors import UserError, clip
 from ..config.loading import parse_yaml, read_yaml, validate
 from ..config.sites import Site
-from ..perf.tune import KNOB_NAMES, KNOBS, Knob, Settings, changed_text, current_settings, report_lines, tuned_site_text
-from ..perf.tunerun import Benchmark, TuneJob, run_sweep
+from ..perf.tune.run import Benchmark, TuneJob, run_sweep
+from ..perf.tune.sweep import (
+    KNOB_NAMES,
+    KNOBS,
+    Knob,
+    Settings,
+    changed_text,
+    current_settings,
+    report_lines,
+    tuned_site_text,
+)
 from . import main, pass_bundle
 from .options import counted, layout_from, no_doctor_option, plan_from, plan_options, seconds, site_for, typed
 from .outputs import OUTPUT_HELP, write_atomic

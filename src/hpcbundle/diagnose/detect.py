@@ -21,8 +21,8 @@ import socket
 from typing import Any
 
 from ..config.sites import PROGRAM_ENV
+from ..knowledge.knobs import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from ..knowledge.launching import LAUNCHERS_KNOWN, runtime_detection
-from ..knowledge.tuning import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from .topo import parse_topo
 
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
@@ -114,7 +114,7 @@ def draft_site(observed: dict[str, Any], name: str, known_gpus: list[str] | None
 
 
 def _gpu_env_lines(gpu: dict[str, Any]) -> list[str]:
-    """The draft's env: on a GPU node, HOROVOD_CYCLE_TIME (knowledge/tuning.py GPU_CYCLE_TIME), to re-tune here."""
+    """The draft's env: on a GPU node, HOROVOD_CYCLE_TIME (knowledge/knobs.py GPU_CYCLE_TIME), to re-tune here."""
     if not gpu.get("present"):
         return []
     return [

@@ -30,7 +30,7 @@ FAMILIES = (
     "recipe",
     "launching",
     "request",
-    "base",
+    "baseimage",
     "nodes",
     "program",
     "gpu",

@@ -17,8 +17,8 @@ from ..config.fields import IMAGE_COMPONENT
 from ..config.limits import MAX_RANKS
 from ..config.sites import PROGRAM_ENV, Site, is_slurm_time
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.knobs import knob_sites
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
-from ..knowledge.tuning import knob_sites
 from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
 
 REQUEST: tuple[str, str] = ("site", "request")

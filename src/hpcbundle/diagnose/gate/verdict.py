@@ -1,6 +1,6 @@
 """The launch gate's judgement: which transport each layer really used, busbw, and PASS/FAIL vs the site.
 
-Pure and stdlib-only on purpose: diagnose/gateprobe.py sends this module's source with its own
+Pure and stdlib-only on purpose: diagnose/gate/probe.py sends this module's source with its own
 as `python -c CODE` (so rank 0 judges on the node, in any image, without hpcbundle installed), and
 the tests check it with exact expectations on captured logs. Inputs are log lines and the
 numbers the probe measured; nothing here reads the machine.
@@ -32,7 +32,7 @@ _OMPI_BML = re.compile(r"mca: bml: Using (\w+) btl for send to \[\[\d+,\d+\],(\d
 
 @dataclass(frozen=True)
 class Expect:
-    """What the site says the gate must see (built from a site by gateprobe.expect; JSON on the wire).
+    """What the site says the gate must see (built from a site by probe.expect; JSON on the wire).
 
     `where` is the site file for messages; `interfaces` the data interfaces the site names, in the site
     keys `interface_keys`; `link_gbps` None means busbw is reported, not judged.

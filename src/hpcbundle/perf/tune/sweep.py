@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from ..config.sites import Site
-from ..knowledge.tuning import knob_sites
+from ...config.sites import Site
+from ...knowledge.knobs import knob_sites
 
 Value = str | bool | None
 Settings = dict[str, Value]  # "mca.X" / "env.Y" / "launcher.gloo" -> value; None removes the key (the default)
@@ -57,7 +57,7 @@ class Knob:
     small_end: bool = False  # also judged on many small tensors, where Horovod's cycle sets the latency
 
     def applies(self, site: Site) -> bool:
-        """Whether the knob applies to `site` (knowledge/tuning.py says which sites each knob is for)."""
+        """Whether the knob applies to `site` (knowledge/knobs.py says which sites each knob is for)."""
         return knob_sites(self.name).applies(site)
 
     @property
@@ -89,7 +89,7 @@ def _algorithm(number: int | None, label: str, segment: int | None = None) -> Ca
 
 
 KNOBS: tuple[Knob, ...] = (
-    # Only horovodrun can switch (knowledge/tuning.py says why).
+    # Only horovodrun can switch (knowledge/knobs.py says why).
     Knob(
         "controller",
         "Horovod over MPI or Gloo (horovodrun --gloo: launcher.gloo)",

@@ -1,4 +1,4 @@
-"""The launch gate before a job: its probe (gateprobe) sent through the job's own launch command (built
+"""The launch gate before a job: its probe (gate/probe.py) sent through the job's own launch command (built
 by the caller: diagnose reads no launch module),
 bounded by gate.timeout, and the verdict it gives: the line to show and the exit status a launch
 stops with (0: PASS, go on; 2: FAIL; 124: no answer).
@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config.sites import Site
-from ..execute import Captured, run_captured
-from . import gateprobe
-from .gate import STARTED, hang_line
+from ...config.sites import Site
+from ...execute import Captured, run_captured
+from . import probe
+from .verdict import STARTED, hang_line
 
 
 def gate_python(program: Sequence[str], image: str | None, own: str = sys.executable) -> str:
@@ -31,7 +31,7 @@ def gate_python(program: Sequence[str], image: str | None, own: str = sys.execut
 
 def gate_probe(site: Site, image: str | None, program: Sequence[str]) -> list[str]:
     """The gate probe's argv for a job running `program` on `site` (`python -c CODE EXPECT`)."""
-    return gateprobe.program(site, gate_python(program, image))
+    return probe.program(site, gate_python(program, image))
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,9 @@ def run_gate(
     """Run the gate probe as the job's ranks (`launch` wraps it in the job's own launch command, image
     and layout), bounded by gate.timeout, and read its verdict back."""
     ran = run(launch(gate_probe(site, image, program)), site.gate.timeout, grace=2.0)
-    report = gateprobe.report_of(ran.stdout)
+    report = probe.report_of(ran.stdout)
     if ran.status is None:
         return GateOutcome(124, hang_line(site.where, site.gate.timeout, STARTED in ran.stdout))
     if report is None:
-        return GateOutcome(2, gateprobe.failure_of(ran.stderr or ran.stdout, ran.status))
-    return GateOutcome(0 if report[gateprobe.REPORT_KEY] == "PASS" else 2, report["line"])
+        return GateOutcome(2, probe.failure_of(ran.stderr or ran.stdout, ran.status))
+    return GateOutcome(0 if report[probe.REPORT_KEY] == "PASS" else 2, report["line"])

@@ -1,4 +1,4 @@
-"""Which sites each knob of `hpcbundle tune` applies to, stated once: perf/tune.py's knobs read it, and
+"""Which sites each knob of `hpcbundle tune` applies to, stated once: perf/tune/sweep.py's knobs read it, and
 the rule knob-site (rules/request.py) judges the knobs a tune request names by it. Also the knob value GPU
 sites draft before any tune ran there (GPU_CYCLE_TIME), with the measurement it rests on."""
 
@@ -56,7 +56,7 @@ def knob_sites(name: str) -> KnobSites:
 
 GPU_CYCLE_TIME = "0.1"
 """HOROVOD_CYCLE_TIME (ms) that the shipped GPU sites and `site detect` on a GPU node draft: the smallest
-value of tune's cycle knob (perf/tune.py), in place of Horovod's 1 ms default.
+value of tune's cycle knob (perf/tune/sweep.py), in place of Horovod's 1 ms default.
 
 Measured on one NVIDIA H200 (bench/gpu.py, one rank, NCCL 2.28.9, Horovod 0.28.1, 2026-11-27): with the
 default 1 ms cycle a Horovod allreduce call cost 1.03-1.07 ms at every size from 4 KiB to 256 MiB, where

@@ -1,6 +1,6 @@
 """The launch gate's probe: a short timed allreduce on the job's nodes, run as `python -c CODE EXPECT`.
 
-`program()` (hpcbundle side) makes that argv: CODE is diagnose/gate.py's source followed by this
+`program()` (hpcbundle side) makes that argv: CODE is diagnose/gate/verdict.py's source followed by this
 file's (packed), so it runs in any image or host Python with mpi4py or Horovod, without hpcbundle; the
 launch command of the job itself (build_command) starts it on the job's nodes, in its image,
 with its environment. Every rank captures what its MPI and NCCL say about their transport
@@ -29,7 +29,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable
 
-from .gate import STARTED, Expect, Measured, RankReport, judge  # sent as gate.py's source before this file's
+from .verdict import STARTED, Expect, Measured, RankReport, judge  # sent as verdict.py's source before this file's
 
 START_BYTES = 1 << 20
 MAX_BYTES = 256 << 20
@@ -48,7 +48,7 @@ def expect(site: Any) -> Expect:
     The interfaces are those the site names for data, in network.interfaces, mca or env (the network
     module says which keys); imported here, not on top, because this file also runs on the nodes alone.
     """
-    from ..knowledge.network import gate_interfaces, socket_threads
+    from ...knowledge.network import gate_interfaces, socket_threads
 
     interfaces, keys = gate_interfaces(site)
     return Expect(
@@ -64,13 +64,13 @@ def expect(site: Any) -> Expect:
 
 
 def source() -> str:
-    """The probe's code: gate.py, then this module without its import of gate (run as __main__, it calls main)."""
+    """The probe's code: verdict.py, then this module without its import of it (run as __main__, it calls main)."""
     here = Path(__file__).resolve().parent
-    gate_text = (here / "gate.py").read_text(encoding="utf-8")
+    gate_text = (here / "verdict.py").read_text(encoding="utf-8")
     own = [
         line
         for line in (here / "gateprobe.py").read_text(encoding="utf-8").splitlines()
-        if not line.startswith(("from .gate import", "from __future__ import"))
+        if not line.startswith(("from .verdict import", "from __future__ import"))
     ]
     return gate_text + "\n".join(own) + "\n"
 

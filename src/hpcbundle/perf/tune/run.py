@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..config.errors import UserError
-from ..config.loading import validate
-from ..config.sites import Site
-from ..execute import Captured, run_captured
-from ..launch import RankLayout, build_command
-from ..quoting import shell_join
-from .tune import LARGE, SMALL, Knob, Settings, TuneResult, Workload, apply_settings, sweep
+from ...config.errors import UserError
+from ...config.loading import validate
+from ...config.sites import Site
+from ...execute import Captured, run_captured
+from ...launch import RankLayout, build_command
+from ...quoting import shell_join
+from .sweep import LARGE, SMALL, Knob, Settings, TuneResult, Workload, apply_settings, sweep
 
 
 @dataclass(frozen=True)
