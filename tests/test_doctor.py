@@ -256,7 +256,7 @@ def test_roce_without_adapters_fails_where_ncclnet_ib_would_stop_nccl():
     assert found.evidence == "mlx5_0 on every node (network.fabric=roce)"
 
 
-def test_userns_cma_trap_and_oversubscription():
+def test_userns_cma_trap_and_more_ranks_than_cpus():
     results = diagnose(site(container={"runtime": "charliecloud"}), {"n1": node("n1")}, hosts={"n1": 3})
     results = by_rule(results)
     assert (
