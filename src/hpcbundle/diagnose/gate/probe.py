@@ -69,7 +69,7 @@ def source() -> str:
     gate_text = (here / "verdict.py").read_text(encoding="utf-8")
     own = [
         line
-        for line in (here / "gateprobe.py").read_text(encoding="utf-8").splitlines()
+        for line in (here / "probe.py").read_text(encoding="utf-8").splitlines()
         if not line.startswith(("from .verdict import", "from __future__ import"))
     ]
     return gate_text + "\n".join(own) + "\n"
