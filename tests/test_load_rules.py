@@ -12,11 +12,25 @@ from hpcbundle.config import recipes, sites
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.gate.probe import expect
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.rules import engine
-from hpcbundle.rules.engine import RULES, Facts, registered
+from hpcbundle.rules.engine import RULES, Facts, Result, evaluate, registered
 from hpcbundle.rules.loading import load_failures, load_recipe, load_site
 
-from .helpers import RECIPES, ROOT, SITES, assert_golden, bad_site, hpcbundle, make_site, recipe_data, write_recipe
+from .helpers import (
+    RECIPES,
+    ROOT,
+    SHIPPED,
+    SHIPPED_RECIPES,
+    SITES,
+    assert_golden,
+    bad_site,
+    hpcbundle,
+    make_site,
+    recipe,
+    recipe_data,
+    write_recipe,
+)
 
 # One bad site per on_load site rule: (rule, shipped base site, dotted edits).
 BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
@@ -111,6 +125,68 @@ def test_without_the_load_rules_every_bad_combination_loads(tmp_path, monkeypatc
         directory = tmp_path / f"recipe{index}"
         directory.mkdir()
         assert load_recipe(str(_bad_recipe(directory, base, path, value)), RECIPES).name == base
+
+
+def _on_load_results(facts: Facts) -> dict[str, list[Result]]:
+    """The results of the on_load rules over `facts` in one engine pass, by rule name."""
+    on_load = {r.name for r in registered() if r.on_load}
+    found: dict[str, list[Result]] = {}
+    for result in evaluate(facts, knowledge_base()):
+        name = result.rule.split(" ", 1)[0]
+        if name in on_load:
+            found.setdefault(name, []).append(result)
+    return found
+
+
+@pytest.mark.parametrize("kind, name", [("site", s) for s in SHIPPED] + [("recipe", r) for r in SHIPPED_RECIPES])
+def test_a_shipped_file_passes_or_skips_saying_why(kind, name):
+    """No on_load rule FAILs a shipped site or recipe, and a SKIP says why, never what the rule states."""
+    facts = Facts(site=load_site(name, SITES)) if kind == "site" else Facts(site=None, recipe=recipe(name))
+    summaries = {r.name: r.summary for r in registered()}
+    for rule, results in _on_load_results(facts).items():
+        assert {r.status for r in results} <= {"PASS", "SKIP"}, results
+        assert all(r.evidence and r.evidence != summaries[rule] for r in results if r.status == "SKIP"), results
+
+
+# (rule, what it judges: a shipped recipe, or a shipped site with dotted edits, the SKIP's evidence) where
+# the rule has nothing to judge, or another rule refuses the same thing first.
+NOTHING_TO_JUDGE: list[tuple[str, str, dict[str, Any] | None, str]] = [
+    ("ucx-open-mpi", "cpu-local", None, "the recipe sets no ucx"),
+    ("cuda-route", "cpu-local", None, "CPU-only recipe"),
+    ("elastic-horovodrun", "local", {}, "the site sets no faults.elastic"),
+    ("launcher-interfaces", "local", {}, "the site names no network.interfaces"),
+    ("launcher-options", "ib-v100", {"launcher.name": "mpirn"}, "rule launcher-known refuses"),
+    ("launcher-mca", "ib-v100", {"launcher.name": "mpirn"}, "rule launcher-known refuses"),
+    ("open-mpi-syntax", "ib-v100", {"mpi.flavour": "mpich"}, "rule launcher-known refuses"),
+    ("srun-plugin-runtime", "ib-v100", {"container.runtime": "singulrity"}, "rule runtime-known refuses"),
+]
+
+
+@pytest.mark.parametrize("rule, base, edit, why", NOTHING_TO_JUDGE, ids=[f"{c[0]}-{c[1]}" for c in NOTHING_TO_JUDGE])
+def test_a_rule_with_nothing_to_judge_skips_saying_why(tmp_path, rule, base, edit, why):
+    if edit is None:
+        facts = Facts(site=None, recipe=recipe(base))
+    else:
+        facts = Facts(site=sites.read_site(str(bad_site(tmp_path, base, edit)), SITES))
+    (result,) = _on_load_results(facts)[rule]
+    assert (result.status, result.evidence[: len(why)]) == ("SKIP", why)
+
+
+@pytest.mark.parametrize(
+    "base, edit, refused",
+    [
+        ("ib-v100", {"launcher.name": "mpirn"}, "launcher.name: unknown launcher 'mpirn'"),
+        ("local", {"mpi.flavour": "mpich"}, "launcher.name: mpirun cannot start mpich ranks"),
+        ("ib-v100", {"container.runtime": "singulrity"}, "container.runtime: unknown container runtime 'singulrity'"),
+    ],
+)
+def test_an_unknown_launcher_or_runtime_is_one_refusal(tmp_path, base, edit, refused):
+    """The rules over what the launcher or runtime can do stand aside: the site is refused once, for the name."""
+    path = bad_site(tmp_path, base, edit)
+    with pytest.raises(UserError) as caught:
+        load_site(str(path), SITES)
+    (line,) = caught.value.lines
+    assert line.startswith(f"{path}: {refused}")
 
 
 def test_rules_lists_every_rule_with_its_needs_and_source():

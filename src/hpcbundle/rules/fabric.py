@@ -29,7 +29,7 @@ def rdma_on_tcp(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site = facts.site
     fabric = site.network.fabric
     if fabric not in TCP_FABRICS:
-        return []
+        return [Verdict("SKIP", f"network.fabric is {fabric}, not a TCP fabric")]
     but = f"but network.fabric is {fabric}"
     fix = "drop it, or set network.fabric to infiniband or roce if the nodes have that fabric"
     found = [

@@ -101,8 +101,10 @@ TORCHVISION_SOURCE = "compat.yaml torchvision, from pytorch/vision's README"
 def torchvision_pairing(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """torchvision is the release paired with the recipe's torch (or `false`: none)."""
     pt = facts.recipe.frameworks.pytorch
-    if pt is None or pt.torchvision is False:
-        return []
+    if pt is None:
+        return [NO_PYTORCH]
+    if pt.torchvision is False:
+        return [Verdict("SKIP", f"{TORCHVISION_KEY} is false: no torchvision")]
     paired = kb.torchvision_for(pt.version)
     if paired is None:
         problem = f"no torchvision is known to pair with torch {pt.version} ({TORCHVISION_SOURCE})"

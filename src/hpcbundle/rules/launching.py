@@ -6,9 +6,9 @@ from __future__ import annotations
 import difflib
 
 from ..config.fields import parse_version
-from ..config.sites import LauncherSettings, Site
+from ..config.sites import LauncherSettings
 from ..knowledge.compat import KnowledgeBase
-from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, gloo_capable
+from ..knowledge.launching import COMMON_KEYS, LAUNCHERS_KNOWN, RUNTIMES_KNOWN, gloo_capable
 from .engine import Facts, Verdict, refusal, rule
 
 
@@ -17,17 +17,6 @@ def _unknown(kind: str, name: str, names: list[str], key: str) -> Verdict:
     near = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
     fix = f"did you mean {near[0]}?" if near else f"known {kind}s: " + ", ".join(names)
     return refusal(key, f"unknown {kind} {name!r}", fix)
-
-
-def _launcher(site: Site) -> LauncherKnown | None:
-    """The site's launcher when it is known and starts the site's MPI (the rules below judge only those)."""
-    known = LAUNCHERS_KNOWN.get(site.launcher.name)
-    return known if known is not None and site.mpi.flavour in known.flavours else None
-
-
-def _openmpi_major(site: Site) -> int | None:
-    """The host Open MPI's major version, or None for another MPI."""
-    return parse_version(site.mpi.version).major if site.mpi.flavour == "openmpi" else None
 
 
 @rule("launcher-known", needs=("site",), on_load=True)
@@ -49,12 +38,11 @@ def launcher_known(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return []
 
 
-@rule("launcher-options", needs=("site",), on_load=True)
+@rule("launcher-options", needs=("site",), on_load=True, superseded_by=("launcher-known",))
 def launcher_options(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every launcher.* key the site sets is one its launcher honours."""
-    site, known = facts.site, _launcher(facts.site)
-    if known is None:
-        return []
+    site = facts.site
+    known = LAUNCHERS_KNOWN[site.launcher.name]
     defaults = LauncherSettings.model_fields
     return [
         refusal(f"launcher.{key}", f"{site.launcher.name} has no such option", "drop it or pick a launcher that has it")
@@ -63,14 +51,14 @@ def launcher_options(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
-@rule("open-mpi-syntax", needs=("site",), on_load=True)
+@rule("open-mpi-syntax", needs=("site",), on_load=True, superseded_by=("launcher-known",))
 def open_mpi_syntax(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The launcher spells options as the host Open MPI reads them: mpirun for 3/4, mpirun5 for 5."""
-    site, known = facts.site, _launcher(facts.site)
-    major = _openmpi_major(site)
-    if known is None or major is None:
-        return []
-    name = site.launcher.name
+    site = facts.site
+    if site.mpi.flavour != "openmpi":
+        return [Verdict("SKIP", f"the site's MPI is {site.mpi.flavour}, not Open MPI (mpi.flavour)")]
+    name, major = site.launcher.name, parse_version(site.mpi.version).major
+    known = LAUNCHERS_KNOWN[name]
     if known.openmpi_syntax is not None and (major >= 5) != (known.openmpi_syntax == 5):
         other = next(n for n, k in LAUNCHERS_KNOWN.items() if k.openmpi_syntax not in (None, known.openmpi_syntax))
         speaks = "5" if known.openmpi_syntax == 5 else "3/4"
@@ -100,12 +88,13 @@ def open_mpi_syntax(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return []
 
 
-@rule("launcher-mca", needs=("site",), on_load=True)
+@rule("launcher-mca", needs=("site",), on_load=True, superseded_by=("launcher-known",))
 def launcher_mca(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The site sets no MCA parameter its launcher passes itself (the launcher's would win)."""
-    site, known = facts.site, _launcher(facts.site)
-    if known is None:
-        return []
+    site = facts.site
+    known = LAUNCHERS_KNOWN[site.launcher.name]
+    if not known.own_mca:
+        return [Verdict("SKIP", f"{site.launcher.name} passes no MCA parameter of its own")]
     return [
         refusal(
             f"mca.{param}",
@@ -117,13 +106,14 @@ def launcher_mca(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
-@rule("launcher-interfaces", needs=("site",), on_load=True)
+@rule("launcher-interfaces", needs=("site",), on_load=True, superseded_by=("launcher-known",))
 def launcher_interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The launcher can confine traffic to network.interfaces as the site names them, and no site key contradicts it."""
-    site, known = facts.site, _launcher(facts.site)
-    if known is None or not site.network.interfaces:
-        return []
+    site = facts.site
+    if not site.network.interfaces:
+        return [Verdict("SKIP", "the site names no network.interfaces")]
     name = site.launcher.name
+    known = LAUNCHERS_KNOWN[name]
     found = []
     if known.max_interfaces is not None and len(site.network.interfaces) > known.max_interfaces:
         found.append(refusal("network.interfaces", "hydra's -iface takes one interface", "name one"))
@@ -150,16 +140,17 @@ def launcher_interfaces(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return found
 
 
-@rule("srun-plugin-runtime", needs=("site",), on_load=True)
+@rule("srun-plugin-runtime", needs=("site",), on_load=True, superseded_by=("runtime-known",))
 def srun_plugin_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A runtime that is srun's plugin (pyxis): the srun launcher, PMIx or PMI2, binds without commas.
 
     The plugin's command is the launcher it plugs into (pyxis: srun), so that launcher's row has the same command."""
     site = facts.site
-    known = RUNTIMES_KNOWN.get(site.container.runtime)
-    if known is None or not known.srun_plugin:
-        return []
-    name, host = site.container.runtime, known.command
+    name = site.container.runtime
+    known = RUNTIMES_KNOWN[name]
+    if not known.srun_plugin:
+        return [Verdict("SKIP", f"container.runtime {name} is not srun's plugin")]
+    host = known.command
     found = []
     if getattr(LAUNCHERS_KNOWN.get(site.launcher.name), "command", None) != host:
         found.append(
@@ -205,7 +196,7 @@ def elastic_horovodrun(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site = facts.site
     elastic = site.faults.elastic
     if elastic is None:
-        return []
+        return [Verdict("SKIP", "the site sets no faults.elastic")]
     found = []
     gloo = gloo_capable(site.launcher.name)
     if not (gloo and site.launcher.gloo):

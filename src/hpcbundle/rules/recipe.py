@@ -10,6 +10,7 @@ from ..knowledge.build_env import derived
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.stack import owned_by, stack_pins
 from .engine import Facts, Verdict, refusal, rule
+from .gpu import CPU_ONLY
 
 
 @rule("mpi-install", needs=("recipe",), on_load=True)
@@ -30,6 +31,8 @@ def mpi_install(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 @rule("build-env-derived", needs=("recipe",), on_load=True)
 def build_env_derived(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """horovod.build_env adds build variables, never one derived from the recipe (frameworks, controllers, gpu)."""
+    if not facts.recipe.horovod.build_env:
+        return [Verdict("SKIP", "the recipe sets no horovod.build_env")]
     return [
         refusal(
             f"horovod.build_env.{name}",
@@ -45,7 +48,9 @@ def build_env_derived(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def ucx_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """UCX is built only for an Open MPI built from source (its pml ucx is what uses it)."""
     recipe = facts.recipe
-    if recipe.ucx is not None and not (recipe.mpi.flavour == "openmpi" and recipe.mpi.install == "source"):
+    if recipe.ucx is None:
+        return [Verdict("SKIP", "the recipe sets no ucx")]
+    if not (recipe.mpi.flavour == "openmpi" and recipe.mpi.install == "source"):
         return [refusal("", "ucx is built only for an Open MPI built from source (mpi.install: source)")]
     return []
 
@@ -56,7 +61,7 @@ def cuda_route(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     recipe = facts.recipe
     gpu, base = recipe.gpu, recipe.base
     if gpu is None:
-        return []
+        return [CPU_ONLY]
     keys = ("build_image", "runtime_image")
     cuda_images = [key for key in keys if CUDA_IMAGE in getattr(base, key)]
     if gpu.source == "wheels":
@@ -99,7 +104,9 @@ def verbs_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         for option in options
         if option in ("--with-verbs", "--with-rdmacm")
     ]
-    if verbs_builds and "verbs" not in recipe.fabric_libs:
+    if not verbs_builds:
+        return [Verdict("SKIP", "nothing is built with verbs (ucx.configure, mpi.configure)")]
+    if "verbs" not in recipe.fabric_libs:
         return [
             refusal(
                 "fabric_libs",
@@ -115,6 +122,8 @@ def user_packages(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The user's own packages leave the stack alone: no pin of a framework, Horovod or the stack's wheels
     other than the recipe's, and no package given twice."""
     recipe = facts.recipe
+    if not recipe.user_packages:
+        return [Verdict("SKIP", "the recipe has no packages of its own (python_packages, requirements_file)")]
     pins, seen, found = stack_pins(recipe, kb), {}, []
     for key, pin in recipe.user_packages:
         name = package_name(pin)

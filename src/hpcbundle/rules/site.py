@@ -17,8 +17,10 @@ from .engine import Facts, Verdict, refusal, request_refusal, rule
 def rsh_agent_words(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """mca.plm_rsh_agent is split into shell words by Open MPI, so its quotes must balance."""
     agent = facts.site.mca.get("plm_rsh_agent")
+    if agent is None:
+        return [Verdict("SKIP", "the site sets no mca.plm_rsh_agent")]
     try:
-        shlex.split(agent or "")
+        shlex.split(agent)
     except ValueError:
         return [refusal("mca.plm_rsh_agent", "has an unbalanced quote or backslash", "write the agent as shell words")]
     return []
@@ -28,7 +30,9 @@ def rsh_agent_words(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def mca_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """MCA parameters are Open MPI's: another MPI ignores them."""
     site = facts.site
-    if site.mca and site.mpi.flavour != "openmpi":
+    if not site.mca:
+        return [Verdict("SKIP", "the site sets no mca")]
+    if site.mpi.flavour != "openmpi":
         return [
             refusal(
                 "mca",
@@ -43,6 +47,8 @@ def mca_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def export_or_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A variable is either forwarded from the launching shell or set by the site, not both."""
     site = facts.site
+    if not site.export:
+        return [Verdict("SKIP", "the site sets no export")]
     return [
         refusal(f"export.{name}", "is both exported and set in env", "keep it in one of them")
         for name in sorted(set(site.export) & set(site.env))
@@ -66,6 +72,8 @@ def gpu_model(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 @rule("wrapper-command", needs=("site",), on_load=True)
 def wrapper_command(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A per-rank wrapper starts with a command: an option first would be read as the launcher's."""
+    if not facts.site.wrappers:
+        return [Verdict("SKIP", "the site has no wrappers")]
     return [
         refusal(
             f"wrappers[{index}]", f"starts with an option ({wrapper[0]!r}), not a command", "e.g. [taskset, -c, 0-63]"
@@ -94,7 +102,9 @@ def gate_threshold(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def cpus_per_rank(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """node.cpus_per_rank CPUs for each of the node's ranks fit in node.cores (SLURM refuses the job otherwise)."""
     node = facts.site.node
-    if node.cpus_per_rank is None or node.cpus_per_rank * node.slots <= node.cores * node.threads_per_core:
+    if node.cpus_per_rank is None:
+        return [Verdict("SKIP", "the site sets no node.cpus_per_rank")]
+    if node.cpus_per_rank * node.slots <= node.cores * node.threads_per_core:
         return []
     return [
         refusal(
@@ -110,7 +120,7 @@ def gpu_numa_map(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """node.gpu_numa names one NUMA node for each of the node's GPUs, and only NUMA nodes the site has."""
     node = facts.site.node
     if node.gpu_numa is None:
-        return []
+        return [Verdict("SKIP", "the site sets no node.gpu_numa")]
     if len(node.gpu_numa) != node.gpus:
         return [
             refusal(
@@ -140,6 +150,8 @@ def why_keys(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every `why:` key is a key path the site sets (--explain shows the line beside that key).
 
     A path like env.NCCL_SOCKET_IFNAME or wrappers[0]; a default the site leaves alone has no why of its own."""
+    if not facts.site.why:
+        return [Verdict("SKIP", "the site has no why: keys")]
     data = facts.site.model_dump(exclude_unset=True)
     fix = "use a dotted key the site sets, such as env.NCCL_SOCKET_IFNAME or wrappers[0]"
     return [
@@ -183,15 +195,21 @@ def signal_lead(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site = facts.site
     lead, time = site.faults.signal_before_end, site.slurm.time
     asked = facts.request.time if facts.request is not None else None
-    if asked is not None:  # the job's --time replaces slurm.time; a malformed one is refused as a flag
-        if lead is None or not is_slurm_time(asked) or lead < slurm_seconds(asked):
+    if lead is None:
+        return [Verdict("SKIP", "the site sets no faults.signal_before_end")]
+    if asked is not None:  # the job's --time replaces slurm.time
+        if not is_slurm_time(asked):
+            return [Verdict("SKIP", "--time is not a SLURM time (refused as a flag)")]
+        if lead < slurm_seconds(asked):
             return []
         problem = (
             f"{asked} is not longer than the site's faults.signal_before_end ({lead} s): "
             "SLURM would signal the job to stop as it starts"
         )
         return [request_refusal("--time", problem, f"ask for more than {lead} s")]
-    if lead is None or time is None or lead < slurm_seconds(time):
+    if time is None:
+        return [Verdict("SKIP", "no time limit to signal inside (slurm.time, --time)")]
+    if lead < slurm_seconds(time):
         return []
     return [
         refusal(
@@ -207,7 +225,9 @@ def stall_bound(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """faults.stall_seconds ends a silent job before launcher.timeout ends every job: at or above it, it never fires."""
     site = facts.site
     stall, limit = site.faults.stall_seconds, site.launcher.timeout
-    if stall is None or stall < limit:
+    if stall is None:
+        return [Verdict("SKIP", "the site sets no faults.stall_seconds")]
+    if stall < limit:
         return []
     return [
         refusal(
