@@ -8,7 +8,7 @@ import shlex
 from typing import Any
 
 from ..config.errors import clip
-from ..config.sites import is_slurm_time, slurm_seconds
+from ..config.sites import slurm_seconds
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Verdict, refusal, request_refusal, rule
 
@@ -185,7 +185,7 @@ def _has_key(data: Any, dotted: str) -> bool:
     return True
 
 
-@rule("signal-lead", needs=("site",), on_load=True)
+@rule("signal-lead", needs=("site",), on_load=True, superseded_by=("batch-time",))
 def signal_lead(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """faults.signal_before_end comes inside slurm.time, or inside the job's sbatch --time where given.
 
@@ -197,9 +197,7 @@ def signal_lead(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     asked = facts.request.time if facts.request is not None else None
     if lead is None:
         return [Verdict("SKIP", "the site sets no faults.signal_before_end")]
-    if asked is not None:  # the job's --time replaces slurm.time
-        if not is_slurm_time(asked):
-            return [Verdict("SKIP", "--time is not a SLURM time (refused as a flag)")]
+    if asked is not None:  # the job's --time replaces slurm.time (batch-time refuses a malformed one)
         if lead < slurm_seconds(asked):
             return []
         problem = (
