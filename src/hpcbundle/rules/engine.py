@@ -275,7 +275,7 @@ def evaluate(facts: Facts, kb: KnowledgeBase, judged: Iterable[str] = ()) -> lis
     for r in sorted(rules, key=_depth):  # the superseding ones first
         failing = [name for name in r.superseded_by if any(x.status == "FAIL" for x in found.get(name, ()))]
         if failing:
-            found[r.name] = [Result(r.name, "SKIP", f"rule {failing[0]} refuses this request first")]
+            found[r.name] = [Result(r.name, "SKIP", f"rule {failing[0]} refuses this first (superseded)")]
         elif "nodes" in r.needs and silent:
             answered = r(facts, kb) if len(silent) < len(facts.nodes or {}) else []
             found[r.name] = answered + [Result(r.name, "SKIP", f"{', '.join(silent)} did not answer")]
