@@ -20,7 +20,7 @@ from ..launch import parse_hosts
 from ..rules.engine import exit_status, failed
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option
-from .outputs import OUTPUT_HELP, output_target, print_results, write_atomic
+from .outputs import output_option, output_target, print_results, write_atomic
 from .preflight import JUDGED, program_probe
 
 
@@ -90,12 +90,7 @@ def site_group() -> None:
 
 
 @site_group.command("detect")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help=f"Write the draft here (atomically; {OUTPUT_HELP}); its name is the file's stem.",
-)
+@output_option("Write the draft here", "; its name is the file's stem.")
 @click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
 @click.option(
     "--hosts",

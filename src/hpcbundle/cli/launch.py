@@ -40,10 +40,10 @@ from .options import (
     seconds,
     site_for,
     site_option,
-    typed,
+    typed_command,
     workdir_from,
 )
-from .outputs import OUTPUT_HELP, echo_text, print_results, write_atomic
+from .outputs import echo_text, output_option, print_results, write_atomic
 from .preflight import doctor_first, fast_doctor, placed_hosts, warnings_of
 from .submit import submit_script
 
@@ -79,9 +79,7 @@ class LaunchOptions(JobOptions):
 @click.option("--exec", "execute", is_flag=True, help="Run the command (bounded by --timeout) instead of printing it.")
 @click.option("--timeout", type=seconds(), help="Seconds --exec may run (default: the site's launcher.timeout).")
 @job_options
-@pass_bundle
-@click.pass_context
-@typed(LaunchOptions)
+@typed_command(LaunchOptions)
 def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     """Print (or run, with --exec) the command that runs PROGRAM as NP ranks on SITE.
 
@@ -211,17 +209,10 @@ class SbatchOptions(JobOptions):
     help="Ranks per node (default: the site's node.ranks_per_node, GPUs or cores).",
 )
 @click.option("--time", "time_", help="Time limit, e.g. 02:00:00 (default: the site's slurm.time).")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help=f"Write the script here (atomically; {OUTPUT_HELP}) instead of standard output.",
-)
+@output_option("Write the script here")
 @click.option("--submit", is_flag=True, help="Submit it with sbatch and print the job id.")
 @job_options
-@pass_bundle
-@click.pass_context
-@typed(SbatchOptions)
+@typed_command(SbatchOptions)
 def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
     """Write a SLURM batch script that runs PROGRAM on SITE (and submit it, with --submit).
 

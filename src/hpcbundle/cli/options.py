@@ -21,6 +21,7 @@ from ..config.loading import read_text
 from ..config.sites import Site
 from ..launch import LaunchPlan, RankLayout, parse_hostfile, parse_hosts, read_site
 from ..launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
+from . import pass_bundle
 
 
 class Count(click.IntRange):
@@ -164,9 +165,15 @@ class JobOptions:
 T = TypeVar("T")
 
 
+def typed_command(options_type: type[T]) -> Decorator:
+    """A command `def NAME(ctx, bundle, asked: options_type)`: click's context, the bundle, then its parameters
+    as one typed object (see `typed`); put it right above the `def`."""
+    return lambda function: pass_bundle(click.pass_context(typed(options_type)(function)))
+
+
 def typed(options_type: type[T]) -> Decorator:
     """Hand a command its click parameters as one `options_type` (a dataclass with a field per parameter),
-    after the positional ones click passes first (the context, the bundle); put it right above the `def`.
+    after the positional ones click passes first (the context, the bundle).
 
     >>> from dataclasses import dataclass
     >>> @dataclass

@@ -15,15 +15,26 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from ..config.errors import UserError
 from ..rules.engine import Result
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 OUTPUT_HELP = "a symlink writes its target, an existing file keeps its mode"
 """What every -o help says about where the bytes go."""
+
+
+def output_option(what: str, instead: str = " instead of standard output.") -> Callable[[F], F]:
+    """-o/--output FILE, written atomically: `what` the file is, OUTPUT_HELP, then `instead` (what happens
+    without it), e.g. output_option("Write the script here") for sbatch."""
+    help_text = f"{what} (atomically; {OUTPUT_HELP}){instead}"
+    return click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help=help_text)
 
 
 def output_target(path: Path, option: str = "-o", derived: bool = False) -> tuple[Path, int | None]:

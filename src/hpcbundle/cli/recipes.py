@@ -20,7 +20,7 @@ from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, file_failures, load_recipe, problem_line, read_recipe
 from . import main, pass_bundle
 from .options import image_option, layout_from, plan_from, ranks_options, site_for, workdir_from, workdir_option
-from .outputs import OUTPUT_HELP, write_atomic
+from .outputs import output_option, write_atomic
 
 
 def _stack_summary(recipe) -> dict[str, object]:
@@ -99,12 +99,7 @@ def recipes_command(bundle, fmt: str) -> None:
     help="docker: a Dockerfile; singularity: an Apptainer/Singularity .def; shell: a bare-metal install script "
     "(a venv, the wheels, the patched Horovod build, check-build) for hosts without a container runtime.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help=f"Write here (atomically; {OUTPUT_HELP}) instead of standard output.",
-)
+@output_option("Write here")
 @click.option(
     OPTION,
     "bootstrap_text",

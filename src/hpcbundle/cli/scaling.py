@@ -27,8 +27,8 @@ from ..perf.scaling.plan import (
 )
 from ..perf.scaling.report import csv_text, table
 from ..perf.scaling.results import results
-from . import main, pass_bundle
-from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, counted, no_doctor_option, site_for, site_option, typed
+from . import main
+from .options import PROGRAM_SETTINGS, RANKS_PER_NODE, counted, no_doctor_option, site_for, site_option, typed_command
 from .outputs import output_target, print_results, write_atomic
 from .preflight import doctor_first
 from .submit import submit_script
@@ -133,9 +133,7 @@ class StudyOptions:
 @click.option("--submit", is_flag=True, help="Submit every script with sbatch and print '<point> <job id>'.")
 @no_doctor_option
 @click.argument("extra", nargs=-1, type=click.UNPROCESSED)
-@pass_bundle
-@click.pass_context
-@typed(StudyOptions)
+@typed_command(StudyOptions)
 def plan_command(ctx: click.Context, bundle, asked: StudyOptions) -> None:
     """Write one sbatch script per point of a scaling study into OUTPUT (and submit them, with --submit).
 

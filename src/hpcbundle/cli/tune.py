@@ -23,9 +23,9 @@ from ..perf.tune.sweep import (
     report_lines,
     tuned_site_text,
 )
-from . import main, pass_bundle
-from .options import counted, layout_from, no_doctor_option, plan_from, plan_options, seconds, site_for, typed
-from .outputs import OUTPUT_HELP, write_atomic
+from . import main
+from .options import counted, layout_from, no_doctor_option, plan_from, plan_options, seconds, site_for, typed_command
+from .outputs import output_option, write_atomic
 from .preflight import doctor_first, warnings_of
 
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -138,18 +138,12 @@ class TuneOptions:
     show_default=True,
     help="Seconds one run may take before it is killed (and counts as failed).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the tuned site (default: site_configs/<site>-tuned.yaml; "
-    f"{OUTPUT_HELP}); its name is the file's stem.",
+@output_option(
+    "Where to write the tuned site, default site_configs/<site>-tuned.yaml", "; its name is the file's stem."
 )
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
 @no_doctor_option
-@pass_bundle
-@click.pass_context
-@typed(TuneOptions)
+@typed_command(TuneOptions)
 def tune_command(ctx: click.Context, bundle, asked: TuneOptions) -> None:
     """Sweep the knobs that decide allreduce speed on SITE's nodes; write the winners into a copy of SITE.
 
