@@ -8,9 +8,11 @@ from pathlib import Path
 
 import click
 
+from ..config.errors import UserError
 from ..config.sites import Site
 from ..diagnose.gate.run import gate_probe, run_gate
 from ..diagnose.gate.verdict import STARTED, hang_line
+from ..diagnose.head import head_address
 from ..diagnose.watchdog import (
     Stopped,
     exec_limit,
@@ -41,6 +43,7 @@ from .options import (
     site_for,
     site_option,
     typed_command,
+    wiring_of,
     workdir_from,
 )
 from .outputs import echo_text, output_option, print_results, write_atomic
@@ -101,8 +104,13 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     start_in = workdir_from(asked.workdir)
     environment = os.environ if asked.execute else None
-    plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
+    wiring = wiring_of(model, asked.torch)
+    plan = plan_from(
+        model, layout, asked.program, asked.image, workdir=start_in, environment=environment, wiring=wiring
+    )
+    plan = replace(plan, **named_head(plan, asked.execute)) if wiring == "torch" else plan
     warned = warnings_of(plan.judge())
+    plan = replace(plan, **address_head(plan)) if wiring == "torch" and asked.execute else plan
     command = plan.command()
     if layout.discovery_script is not None:  # written once the plan has passed
         write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
@@ -121,6 +129,36 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
         gate_first(ctx, plan)
     enter_workdir(start_in)
     execute_job(ctx, plan, command, asked.timeout)
+
+
+def named_head(plan: LaunchPlan, execute: bool) -> dict[str, str | None]:
+    """A torch job's head before the plan is judged: 127.0.0.1 when every rank runs on this node, else the
+    first host's name for a printed line (rule torch-head-by-name warns), or None until --exec asks that
+    host for its address (address_head)."""
+    placed = placed_hosts(plan)
+    if len(placed) == 1 and placed[0][0] in (plan.here, "localhost"):
+        return {"head": "127.0.0.1", "head_source": "every rank on this node"}
+    if execute:
+        return {"head": None}
+    first = placed[0][0] if placed else "the allocation's first node"
+    return {"head": first, "head_source": "the first host's name"}
+
+
+def address_head(plan: LaunchPlan) -> dict[str, str | None]:
+    """The head's IPv4 address on network.interfaces[0], asked of the first host (launch --exec)."""
+    if plan.head is not None:
+        return {}
+    placed = placed_hosts(plan)
+    if not placed:
+        raise UserError.at(
+            "", "--torch", "the ranks' first node is SLURM's to place", "submit with hpcbundle sbatch --torch"
+        )
+    host, interface = placed[0][0], plan.site.network.interfaces[0]
+    address = head_address(plan.site, host)
+    if address is None:
+        problem = f"{host} gave no IPv4 address on {interface} (network.interfaces of site {plan.site.name})"
+        raise UserError.at("", "--torch", problem, f"check that {host} is up and {interface} has an address")
+    return {"head": address, "head_source": f"{host}'s address on {interface} (network.interfaces)"}
 
 
 def write_discovery(bundle, model: Site, hostfile: str | None, path: Path) -> None:
@@ -222,7 +260,8 @@ def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, asked.site)
-    job = BatchJob(asked.nodes, asked.tasks_per_node, asked.time_, workdir=workdir_from(asked.workdir))
+    wiring = wiring_of(model, asked.torch)
+    job = BatchJob(asked.nodes, asked.tasks_per_node, asked.time_, workdir=workdir_from(asked.workdir), wiring=wiring)
     plan = batch_plan(model, job, asked.program, asked.image)
     warned = warnings_of(plan.judge())
     gate = gate_step(plan) if asked.gate else None

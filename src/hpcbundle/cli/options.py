@@ -11,7 +11,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -142,12 +142,26 @@ def counted(flag: str, least: int, default: int, help: str, name: str | None = N
     return click.option(*names, type=Count(least), default=default, show_default=True, help=help)
 
 
+wiring_option = click.option(
+    "--torch/--horovod",
+    "torch",
+    default=None,
+    help="How the ranks meet: --torch for a torch.distributed program (DDP, FSDP, Lightning: env://, RANK and "
+    "MASTER_ADDR set on every rank), --horovod for Horovod (default: the site's torch.wiring, else horovod).",
+)
+
+
 def job_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """What every command that starts or writes a job takes after its own options: --workdir, --no-doctor,
-    --gate and the PROGRAM after -- (see JobOptions)."""
-    for option in reversed((workdir_option, no_doctor_option, gate_option, program_argument)):
+    """What every command that starts or writes a job takes after its own options: --torch/--horovod,
+    --workdir, --no-doctor, --gate and the PROGRAM after -- (see JobOptions)."""
+    for option in reversed((wiring_option, workdir_option, no_doctor_option, gate_option, program_argument)):
         function = option(function)
     return function
+
+
+def wiring_of(site: Site, torch: bool | None) -> Literal["horovod", "torch"]:
+    """The wiring a command asked for (--torch, --horovod), else the site's torch.wiring."""
+    return site.torch.wiring if torch is None else "torch" if torch else "horovod"
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,7 @@ class JobOptions:
 
     site: str
     image: str | None
+    torch: bool | None
     workdir: str | None
     no_doctor: bool
     gate: bool

@@ -294,6 +294,25 @@ class Gate(StrictModel):
     )
 
 
+class Torch(StrictModel):
+    """torch.distributed programs on this site (`launch --torch`, `sbatch --torch`): the port the ranks meet
+    at and the wiring a launch gets without a flag. Example::
+
+        torch: {port: 29500, wiring: torch}
+    """
+
+    port: int = Field(
+        29500,
+        ge=1,
+        le=MAX_PORT,
+        description="MASTER_PORT of jobs started over ssh: the port rank 0 listens on (a batch job takes one "
+        "from its job id)",
+    )
+    wiring: Literal["horovod", "torch"] = Field(
+        "horovod", description="how a launch without --torch or --horovod wires its ranks: horovod or torch"
+    )
+
+
 class Elastic(StrictModel):
     """Elastic Horovod (`horovodrun --gloo --min-np --max-np --host-discovery-script`): a lost node
     leaves the job running on the others, and a node that comes back is taken in again. Example::
@@ -402,6 +421,7 @@ class Site(StrictModel):
     slurm: Slurm = Field(default_factory=Slurm)
     gate: Gate = Field(default_factory=Gate)
     faults: Faults = Field(default_factory=Faults)
+    torch: Torch = Field(default_factory=Torch)
     why: dict[str, str] = Field(default_factory=dict, description="site key -> one line of why, shown by --explain")
     _where: str = PrivateAttr(default="")
 

@@ -36,6 +36,8 @@ class LauncherKnown:
     mpi_own          it is the launcher an MPI library installs (what `site detect` drafts for the host MPI)
     rank_env         the variables that give each rank it starts its rank (the program probe reads one)
     local_rank_env   the variables that give each rank its rank on its node (hpcbundle-bind reads one)
+    torch_ranks      where hpcbundle-torchenv reads a rank's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE
+                     (knowledge/torchenv.py: ompi, slurm, hydra); "": it cannot start torch.distributed ranks
     export_option    the option that forwards a variable of the launching shell ("": it forwards them all)
     workdir_option   the option that starts every rank in a directory ("": none, the ranks start where it
                      runs; ending in "=": the path is joined to it)
@@ -59,6 +61,7 @@ class LauncherKnown:
     mpi_own: bool = False
     rank_env: tuple[str, ...] = ()
     local_rank_env: tuple[str, ...] = ()
+    torch_ranks: str = ""
     export_option: str = ""
     workdir_option: str = ""
 
@@ -129,6 +132,7 @@ MPIRUN = LauncherKnown(
     mpi_own=True,
     rank_env=("OMPI_COMM_WORLD_RANK",),
     local_rank_env=("OMPI_COMM_WORLD_LOCAL_RANK",),
+    torch_ranks="ompi",
     export_option="-x",
     workdir_option="--wdir",
 )
@@ -160,6 +164,7 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
         mpi_own=True,
         rank_env=("PMI_RANK",),
         local_rank_env=("MPI_LOCALRANKID",),
+        torch_ranks="hydra",
         workdir_option="-wdir",
     ),
     "mpirun": MPIRUN,
@@ -174,6 +179,7 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
         takes_hosts=False,
         rank_env=("SLURM_PROCID",),
         local_rank_env=("SLURM_LOCALID",),
+        torch_ranks="slurm",
         workdir_option="--chdir=",
     ),
 }

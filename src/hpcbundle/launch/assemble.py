@@ -5,12 +5,14 @@ naming the flag or site key before any token is assembled, so assembly never ref
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import replace
 from typing import Sequence
 
 from ..config.sites import Site
 from ..knowledge import network
 from ..knowledge.launching import image_env_kept
+from ..knowledge.torchenv import torchenv_words
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -18,6 +20,7 @@ from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
 from .placement import gpu_numa_placement
+from .torchwiring import TorchWiring, gloo_interfaces
 from .workdir import WorkDir
 
 _WRAPPER_WHY = {
@@ -66,10 +69,16 @@ def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
 
 
 def build_command(
-    site: Site, layout: RankLayout, program: Sequence[str], image: str | None = None, workdir: WorkDir | None = None
+    site: Site,
+    layout: RankLayout,
+    program: Sequence[str],
+    image: str | None = None,
+    workdir: WorkDir | None = None,
+    torch: TorchWiring | None = None,
 ) -> Command:
     """The launch command for `program` on `site`, every token explained; with `workdir` (read by the
-    caller), every rank starts in that directory, mounted where the runtime would not see it.
+    caller), every rank starts in that directory, mounted where the runtime would not see it; with `torch`,
+    the ranks meet by torch.distributed's env:// (launch/torchwiring.py) instead of through Horovod.
     The site and layout are the ones a LaunchPlan judged (launch/plan.py).
 
     >>> from pathlib import Path
@@ -91,6 +100,8 @@ def build_command(
         _start_in(site, launcher, workdir, main)
     _exports(site, launcher, runtime, image, main)
     _settings(site, launcher, layout, main, env)
+    if torch is not None:
+        _torch_settings(site, launcher, torch, main, env)
     launcher.tail(site, main)
     if site.launcher.args:
         main.site("launcher.args", site.launcher.args, "extra launcher options from the site")
@@ -100,6 +111,8 @@ def build_command(
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     wrappers = _wrappers(site, place)
     body = Parts(site, "program")
+    if torch is not None:
+        body.add(torchenv_words(launcher.torch_ranks), "flag --torch", reasons.TORCHENV)
     body.add(program, "PROGRAM (after --)", "what every rank runs")
     if in_container:
         order = [container, env, main, wrappers, body]
@@ -158,6 +171,35 @@ def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, e
             _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_LINK)
     for key, value in network.derived_nccl_net(site).items():
         _place(main, env, key, *_setting(site, launcher, key, value), reasons.DERIVED_NET)
+
+
+def _torch_settings(site: Site, launcher: Launcher, torch: TorchWiring, main: Parts, env: Parts) -> None:
+    """GLOO_SOCKET_IFNAME from network.interfaces, then MASTER_ADDR and MASTER_PORT: set on the line, or, in a
+    batch job, forwarded by name from the script that found them."""
+    gloo = gloo_interfaces(site)
+    if gloo:
+        option, assignment, _ = _setting(site, launcher, "env.GLOO_SOCKET_IFNAME", gloo)
+        _place_derived(main, env, option, assignment, "network.interfaces", reasons.GLOO)
+    head_why = reasons.MASTER_ADDR if torch.head is None or _is_address(torch.head) else reasons.MASTER_ADDR_NAME
+    port = str(torch.port) if torch.port is not None else None
+    for name, value, source, why in (
+        ("MASTER_ADDR", torch.head, torch.head_source, head_why),
+        ("MASTER_PORT", port, "torch.port", reasons.MASTER_PORT),
+    ):
+        if value is None:
+            main.add(launcher.export(site, name), "the batch script", f"{name}: {reasons.FROM_SCRIPT}")
+        else:
+            option, assignment, _ = _setting(site, launcher, f"env.{name}", value)
+            _place_derived(main, env, option, assignment, source, why)
+
+
+def _is_address(head: str) -> bool:
+    """Whether `head` is an IPv4 address (else a host name)."""
+    try:
+        ipaddress.IPv4Address(head)
+    except ValueError:
+        return False
+    return True
 
 
 def _env_in_front(launcher: Launcher, env: Parts) -> None:

@@ -48,6 +48,7 @@ class Launcher:
     interface_keys: ClassVar[frozenset[str]]
     reads_allocation: ClassVar[bool]
     takes_hosts: ClassVar[bool]
+    torch_ranks: ClassVar[str]
     export_option: ClassVar[str]
     workdir_option: ClassVar[str]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Literal, Sequence
 
 import jinja2
 
@@ -22,6 +22,7 @@ from . import elastic
 from .assemble import cpus_source
 from .layout import RankLayout
 from .plan import LaunchPlan
+from .torchwiring import BATCH_PORT
 from .workdir import JOB_SOURCE, WorkDir
 
 TEMPLATE = "sbatch.sh.j2"
@@ -33,7 +34,8 @@ class BatchJob:
 
     `job_name` replaces the site's slurm.job_name, `output` is the job's output file (SLURM's
     default, slurm-%j.out in the submit directory, when None), `dependency` e.g. "singleton", `workdir`
-    the directory the job and every rank start in (--chdir; SLURM's default, the submit directory, when None).
+    the directory the job and every rank start in (--chdir; SLURM's default, the submit directory, when None),
+    `wiring` how its ranks meet (horovod, or torch: the script finds MASTER_ADDR and MASTER_PORT first).
     """
 
     nodes: int
@@ -43,6 +45,7 @@ class BatchJob:
     output: str | None = None
     dependency: str | None = None
     workdir: WorkDir | None = None
+    wiring: Literal["horovod", "torch"] = "horovod"
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ def job_layout(site: Site, job: BatchJob) -> RankLayout:
 def batch_plan(site: Site, job: BatchJob, program: Sequence[str], image: str | None) -> LaunchPlan:
     """The plan of a batch job running `program`: what `sbatch` (and each point of a scaling study) judges
     once before the script is written."""
-    return LaunchPlan(site, job_layout(site, job), tuple(program), image, job.workdir, time=job.time, batch=True)
+    layout = job_layout(site, job)
+    return LaunchPlan(site, layout, tuple(program), image, job.workdir, time=job.time, batch=True, wiring=job.wiring)
 
 
 def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate: GateStep | None = None) -> str:
@@ -167,9 +171,19 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
         gate_segments=gate_segments,
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
+        torch=_torch_block(plan),
         program_name=PurePosixPath(program[0]).name,
         program_args="\n".join(program[1:]),
     )
+
+
+def _torch_block(plan: LaunchPlan) -> dict[str, str | None] | None:
+    """What the script's torch block needs (None for Horovod): the data interface whose address is rank 0's
+    (None on one node without one), and the port's formula."""
+    if plan.wiring != "torch":
+        return None
+    interfaces = plan.site.network.interfaces
+    return {"interface": interfaces[0] if interfaces else None, "port": BATCH_PORT}
 
 
 def parse_job_id(stdout: str) -> str:

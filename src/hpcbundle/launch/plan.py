@@ -24,7 +24,7 @@ the job's line, the gate's and the program probe's, none judged again::
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from ..config.errors import UserError
 from ..config.recipes import Recipe
@@ -39,6 +39,7 @@ from .assemble import build_command
 from .base import LAUNCHERS
 from .command import Command
 from .layout import RankLayout
+from .torchwiring import TorchWiring
 from .workdir import WorkDir
 
 
@@ -56,6 +57,10 @@ class LaunchPlan:
     knobs       the knobs a tune run sweeps
     here        this node's host name: where mpirun starts every rank when no hosts are given
     batch       a batch job's plan (sbatch, scaling plan): its script carries #SBATCH lines
+    wiring      how the ranks meet: horovod, or torch (torch.distributed env://, launch/torchwiring.py)
+    head        a torch job's MASTER_ADDR, read at the edge (the first host's address on the data interface,
+                its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
+                it came from (`head_source`)
     hosts       ranks per host given outright (doctor --hosts), instead of derived from the layout
     """
 
@@ -70,6 +75,9 @@ class LaunchPlan:
     here: str = "localhost"
     hosts: Mapping[str, int] | None = field(default=None)
     batch: bool = False
+    wiring: Literal["horovod", "torch"] = "horovod"
+    head: str | None = None
+    head_source: str = ""
 
     def request(self) -> LaunchRequest:
         """The launch request the rules read."""
@@ -89,6 +97,8 @@ class LaunchPlan:
             tasks_per_node=layout.tasks_per_node if layout else None,
             workdir=self.workdir.path if self.workdir else None,
             batch=self.batch,
+            wiring=self.wiring,
+            head=self.head,
         )
 
     def ranks_per_host(self) -> dict[str, int] | None:
@@ -141,4 +151,12 @@ class LaunchPlan:
         ranks = layout or self.layout
         assert ranks is not None, "a launch command needs ranks"
         words = program if program is not None else self.program or ()
-        return build_command(self.site, ranks, words, self.image, self.workdir)
+        return build_command(self.site, ranks, words, self.image, self.workdir, self.torch())
+
+    def torch(self) -> TorchWiring | None:
+        """Where a torch job's ranks meet (None for Horovod): the head read at the edge, the site's port; a
+        batch job's script finds both."""
+        if self.wiring != "torch":
+            return None
+        port = None if self.batch else self.site.torch.port
+        return TorchWiring(self.head, port, self.head_source or "the first host")

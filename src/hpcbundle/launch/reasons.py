@@ -98,6 +98,24 @@ GPU_NUMA_INLINE = (
 # from network.interfaces, or set by the site's own key where network.interfaces would have
 # derived it. NCCL_SOCKET_IFNAME is derived on GPU sites only: NCCL runs nowhere else, so on a CPU
 # site it would be harmless but a word in every command that nothing reads.
+TORCHENV = (
+    "sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from the launcher's own variables (a stale value "
+    "from the launching shell is overwritten), then execs the program: torch's env:// reads them"
+)
+GLOO = "the interfaces torch's Gloo backend (CPU tensors, the rendezvous store's peers) may use, by name"
+MASTER_ADDR = (
+    "where every rank meets rank 0 (torch env://): an address on the data interface, never a host name, "
+    "which torch and the nodes may resolve to another network"
+)
+MASTER_ADDR_NAME = (
+    "a host name, as this line is printed to run elsewhere: launch --exec (or sbatch) puts the head's "
+    "address on network.interfaces here instead"
+)
+MASTER_PORT = "the port rank 0 listens on for the others (torch.port)"
+FROM_SCRIPT = (
+    "set by the batch script on the job's first node (its address on network.interfaces, a port from the "
+    "job id), forwarded by name"
+)
 DERIVED = ", derived from network.interfaces"
 OVERRIDES = ", set by the site over network.interfaces"
 # NCCL's socket threads on a GPU site whose NCCL goes over TCP, from network.link_gbps

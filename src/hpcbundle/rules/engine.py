@@ -102,6 +102,9 @@ class LaunchRequest:
     nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
     tasks_per_node  the ranks on each node a batch job asks for (sbatch --tasks-per-node)
     batch       the request is a batch job's (sbatch, scaling plan): its script carries #SBATCH lines
+    wiring      how the ranks meet: horovod (Horovod over MPI or Gloo) or torch (torch.distributed, env://)
+    head        MASTER_ADDR of a torch wiring: an IPv4 address, a host name (a printed line), or None (a batch
+                job's script finds it on its first node)
     workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
@@ -121,6 +124,8 @@ class LaunchRequest:
     nodes: int | None = None
     tasks_per_node: int | None = None
     batch: bool = False
+    wiring: Literal["horovod", "torch"] = "horovod"
+    head: str | None = None
     workdir: str | None = None
 
     @property
