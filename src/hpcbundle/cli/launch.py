@@ -104,13 +104,10 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     start_in = workdir_from(asked.workdir)
     environment = os.environ if asked.execute else None
-    wiring = wiring_of(model, asked.torch)
-    plan = plan_from(
-        model, layout, asked.program, asked.image, workdir=start_in, environment=environment, wiring=wiring
-    )
-    plan = replace(plan, **named_head(plan, asked.execute)) if wiring == "torch" else plan
+    plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
+    plan = torch_planned(plan, wiring_of(model, asked.torch), asked.execute)
     warned = warnings_of(plan.judge())
-    plan = replace(plan, **address_head(plan)) if wiring == "torch" and asked.execute else plan
+    plan = replace(plan, **address_head(plan)) if plan.wiring == "torch" and plan.head is None else plan
     command = plan.command()
     if layout.discovery_script is not None:  # written once the plan has passed
         write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
@@ -129,19 +126,6 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
         gate_first(ctx, plan)
     enter_workdir(start_in)
     execute_job(ctx, plan, command, asked.timeout)
-
-
-def named_head(plan: LaunchPlan, execute: bool) -> dict[str, str | None]:
-    """A torch job's head before the plan is judged: 127.0.0.1 when every rank runs on this node, else the
-    first host's name for a printed line (rule torch-head-by-name warns), or None until --exec asks that
-    host for its address (address_head)."""
-    placed = placed_hosts(plan)
-    if len(placed) == 1 and placed[0][0] in (plan.here, "localhost"):
-        return {"head": "127.0.0.1", "head_source": "every rank on this node"}
-    if execute:
-        return {"head": None}
-    first = placed[0][0] if placed else "the allocation's first node"
-    return {"head": first, "head_source": "the first host's name"}
 
 
 def address_head(plan: LaunchPlan) -> dict[str, str | None]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -19,6 +21,20 @@ def placed_hosts(plan: LaunchPlan) -> tuple[tuple[str, int], ...]:
     """The plan's ranks per host as the command line tells (every rank on this node without hosts or an
     allocation; () when SLURM or the launcher places them)."""
     return plan.layout.placement(plan.here) if plan.layout else ()
+
+
+def torch_planned(plan: LaunchPlan, wiring: Literal["horovod", "torch"], execute: bool) -> LaunchPlan:
+    """`plan` with its wiring; a torch job's head as the command line tells: 127.0.0.1 when every rank runs
+    on this node, else the first host's name for a printed line (rule torch-head-by-name warns), or None
+    until --exec asks that host for its address on the data interface."""
+    if wiring != "torch":
+        return replace(plan, wiring=wiring)
+    placed = placed_hosts(plan)
+    if len(placed) == 1 and placed[0][0] in (plan.here, "localhost"):
+        return replace(plan, wiring=wiring, head="127.0.0.1", head_source="every rank on this node")
+    if execute or not placed:
+        return replace(plan, wiring=wiring, head=None)
+    return replace(plan, wiring=wiring, head=placed[0][0], head_source="the first host's name")
 
 
 def program_probe(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> ProgramProbe | None:

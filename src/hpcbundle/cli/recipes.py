@@ -19,8 +19,19 @@ from ..rules.engine import failed
 from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, file_failures, load_recipe, problem_line, read_recipe
 from . import main, pass_bundle
-from .options import image_option, layout_from, plan_from, ranks_options, site_for, workdir_from, workdir_option
+from .options import (
+    image_option,
+    layout_from,
+    plan_from,
+    ranks_options,
+    site_for,
+    wiring_of,
+    wiring_option,
+    workdir_from,
+    workdir_option,
+)
 from .outputs import output_option, write_atomic
+from .preflight import torch_planned
 
 
 def _stack_summary(recipe) -> dict[str, object]:
@@ -152,6 +163,7 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap
 @click.option("--site", help="Also check the pair: RECIPE's image on this site (driver, GPU, MPI ABI, known traps).")
 @image_option
 @ranks_options("Also judge a launch of this many ranks on --site (as launch would).", required=False)
+@wiring_option
 @workdir_option
 @pass_bundle
 def check_command(
@@ -162,6 +174,7 @@ def check_command(
     np_: int | None,
     hosts: str | None,
     hostfile: Path | None,
+    torch: bool | None,
     workdir: str | None,
 ) -> None:
     """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
@@ -177,6 +190,7 @@ def check_command(
     b = bundle.get()
     model, where = read_recipe(recipe, b.recipes_dir)  # judged below, once, with the site and the request
     asked = {"--np": np_, "--hosts": hosts, "--hostfile": hostfile, "--image": image, "--workdir": workdir}
+    asked |= {"--torch/--horovod": torch}
     given = [flag for flag, value in asked.items() if value is not None]
     if given and site is None:
         raise UserError.at("", "/".join(given), "judge a launch on a site", "add --site SITE")
@@ -186,7 +200,9 @@ def check_command(
         layout = layout_from(np_ or 0, hosts, hostfile) if np_ or hosts or hostfile else None
         if layout is not None and not np_:
             layout = replace(layout, np=layout.slots or 0)  # --hosts alone: a rank on every slot
-        plan = plan_from(site_for(bundle, site), layout, None, image, workdir=workdir_from(workdir))
+        on_site = site_for(bundle, site)
+        plan = plan_from(on_site, layout, None, image, workdir=workdir_from(workdir))
+        plan = torch_planned(plan, wiring_of(on_site, torch), execute=False)
         findings = plan.evaluate(model)
     else:
         findings = check_declared(model, site_for(bundle, site), knowledge_base())

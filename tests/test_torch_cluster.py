@@ -1,0 +1,56 @@
+"""`launch --torch` across the namespace cluster's three nodes over ssh: a plain torch.distributed program
+(env://, gloo on the CPU) gets its ranks from the launcher, meets rank 0 at node 1's address on the data
+interface (the node names resolve to the management network), and its traffic stays off that network."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hpcbundle_testbed import NetnsCluster
+from hpcbundle_testbed.sites import netns_site
+
+from .helpers import ROOT, VENV_PYTHON, hpcbundle_argv, no_leftovers
+
+pytestmark = pytest.mark.cluster
+
+PROGRAM = [str(VENV_PYTHON), str(ROOT / "tests" / "data" / "torch_allreduce.py")]
+LINE = re.compile(r"^torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MASTER_ADDR=(\S+) sum=(\S+)$", re.M)
+
+
+def torch_launch(site: Path, hosts: str, np_: int) -> list[str]:
+    return hpcbundle_argv(
+        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, "--torch", "--exec", "--", *PROGRAM
+    )
+
+
+def test_torch_ranks_meet_at_node1s_data_address_and_reduce_over_data0(
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
+    cluster = netns_cluster
+    site = netns_site(tmp_path, cluster, cluster.DATA_IFACE)
+    before = {n: cluster.iface_bytes(n, cluster.MGMT_IFACE) for n in cluster.nodes}
+    hosts = ",".join(f"{node}:1" for node in cluster.nodes)
+    res = cluster.run("node1", torch_launch(site, hosts, 3), timeout=180, env={"RANK": "7", "WORLD_SIZE": "9"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ranks = LINE.findall(res.stdout)
+    assert sorted(int(rank) for rank, *_ in ranks) == [0, 1, 2], res.stdout[-2000:]  # the stale RANK=7 lost
+    assert {(world, local, master, total) for _, world, local, master, total in ranks} == {
+        ("3", "0", cluster.address("node1"), "6")
+    }
+    moved = {n: cluster.iface_bytes(n, cluster.MGMT_IFACE) - before[n] for n in cluster.nodes}
+    assert all(m.rx < 64 << 10 for m in moved.values()), moved  # the job's traffic went over data0
+    assert no_leftovers(cluster, timeout=10)
+
+
+def test_two_torch_ranks_per_host_get_local_ranks_0_and_1(
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
+    cluster = netns_cluster
+    site = netns_site(tmp_path, cluster, cluster.DATA_IFACE)
+    res = cluster.run("node1", torch_launch(site, "node1:2,node2:2", 4), timeout=180)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ranks = {int(rank): int(local) for rank, _, local, _, total in LINE.findall(res.stdout) if total == "10"}
+    assert ranks == {0: 0, 1: 1, 2: 0, 3: 1}, res.stdout[-2000:]
