@@ -47,7 +47,7 @@ from .options import (
     workdir_from,
 )
 from .outputs import echo_text, output_option, print_results, write_atomic
-from .preflight import doctor_first, fast_doctor, placed_hosts, warnings_of
+from .preflight import doctor_first, fast_doctor, placed_hosts, torch_planned, warnings_of
 from .submit import submit_script
 
 
