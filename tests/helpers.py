@@ -67,6 +67,12 @@ def planned(
     return plan.command()
 
 
+def bash_argv(script: str) -> list[str]:
+    """Run `script` with bash and split what it printed at NUL bytes."""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, timeout=30, check=True).stdout
+    return out.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
 def examples(full: int) -> int:
     """How many examples a property test draws: `full` in `make test`; a fifth (at least 50) in `make check`,
     which sets HPCBUNDLE_FAST_LANE=1 to stay a fast lane; the same strategies, so each run still covers them."""

@@ -4,7 +4,6 @@ from the printed launch line and from the sbatch script's launch line."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from hpcbundle.launch import RankLayout, build_command, load_site, parse_hosts
 from hpcbundle.launch.batch import BatchJob, batch_plan, sbatch_script, script_environment
 from hpcbundle.launch.layout import MAX_HOSTS
 
-from .helpers import ROOT, examples
+from .helpers import ROOT, bash_argv, examples
 
 SITES = ROOT / "site_configs"
 LAYOUTS: dict[str, tuple[RankLayout, str | None]] = {
@@ -84,12 +83,6 @@ FAST = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-
-
-def bash_argv(script: str) -> list[str]:
-    """Run `script` with bash and split what it printed at NUL bytes."""
-    out = subprocess.run(["bash", "-c", script], capture_output=True, timeout=30, check=True).stdout
-    return out.decode("utf-8", "surrogateescape").split("\0")[:-1]
 
 
 def test_every_shipped_site_is_exercised():

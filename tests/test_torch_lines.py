@@ -1,0 +1,78 @@
+"""The --torch wiring's lines, exactly: the site's launcher starts the ranks, each runs the program under
+hpcbundle-torchenv (the launcher's own rank variables), with MASTER_ADDR, MASTER_PORT and GLOO_SOCKET_IFNAME
+set beside the NCCL settings; a batch script finds the head's address on its first node."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from hpcbundle.cli import main
+from hpcbundle.knowledge.torchenv import torchenv_words
+
+from .helpers import ROOT, bash_argv
+
+NOT_IN_SLURM = {"SLURM_JOB_ID": None, "SLURM_JOB_NUM_NODES": None}
+PROGRAM = ["--", "python", "train.py"]
+
+
+def hpcbundle(*args: str):
+    return CliRunner().invoke(main, ["--bundle", str(ROOT), *args], env=NOT_IN_SLURM)
+
+
+def launched(*args: str) -> list[str]:
+    """The argv `launch --torch` prints, the shim's text shown as SHIM."""
+    result = hpcbundle("launch", "--torch", *args, *PROGRAM)
+    assert result.exit_code in (0, 1), result.output
+    words = bash_argv(f"printf '%s\\0' {result.stdout}")  # the printed line, parsed as bash parses it
+    at = words.index("hpcbundle-torchenv")
+    assert words[at - 3 : at + 1] == torchenv_words("ompi")[:2] + [torchenv_words("ompi")[2], "hpcbundle-torchenv"]
+    return words[: at - 3] + ["SHIM"] + words[at + 1 :]
+
+
+def test_open_mpi_over_ssh_gives_every_rank_the_head_gloo_interface_and_the_shim_inside_the_container():
+    assert launched("--site", "ib-v100", "--image", "h.sif", "--np", "4", "--hosts", "f1:2,f2:2") == [
+        "mpirun", "-np", "4", "-H", "f1:2,f2:2", "-bind-to", "none", "-map-by", "slot",
+        "-x", "LD_LIBRARY_PATH", "-x", "PATH", "-x", "HOROVOD_CYCLE_TIME=0.1", "-mca", "btl", "self,vader,tcp",
+        "-mca", "pml", "ob1", "-x", "OMP_NUM_THREADS=20", "-mca", "btl_tcp_if_include", "ib0",
+        "-mca", "oob_tcp_if_include", "ib0", "-x", "NCCL_SOCKET_IFNAME=ib0", "-x", "NCCL_NET=IB",
+        "-x", "GLOO_SOCKET_IFNAME=ib0", "-x", "MASTER_ADDR=f1", "-x", "MASTER_PORT=29500",
+        "singularity", "exec", "--nv", "h.sif", "SHIM", "ompi", "python", "train.py",
+    ]  # fmt: skip
+
+
+def test_every_rank_on_this_node_meets_at_127_0_0_1():
+    assert launched("--np", "2") == [
+        "mpirun", "--allow-run-as-root", "-np", "2", "--oversubscribe", "--bind-to", "none", "--map-by", "slot",
+        "-x", "OMP_NUM_THREADS=1", "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=29500",
+        "SHIM", "ompi", "python", "train.py",
+    ]  # fmt: skip
+
+
+def test_hydra_sets_the_torch_variables_in_front_and_reads_pmi_ranks():
+    words = launched("--site", "stampede2-knl", "--np", "2", "--hosts", "c1,c2")
+    assert words[words.index("SHIM") + 1] == "hydra"
+    assert "MASTER_ADDR=c1" in words and "MASTER_PORT=29500" in words
+    assert words.index("MASTER_ADDR=c1") < words.index("mpiexec.hydra")
+
+
+def test_a_printed_line_with_a_host_name_as_head_warns_and_says_exec_pins_the_address():
+    result = hpcbundle("launch", "--torch", "--site", "ib-v100", "--np", "2", "--hosts", "f1,f2", "--explain", *PROGRAM)
+    explained = result.stdout
+    assert "-x MASTER_ADDR=f1" in explained and "launch --exec (or sbatch) puts the head's address" in explained
+
+
+def test_a_torch_batch_script_finds_rank_0s_address_on_the_data_interface_and_forwards_it_by_name():
+    result = hpcbundle("sbatch", "--torch", "--site", "eth-a100-slurm", "--nodes", "2", "--image", "h.sif", *PROGRAM)
+    assert result.exit_code == 0, result.output
+    script = result.stdout
+    assert "MASTER_ADDR=$(ip -4 -o addr show dev eth0 scope global" in script
+    assert "MASTER_PORT=$((61000 + SLURM_JOB_ID % 4536))" in script and "export MASTER_ADDR MASTER_PORT" in script
+    assert "GLOO_SOCKET_IFNAME=eth0" in script and "MASTER_ADDR=" not in script.split("export MASTER_ADDR")[1]
+    mpirun = hpcbundle("sbatch", "--torch", "--site", "ib-v100", "--nodes", "2", "--image", "h.sif", *PROGRAM)
+    assert "-x MASTER_ADDR -x MASTER_PORT" in mpirun.stdout  # forwarded by name, found by the script
+
+
+def test_horovod_stays_the_default_and_its_lines_do_not_change():
+    plain = hpcbundle("launch", "--site", "ib-v100", "--np", "2", "--hosts", "f1,f2", *PROGRAM)
+    horovod = hpcbundle("launch", "--horovod", "--site", "ib-v100", "--np", "2", "--hosts", "f1,f2", *PROGRAM)
+    assert plain.stdout == horovod.stdout and "MASTER_ADDR" not in plain.stdout and "torchenv" not in plain.stdout
