@@ -693,6 +693,34 @@ def slurm(request: pytest.FixtureRequest, cluster_tools: None) -> Iterator[Slurm
             yield two
 
 
+TORCH_PROGRAM = [str(VENV_PYTHON), str(ROOT / "tests" / "data" / "torch_allreduce.py")]
+TORCH_LINE = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MASTER_ADDR=([0-9.]+) sum=(\d+)")
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "srun"])
+def test_a_torch_batch_script_meets_at_the_first_nodes_address_under_slurm(
+    horovod: None, slurm: SlurmCluster, launcher: str, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch --torch`, submitted as written: the script reads rank 0's address on the data interface
+    on the job's first node (127.0.0.1 on one node without one), the launcher forwards it, the ranks reduce."""
+    net = slurm.inside
+    nodes, per_node = (2, 1) if net else (1, 2)
+    site = write_site(
+        tmp_path, site_data(f"torch-{launcher}", launcher=launcher, interfaces=[net.DATA_IFACE] if net else None)
+    )
+    args = ["--site", str(site), "--nodes", str(nodes), "--tasks-per-node", str(per_node), "--torch"]
+    made = subprocess.run(
+        hpcbundle_argv("sbatch", *args, "--", *TORCH_PROGRAM), capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    job = slurm.sbatch_wait(made.stdout, timeout=180)
+    assert job.returncode == 0, f"job exit {job.returncode}\n{job.output[-3000:]}\n{job.error[-3000:]}"
+    ranks = TORCH_LINE.findall(job.output)
+    head = net.address("node1") if net else "127.0.0.1"
+    assert sorted(int(rank) for rank, *_ in ranks) == [0, 1], job.output[-2000:]
+    assert {(world, master, total) for _, world, _, master, total in ranks} == {("2", head, "3")}
+
+
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
 def test_generated_sbatch_script_trains_under_slurm(
     horovod: None, slurm: SlurmCluster, launcher: str, tmp_path: Path
