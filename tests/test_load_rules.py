@@ -59,6 +59,8 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
     ("elastic-horovodrun", "eth-cpu-elastic", {"faults.elastic.min_np": 9}),
     ("elastic-horovodrun", "eth-cpu-elastic", {"faults.elastic.cooldown": [600, 60]}),
     ("elastic-horovodrun", "local", {"faults": {"elastic": {"min_np": 1, "discovery": "hostfile"}}}),
+    ("torch-port", "ib-v100", {"torch.port": 40000}),
+    ("gloo-ifname", "ib-v100", {"env.GLOO_SOCKET_IFNAME": "^lo"}),
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [

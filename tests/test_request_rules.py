@@ -204,6 +204,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 def test_every_request_rule_has_a_bad_case():
     covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time"}  # test_workdir, test_batch
+    covered |= _torch_rules()  # tests/test_torch_rules.py
     assert covered == {r.name for r in registered() if "request" in r.needs} | {"ranks-per-node"}
     assert all(r.on_load for r in registered() if "request" in r.needs)
 
@@ -237,6 +238,7 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
         "elastic-hosts": "site ib-v100 is not elastic (no faults.elastic)",
         "elastic-np": "site ib-v100 is not elastic (no faults.elastic)",
         "batch-time": "no --time in this request",
+        **dict.fromkeys(_torch_rules(), "the ranks meet through Horovod (no --torch)"),
     }
     assert {r.status for name, r in results.items() if name not in skipped} == {"PASS"}
     unknown = engine.evaluate(Facts(site=site, request=LaunchRequest()), knowledge_base())
@@ -245,6 +247,11 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
 
 def _request_rules() -> set[str]:
     return {r.name for r in registered() if "request" in r.needs}
+
+
+def _torch_rules() -> set[str]:
+    """The rules over a torch request (rules/torch.py): a Horovod request SKIPs them."""
+    return {r.name for r in registered() if "request" in r.needs and r.function.__module__.endswith(".torch")}
 
 
 def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule():

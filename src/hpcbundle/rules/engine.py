@@ -30,6 +30,7 @@ FAMILIES = (
     "recipe",
     "launching",
     "request",
+    "torch",
     "baseimage",
     "nodes",
     "program",

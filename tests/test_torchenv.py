@@ -1,0 +1,116 @@
+"""hpcbundle-torchenv (knowledge/torchenv.py) run by the real /bin/sh: from every launcher's own variables, random or
+missing, the program it execs sees exactly RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, or nothing runs and
+one line says why (exit 2); a stale RANK of the launching shell never wins; shellcheck finds nothing in it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcbundle.knowledge.torchenv import TORCHENV_INLINE, TORCHENV_NAME, TORCHENV_SOURCES, torchenv_words
+
+from .helpers import examples, shellcheck
+
+SOURCES = {
+    "ompi": (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+    "hydra": ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+}
+"""Each source's variables for RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (srun(1), Open MPI's and Hydra's docs)."""
+TORCH = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+PRINT = ["sh", "-c", 'printf "%s\\n" "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$LOCAL_WORLD_SIZE"']
+"""The program the shim execs: it prints the four variables it was given."""
+
+DECIMAL = st.from_regex(r"[0-9]{1,7}", fullmatch=True)
+TASKS_PER_NODE = st.from_regex(r"[0-9]{1,3}(\(x[0-9]{1,3}\))?(,[0-9]{1,3}(\(x[0-9]\))?)?", fullmatch=True)
+"""SLURM's compressed tasks per node, 4(x2),3: the first node's count leads."""
+TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=8)
+VALUE = st.one_of(st.none(), DECIMAL, TASKS_PER_NODE, TEXT)
+"""A launcher variable: unset (None), a number, SLURM's tasks-per-node form, or anything."""
+
+
+def _shim(source: str, environment: dict[str, str], program: list[str] = PRINT) -> subprocess.CompletedProcess:
+    """The shim as a launch runs it (`sh -c TEXT hpcbundle-torchenv SOURCE PROGRAM...`), by /bin/sh."""
+    words = ["/bin/sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, source, *program]
+    return subprocess.run(
+        words, env={"PATH": "/usr/bin:/bin", **environment}, capture_output=True, text=True, timeout=30
+    )
+
+
+def _expected(source: str, environment: dict[str, str]) -> list[str] | None:
+    """The four values the program must see, or None where the shim must refuse (the spec, written apart from it)."""
+    values = [environment.get(name) for name in SOURCES[source]]
+    if source == "slurm":  # srun's per-step count, else the job's SLURM_TASKS_PER_NODE; the first node's number
+        local = environment.get("SLURM_NTASKS_PER_NODE", environment.get("SLURM_TASKS_PER_NODE"))
+        values[3] = re.match(r"[0-9]*", local).group() if local is not None else None
+    return values if all(v is not None and re.fullmatch(r"[0-9]+", v) for v in values) else None
+
+
+@st.composite
+def launcher_environments(draw) -> tuple[str, dict[str, str]]:
+    """A source and the environment a rank starts in: its variables all numbers (often) or each drawn from
+    anything; stale torch variables of the launching shell; under slurm maybe the job's SLURM_TASKS_PER_NODE."""
+    source = draw(st.sampled_from(TORCHENV_SOURCES))
+    names = SOURCES[source]
+    kind = DECIMAL if draw(st.booleans()) else VALUE
+    drawn = {name: draw(kind) for name in names}
+    if source == "slurm" and draw(st.booleans()):
+        drawn[names[3]] = None
+        drawn["SLURM_TASKS_PER_NODE"] = draw(st.one_of(TASKS_PER_NODE, VALUE))
+    drawn |= {name: draw(st.one_of(st.none(), DECIMAL, TEXT)) for name in TORCH}
+    return source, {name: value for name, value in drawn.items() if value is not None}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(launcher_environments())
+def test_the_program_sees_exactly_the_launchers_numbers_or_the_shim_refuses_in_one_line(drawn):
+    source, environment = drawn
+    run = _shim(source, environment)
+    expected = _expected(source, environment)
+    if expected is not None:
+        assert (run.returncode, run.stderr) == (0, ""), run.stderr
+        assert run.stdout.split("\n") == [*expected, ""]
+    else:
+        assert run.returncode == 2 and run.stdout == ""
+        assert run.stderr.count("\n") == 1 and run.stderr.startswith("hpcbundle-torchenv: "), run.stderr
+
+
+def test_a_stale_rank_of_the_launching_shell_is_overwritten():
+    stale = dict(zip(TORCH, "7935", strict=True))
+    run = _shim("hydra", {**stale, **dict(zip(SOURCES["hydra"], "1412", strict=True))})
+    assert run.stdout == "1\n4\n1\n2\n"
+
+
+@pytest.mark.parametrize("tasks, local", [("4(x2)", "4"), ("4(x2),3", "4"), ("8", "8")])
+def test_slurms_compressed_tasks_per_node_gives_the_first_nodes_count(tasks, local):
+    run = _shim(
+        "slurm", {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": tasks}
+    )
+    assert run.stdout == f"5\n8\n1\n{local}\n"
+
+
+def test_the_program_is_execed_with_its_own_words_and_status():
+    numbers = dict(zip(SOURCES["ompi"], "0101", strict=True))
+    run = _shim("ompi", numbers, ["sh", "-c", 'printf "%s|" "$@"; exit 3', "prog", "a b", "", "$HOME"])
+    assert (run.returncode, run.stdout) == (3, "a b||$HOME|")
+    assert torchenv_words("ompi") == ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, "ompi"]  # what _shim runs
+
+
+@pytest.mark.parametrize("source, program", [("pmix", PRINT), ("ompi", [])])
+def test_an_unknown_source_or_no_program_is_one_line_exit_2(source, program):
+    run = _shim(source, dict(zip(SOURCES["ompi"], "0101", strict=True)), program)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("hpcbundle-torchenv: "), run.stderr
+
+
+def test_the_shim_passes_shellcheck():
+    assert shellcheck(TORCHENV_INLINE, "sh") == []
