@@ -23,7 +23,7 @@ the job's line, the gate's and the program probe's, none judged again::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, Mapping, Sequence
 
 from ..config.errors import UserError
@@ -61,7 +61,6 @@ class LaunchPlan:
     head        a torch job's MASTER_ADDR, read at the edge (the first host's address on the data interface,
                 its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
                 it came from (`head_source`)
-    hosts       ranks per host given outright (doctor --hosts), instead of derived from the layout
     """
 
     site: Site
@@ -73,7 +72,6 @@ class LaunchPlan:
     time: str | None = None
     knobs: tuple[str, ...] = ()
     here: str = "localhost"
-    hosts: Mapping[str, int] | None = field(default=None)
     batch: bool = False
     wiring: Literal["horovod", "torch"] = "horovod"
     head: str | None = None
@@ -104,8 +102,6 @@ class LaunchPlan:
     def ranks_per_host(self) -> dict[str, int] | None:
         """Ranks per host as the command line tells (a repeated host's added up; every rank on this node when
         no hosts are given), `each node` for a batch job's --tasks-per-node; None where SLURM places them."""
-        if self.hosts is not None:
-            return dict(self.hosts) or None
         layout = self.layout
         if layout is None:
             return None
@@ -134,11 +130,10 @@ class LaunchPlan:
         """Every rule these facts feed, once (check prints them all)."""
         return evaluate_facts(self.facts(recipe, observing), knowledge_base())
 
-    def judge(self, observing: bool = False) -> list[Result]:
+    def judge(self) -> list[Result]:
         """The one pass before anything is written or started: every FAIL refused as one line each
-        (`FLAG: problem (fix)` or `FILE: KEY: problem (fix)`), exit 2; else the results, WARNs among them.
-        `observing`: the nodes are observed next (launch --exec, doctor), so the rules over them wait for that."""
-        results = self.evaluate(observing=observing)
+        (`FLAG: problem (fix)` or `FILE: KEY: problem (fix)`), exit 2; else the results, WARNs among them."""
+        results = self.evaluate()
         failures = [r for r in results if r.status == "FAIL"]
         failures = file_failures(results, {"site"}) or failures  # a refused site first: the request is judged on it
         if failures:
