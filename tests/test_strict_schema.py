@@ -44,6 +44,7 @@ EVERY_COUNT = site_variant(
         "node": {"gpus": 2, "ranks_per_node": 2, "cpus_per_rank": 1, "numa_memory": [0, 1], "gpu_numa": [0, 1]},
         "network": {"link_gbps": 100.0},
         "gate": {"threshold": 0.5, "timeout": 30},
+        "torch": {"port": 29500},
         "faults": {
             "stall_seconds": 600,
             "signal_before_end": 300,
@@ -77,6 +78,7 @@ BOUNDS: dict[Path_, int] = {
     ("faults", "elastic", "cooldown", 0): 3600,
     ("faults", "elastic", "cooldown", 1): 3600,
     ("faults", "elastic", "ssh_port"): MAX_PORT,
+    ("torch", "port"): MAX_PORT,
 }
 """Every count a site holds, with its upper bound."""
 

@@ -49,7 +49,7 @@ def test_every_rank_on_this_node_meets_at_127_0_0_1():
 
 
 def test_hydra_sets_the_torch_variables_in_front_and_reads_pmi_ranks():
-    words = launched("--site", "stampede2-knl", "--np", "2", "--hosts", "c1,c2")
+    words = launched("--site", "stampede2-knl", "--np", "1", "--hosts", "c1")  # one node: no data interface
     assert words[words.index("SHIM") + 1] == "hydra"
     assert "MASTER_ADDR=c1" in words and "MASTER_PORT=29500" in words
     assert words.index("MASTER_ADDR=c1") < words.index("mpiexec.hydra")

@@ -107,7 +107,9 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
     plan = torch_planned(plan, wiring_of(model, asked.torch), asked.execute)
     warned = warnings_of(plan.judge())
-    plan = replace(plan, **address_head(plan)) if plan.wiring == "torch" and plan.head is None else plan
+    plan = (
+        replace(plan, **address_head(plan)) if asked.execute and plan.wiring == "torch" and plan.head is None else plan
+    )
     command = plan.command()
     if layout.discovery_script is not None:  # written once the plan has passed
         write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
