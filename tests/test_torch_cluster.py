@@ -32,7 +32,8 @@ def test_torch_ranks_meet_at_node1s_data_address_and_reduce_over_data0(
 ) -> None:
     cluster = netns_cluster
     site = netns_site(tmp_path, cluster, cluster.DATA_IFACE)
-    before = {n: cluster.iface_bytes(n, cluster.MGMT_IFACE) for n in cluster.nodes}
+    ifaces = (cluster.DATA_IFACE, cluster.MGMT_IFACE)
+    before = {(n, i): cluster.iface_bytes(n, i) for n in cluster.nodes for i in ifaces}
     hosts = ",".join(f"{node}:1" for node in cluster.nodes)
     res = cluster.run("node1", torch_launch(site, hosts, 3), timeout=180, env={"RANK": "7", "WORLD_SIZE": "9"})
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -41,8 +42,10 @@ def test_torch_ranks_meet_at_node1s_data_address_and_reduce_over_data0(
     assert {(world, local, master, total) for _, world, local, master, total in ranks} == {
         ("3", "0", cluster.address("node1"), "6")
     }
-    moved = {n: cluster.iface_bytes(n, cluster.MGMT_IFACE) - before[n] for n in cluster.nodes}
-    assert all(m.rx < 64 << 10 for m in moved.values()), moved  # the job's traffic went over data0
+    moved = {key: cluster.iface_bytes(*key) - bytes_before for key, bytes_before in before.items()}
+    print("bytes received:", {f"{node} {iface}": m.rx for (node, iface), m in moved.items()})
+    assert all(moved[(n, cluster.MGMT_IFACE)].rx < 64 << 10 for n in cluster.nodes), moved  # none over mgmt0
+    assert all(moved[(n, cluster.DATA_IFACE)].rx > moved[(n, cluster.MGMT_IFACE)].rx for n in cluster.nodes), moved
     assert no_leftovers(cluster, timeout=10)
 
 
