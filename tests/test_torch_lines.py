@@ -76,3 +76,10 @@ def test_horovod_stays_the_default_and_its_lines_do_not_change():
     plain = hpcbundle("launch", "--site", "ib-v100", "--np", "2", "--hosts", "f1,f2", *PROGRAM)
     horovod = hpcbundle("launch", "--horovod", "--site", "ib-v100", "--np", "2", "--hosts", "f1,f2", *PROGRAM)
     assert plain.stdout == horovod.stdout and "MASTER_ADDR" not in plain.stdout and "torchenv" not in plain.stdout
+
+
+def test_doctor_and_check_judge_a_torch_request_with_the_torch_rules():
+    doctor = hpcbundle("doctor", "--site", "eth-cpu-elastic", "--torch", "--no-checksum", "--", "python3", "t.py")
+    assert doctor.exit_code == 2 and "FAIL  torch-launcher       --torch: horovodrun" in doctor.stdout
+    check = hpcbundle("check", "cpu-local", "--site", "eth-cpu-elastic", "--np", "2", "--torch")
+    assert check.exit_code == 2 and "FAIL  torch-launcher" in check.stdout

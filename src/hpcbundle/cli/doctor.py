@@ -19,9 +19,9 @@ from ..knowledge.compat import knowledge_base
 from ..launch import parse_hosts
 from ..rules.engine import exit_status, failed
 from . import main, pass_bundle
-from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option
+from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option, wiring_of, wiring_option
 from .outputs import output_option, output_target, print_results, write_atomic
-from .preflight import JUDGED, program_probe
+from .preflight import JUDGED, program_probe, torch_planned
 
 
 @main.command("doctor", context_settings=PROGRAM_SETTINGS)
@@ -42,6 +42,7 @@ from .preflight import JUDGED, program_probe
     show_default=True,
     help="Seconds each node may take to answer.",
 )
+@wiring_option
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 @pass_bundle
 @click.pass_context
@@ -53,6 +54,7 @@ def doctor_command(
     hosts: str | None,
     no_checksum: bool,
     timeout: int,
+    torch: bool | None,
     program: tuple[str, ...],
 ) -> None:
     """Check SITE (and IMAGE) on this node or on --hosts: PASS/WARN/FAIL with evidence and fix.
@@ -69,6 +71,7 @@ def doctor_command(
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
     plan = plan_from(model, None, program or None, image, environment=os.environ)
+    plan = torch_planned(plan, wiring_of(model, torch), execute=False)  # --torch: the torch rules judge it too
     declared = plan.evaluate(observing=True)  # the site and the request; the nodes are observed next
     observed = doctor(
         model,
