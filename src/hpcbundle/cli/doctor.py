@@ -70,7 +70,7 @@ def doctor_command(
     """
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
-    plan = plan_from(model, None, program or None, image, environment=os.environ)
+    plan = plan_from(model, None, program or None, image, environment=os.environ, hosts=dict(placed))
     plan = torch_planned(plan, wiring_of(model, torch), execute=False)  # --torch: the torch rules judge it too
     declared = plan.evaluate(observing=True)  # the site and the request; the nodes are observed next
     observed = doctor(

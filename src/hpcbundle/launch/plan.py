@@ -57,6 +57,8 @@ class LaunchPlan:
     knobs       the knobs a tune run sweeps
     here        this node's host name: where mpirun starts every rank when no hosts are given
     batch       a batch job's plan (sbatch, scaling plan): its script carries #SBATCH lines
+    hosts       ranks per host given outright (doctor --hosts, whose plan asks for no ranks), else derived
+                from the layout
     wiring      how the ranks meet: horovod, or torch (torch.distributed env://, launch/torchwiring.py)
     head        a torch job's MASTER_ADDR, read at the edge (the first host's address on the data interface,
                 its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
@@ -76,6 +78,7 @@ class LaunchPlan:
     wiring: Literal["horovod", "torch"] = "horovod"
     head: str | None = None
     head_source: str = ""
+    hosts: Mapping[str, int] | None = None
 
     def request(self) -> LaunchRequest:
         """The launch request the rules read."""
@@ -102,6 +105,8 @@ class LaunchPlan:
     def ranks_per_host(self) -> dict[str, int] | None:
         """Ranks per host as the command line tells (a repeated host's added up; every rank on this node when
         no hosts are given), `each node` for a batch job's --tasks-per-node; None where SLURM places them."""
+        if self.hosts is not None:
+            return dict(self.hosts) or None
         layout = self.layout
         if layout is None:
             return None
@@ -122,7 +127,7 @@ class LaunchPlan:
             image=image_facts(image_labels(recipe, kb)) if recipe else None,
             image_source=f"recipe {recipe.name}" if recipe else "",
             nodes=None if observing else {f"site {self.site.name}": declared_node(self.site, kb)},
-            hosts=None if observing else self.ranks_per_host(),
+            hosts=self.ranks_per_host(),
             request=self.request(),
         )
 

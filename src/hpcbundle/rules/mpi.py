@@ -9,7 +9,9 @@ from .engine import Facts, Verdict, rule
 
 
 def without_mpi(facts: Facts) -> Verdict | None:
-    """SKIP for a site whose ranks do not talk over MPI (horovodrun --gloo): no MPI rule applies there."""
+    """SKIP for ranks that do not talk over MPI (horovodrun --gloo, or a --torch request): no MPI rule applies."""
+    if facts.request is not None and facts.request.wiring == "torch":
+        return Verdict("SKIP", "no MPI between torch.distributed ranks (--torch)")
     if facts.site is None or ranks_use_mpi(facts.site):
         return None
     return Verdict("SKIP", "the ranks talk over Gloo (horovodrun with launcher.gloo), not MPI")
