@@ -15,11 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcbundle.cli import main
-from hpcbundle.config.sites import Site
 from hpcbundle.launch import LaunchPlan
 from hpcbundle.rules.engine import Facts, Result, Rule, registered
 
-from .helpers import ROOT, SHIPPED, examples
+from .helpers import ROOT, SHIPPED, examples, make_site
 
 NOT_IN_SLURM = {"SLURM_JOB_ID": None, "SLURM_JOB_NUM_NODES": None}
 RECIPE_OF = {  # a recipe whose image suits each site (check judges the pair too)
@@ -172,17 +171,7 @@ def _request_args(directory: Path, np_: int, ranks: tuple, image: str | None, wo
 
 def test_doctors_plan_judges_the_ranks_per_host_its_hosts_give():
     """doctor --hosts n1,n2 asks for one rank on each: no node runs two, so a btl without shared memory is fine."""
-    site = Site.model_validate(
-        {
-            "name": "tcp-only",
-            "description": "two-core nodes, btl without shared memory",
-            "mpi": {"flavour": "openmpi", "version": "4.1.4"},
-            "launcher": {"name": "mpirun"},
-            "node": {"cores": 2},
-            "network": {"fabric": "ethernet"},
-            "mca": {"btl": "self,tcp"},
-        }
-    )
+    site = make_site(node={"cores": 2}, mca={"btl": "self,tcp"})  # a CPU site: two ranks could share a node
     one_each = {r.rule: r.status for r in LaunchPlan(site, hosts={"n1": 1, "n2": 1}).evaluate(observing=True)}
     two_each = {r.rule: r.status for r in LaunchPlan(site, hosts={"n1": 2}).evaluate(observing=True)}
     assert (one_each["btl-shared-memory"], two_each["btl-shared-memory"]) == ("SKIP", "WARN")

@@ -12,6 +12,8 @@ PROGRAM...`), so it runs in any image, built here or elsewhere.
 
 from __future__ import annotations
 
+import ipaddress
+
 TORCHENV_NAME = "hpcbundle-torchenv"
 
 TORCHENV_SOURCES = ("ompi", "slurm", "hydra")
@@ -57,3 +59,16 @@ def torchenv_words(source: str) -> list[str]:
     """
     assert source in TORCHENV_SOURCES, source
     return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, source]
+
+
+def is_address(head: str) -> bool:
+    """Whether a torch job's head (MASTER_ADDR) is an IPv4 address rather than a host name.
+
+    >>> is_address("10.0.0.1"), is_address("node1")
+    (True, False)
+    """
+    try:
+        ipaddress.IPv4Address(head)
+    except ValueError:
+        return False
+    return True

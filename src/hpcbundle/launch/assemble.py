@@ -5,14 +5,13 @@ naming the flag or site key before any token is assembled, so assembly never ref
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import replace
 from typing import Sequence
 
 from ..config.sites import Site
 from ..knowledge import network
 from ..knowledge.launching import image_env_kept
-from ..knowledge.torchenv import torchenv_words
+from ..knowledge.torchenv import is_address, torchenv_words
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -180,7 +179,7 @@ def _torch_settings(site: Site, launcher: Launcher, torch: TorchWiring, main: Pa
     if gloo:
         option, assignment, _ = _setting(site, launcher, "env.GLOO_SOCKET_IFNAME", gloo)
         _place_derived(main, env, option, assignment, "network.interfaces", reasons.GLOO)
-    head_why = reasons.MASTER_ADDR if torch.head is None or _is_address(torch.head) else reasons.MASTER_ADDR_NAME
+    head_why = reasons.MASTER_ADDR if torch.head is None or is_address(torch.head) else reasons.MASTER_ADDR_NAME
     port = str(torch.port) if torch.port is not None else None
     for name, value, source, why in (
         ("MASTER_ADDR", torch.head, torch.head_source, head_why),
@@ -191,15 +190,6 @@ def _torch_settings(site: Site, launcher: Launcher, torch: TorchWiring, main: Pa
         else:
             option, assignment, _ = _setting(site, launcher, f"env.{name}", value)
             _place_derived(main, env, option, assignment, source, why)
-
-
-def _is_address(head: str) -> bool:
-    """Whether `head` is an IPv4 address (else a host name)."""
-    try:
-        ipaddress.IPv4Address(head)
-    except ValueError:
-        return False
-    return True
 
 
 def _env_in_front(launcher: Launcher, env: Parts) -> None:

@@ -282,7 +282,7 @@ def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal(flag, problem, fix)]
 
 
-def _spans_nodes(site: Site, request: LaunchRequest) -> bool:
+def spans_nodes(site: Site, request: LaunchRequest) -> bool:
     """Whether the request's ranks need more than one node: several hosts, a hostfile, or more ranks than one
     node's slots (never with launcher.oversubscribe, which puts them all on one)."""
     many = (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
@@ -322,7 +322,7 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site, request, parts = facts.site, facts.request, _parts(facts.site)
     if _image(request) is None:
         return [_skip("--image")]
-    if not parts[1].wraps_launcher or not _spans_nodes(site, request):
+    if not parts[1].wraps_launcher or not spans_nodes(site, request):
         return []
     flag = "--hosts" if request.hosts else f"--np {request.np}"
     problem = f"{site.container.runtime} runs the launcher inside one container on one node"

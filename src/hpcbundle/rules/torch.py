@@ -7,14 +7,14 @@ The rules over the request SKIP a Horovod request; torch-port and gloo-ifname ju
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from pathlib import PurePosixPath
 
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import LAUNCHERS_KNOWN
+from ..knowledge.torchenv import is_address
 from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
-from .request import REQUEST, _spans_nodes
+from .request import REQUEST, spans_nodes
 
 EPHEMERAL_PORTS = range(32768, 61000)
 """Linux's default ephemeral ports (net.ipv4.ip_local_port_range 32768 60999): any outgoing connection may hold one."""
@@ -49,7 +49,7 @@ def torch_interface(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site, request = facts.site, facts.request
     if skip := _horovod(request):
         return [skip]
-    if not (_spans_nodes(site, request) or (request.nodes or 0) > 1):
+    if not (spans_nodes(site, request) or (request.nodes or 0) > 1):
         return [Verdict("SKIP", "every rank runs on one node: they meet at 127.0.0.1")]
     if site.network.interfaces:
         return []
@@ -142,9 +142,7 @@ def torch_head_by_name(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         return [skip]
     if request.batch or request.head is None:
         return [Verdict("SKIP", "the head's address on network.interfaces is found where the job starts")]
-    try:
-        ipaddress.IPv4Address(request.head)
-    except ValueError:
+    if not is_address(request.head):
         problem = (
             f"MASTER_ADDR is the host name {request.head}: torch and every node resolve it, and it may resolve to "
             "another network or 127.0.x.1"
