@@ -694,7 +694,7 @@ def slurm(request: pytest.FixtureRequest, cluster_tools: None) -> Iterator[Slurm
 
 
 TORCH_PROGRAM = [str(VENV_PYTHON), str(ROOT / "tests" / "data" / "torch_allreduce.py")]
-TORCH_LINE = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MASTER_ADDR=([0-9.]+) sum=(\d+)")
+TORCH_LINE = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MASTER_ADDR=(\S+) sum=(\d+)")
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])
@@ -719,6 +719,36 @@ def test_a_torch_batch_script_meets_at_the_first_nodes_address_under_slurm(
     head = net.address("node1") if net else "127.0.0.1"
     assert sorted(int(rank) for rank, *_ in ranks) == [0, 1], job.output[-2000:]
     assert {(world, master, total) for _, world, _, master, total in ranks} == {("2", head, "3")}
+
+
+def test_a_torchrun_batch_script_starts_one_agent_per_node_under_slurm(
+    horovod: None, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch --torchrun` with srun: one agent per node (--ntasks-per-node=1), each starting 2 workers;
+    on 2 nodes they meet at the first node's data address with the job's rendezvous id (JOBID.0), on one node
+    torchrun runs --standalone."""
+    net = slurm.inside
+    nodes = 2 if net else 1
+    site = write_site(
+        tmp_path, site_data("torchrun-srun", launcher="srun", interfaces=[net.DATA_IFACE] if net else None)
+    )
+    args = ["--site", str(site), "--nodes", str(nodes), "--tasks-per-node", "2", "--torchrun"]
+    made = subprocess.run(
+        hpcbundle_argv("sbatch", *args, "--", *TORCH_PROGRAM), capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    assert "#SBATCH --ntasks-per-node=1" in made.stdout and "--nproc-per-node=2" in made.stdout
+    job = slurm.sbatch_wait(made.stdout, timeout=240)
+    assert job.returncode == 0, f"job exit {job.returncode}\n{job.output[-3000:]}\n{job.error[-3000:]}"
+    ranks = TORCH_LINE.findall(job.output)
+    assert sorted(int(rank) for rank, *_ in ranks) == list(range(2 * nodes)), job.output[-2000:]
+    assert {(world, total) for _, world, _, _, total in ranks} == {(str(2 * nodes), str(sum(range(1, 2 * nodes + 1))))}
+    runs = set(re.findall(r"torch-rank .* run=(\S+)", job.output))
+    if net:
+        assert {master for *_, master, _ in ranks} <= {net.address(node) for node in net.nodes}
+        assert len(runs) == 1 and re.fullmatch(r"[0-9]+\.0", runs.pop())
+    else:
+        assert len(runs) == 1  # --standalone: torchrun's own id
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "srun"])

@@ -238,7 +238,7 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
         "elastic-hosts": "site ib-v100 is not elastic (no faults.elastic)",
         "elastic-np": "site ib-v100 is not elastic (no faults.elastic)",
         "batch-time": "no --time in this request",
-        **dict.fromkeys(_torch_rules(), "the ranks meet through Horovod (no --torch)"),
+        **dict.fromkeys(_torch_rules(), "the ranks meet through Horovod (no --torch or --torchrun)"),
     }
     assert {r.status for name, r in results.items() if name not in skipped} == {"PASS"}
     unknown = engine.evaluate(Facts(site=site, request=LaunchRequest()), knowledge_base())

@@ -25,6 +25,7 @@ from hpcbundle.config.limits import (
     MAX_NUMA_NODE,
     MAX_PORT,
     MAX_RANKS,
+    MAX_RESTARTS,
     MAX_SECONDS,
     MAX_SIGNAL_SECONDS,
 )
@@ -44,7 +45,7 @@ EVERY_COUNT = site_variant(
         "node": {"gpus": 2, "ranks_per_node": 2, "cpus_per_rank": 1, "numa_memory": [0, 1], "gpu_numa": [0, 1]},
         "network": {"link_gbps": 100.0},
         "gate": {"threshold": 0.5, "timeout": 30},
-        "torch": {"port": 29500},
+        "torch": {"port": 29500, "max_restarts": 1},
         "faults": {
             "stall_seconds": 600,
             "signal_before_end": 300,
@@ -79,6 +80,7 @@ BOUNDS: dict[Path_, int] = {
     ("faults", "elastic", "cooldown", 1): 3600,
     ("faults", "elastic", "ssh_port"): MAX_PORT,
     ("torch", "port"): MAX_PORT,
+    ("torch", "max_restarts"): MAX_RESTARTS,
 }
 """Every count a site holds, with its upper bound."""
 

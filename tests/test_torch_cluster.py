@@ -21,9 +21,9 @@ LINE = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MAST
 """One rank's line (found anywhere: the launcher may interleave the ranks' output)."""
 
 
-def torch_launch(site: Path, hosts: str, np_: int) -> list[str]:
+def torch_launch(site: Path, hosts: str, np_: int, wiring: str = "torch") -> list[str]:
     return hpcbundle_argv(
-        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, "--torch", "--exec", "--", *PROGRAM
+        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, f"--{wiring}", "--exec", "--", *PROGRAM
     )
 
 
@@ -58,3 +58,27 @@ def test_two_torch_ranks_per_host_get_local_ranks_0_and_1(
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     ranks = {int(rank): int(local) for rank, _, local, _, total in LINE.findall(res.stdout) if total == "10"}
     assert ranks == {0: 0, 1: 1, 2: 0, 3: 1}, res.stdout[-2000:]
+
+
+RUN = re.compile(r"torch-rank .* sum=(\d+) run=(\S+)")
+
+
+def test_torchrun_agents_on_three_nodes_meet_at_an_address_and_their_workers_reduce(
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
+    """`--torchrun`: mpirun starts one agent per node, each starting 2 workers; the agents' c10d store is on the
+    node whose data address is MASTER_ADDR (no host name is matched), the workers reduce over the data network."""
+    cluster = netns_cluster
+    site = netns_site(tmp_path, cluster, cluster.DATA_IFACE)
+    hosts = ",".join(f"{node}:2" for node in cluster.nodes)
+    res = cluster.run("node1", torch_launch(site, hosts, 6, "torchrun"), timeout=240, env={"RANK": "7"})
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ranks = LINE.findall(res.stdout)
+    print("torchrun ranks:", sorted((int(r), int(local), master) for r, _, local, master, _ in ranks))
+    assert sorted(int(rank) for rank, *_ in ranks) == list(range(6)), res.stdout[-2000:]
+    data_addresses = {cluster.address(node) for node in cluster.nodes}
+    assert {(world, total) for _, world, _, _, total in ranks} == {("6", "21")}
+    assert len({master for *_, master, _ in ranks}) == 1 and {master for *_, master, _ in ranks} <= data_addresses
+    assert sorted(int(local) for _, _, local, _, _ in ranks) == [0, 0, 0, 1, 1, 1]
+    assert {run for _, run in RUN.findall(res.stdout)} == {"hpcbundle"}  # one rendezvous
+    assert no_leftovers(cluster, timeout=10)

@@ -4,12 +4,19 @@ set beside the NCCL settings; a batch script finds the head's address on its fir
 
 from __future__ import annotations
 
+import re
+import subprocess
+
+import pytest
+import yaml
 from click.testing import CliRunner
 
 from hpcbundle.cli import main
 from hpcbundle.knowledge.torchenv import torchenv_words
 
-from .helpers import ROOT, bash_argv
+from .helpers import GOLDEN, ROOT, SHIPPED, WORKDIR, assert_golden, bash_argv
+from .test_batch import SITE_JOBS
+from .test_launch import SITE_INVOCATIONS
 
 NOT_IN_SLURM = {"SLURM_JOB_ID": None, "SLURM_JOB_NUM_NODES": None}
 PROGRAM = ["--", "python", "train.py"]
@@ -83,3 +90,50 @@ def test_doctor_and_check_judge_a_torch_request_with_the_torch_rules():
     assert doctor.exit_code == 2 and "FAIL  torch-launcher       --torch: horovodrun" in doctor.stdout
     check = hpcbundle("check", "cpu-local", "--site", "eth-cpu-elastic", "--np", "2", "--torch")
     assert check.exit_code == 2 and "FAIL  torch-launcher" in check.stdout
+
+
+# --- every shipped site, both torch wirings: the line, its explanation and the batch script, exactly ----------
+
+SHIM = re.compile(r"\$'set -eu\\n.*?exec \"\$@\"\\n'", re.S)
+"""The shim's text as a printed line quotes it (tests/test_torchenv.py tests the text itself)."""
+WIRINGS = ("torch", "torchrun")
+
+
+def _shim_shown(text: str) -> str:
+    """`text` with each quoted copy of the shim's text shown as SHIM (it is the same in every line), and this
+    checkout's directory as ROOT."""
+    return SHIM.sub("SHIM", text).replace(str(ROOT), "ROOT")
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+@pytest.mark.parametrize("site", SHIPPED)
+def test_golden_torch_launch_line_and_explanation_per_site(site, wiring, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args, env = SITE_INVOCATIONS[site]
+    srun = yaml.safe_load((ROOT / "site_configs" / f"{site}.yaml").read_text())["launcher"]["name"] == "srun"
+    in_slurm = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2"} if srun else {}  # srun: inside an allocation
+    result = CliRunner().invoke(
+        main,
+        ["--bundle", str(ROOT), "launch", f"--{wiring}", "--site", site, "--explain", "--workdir", WORKDIR, *args],
+        env={**NOT_IN_SLURM, **env, **in_slurm},
+    )
+    assert result.exit_code in (0, 1, 2), result.output
+    shown = f"exit {result.exit_code}\n{_shim_shown(result.stdout)}{_shim_shown(result.stderr)}"
+    assert_golden(GOLDEN / "torch" / wiring / f"{site}.txt", shown)
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+@pytest.mark.parametrize("site", SHIPPED)
+def test_golden_torch_batch_script_per_site_passes_shellcheck(site, wiring, tmp_path):
+    result = CliRunner().invoke(
+        main, ["--bundle", str(ROOT), "sbatch", f"--{wiring}", "--site", site, "--workdir", WORKDIR, *SITE_JOBS[site]],
+        env=NOT_IN_SLURM,
+    )  # fmt: skip
+    assert result.exit_code in (0, 2), result.output
+    shown = result.stdout if result.exit_code == 0 else f"exit 2\n{result.stderr}"
+    assert_golden(GOLDEN / "torch" / f"sbatch-{wiring}" / f"{site}.sh", _shim_shown(shown))
+    if result.exit_code == 0:
+        script = tmp_path / "job.sh"
+        script.write_text(result.stdout)
+        check = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout

@@ -25,10 +25,14 @@ PROGRAM = ("python3", "t.py")
 HOSTS = RankLayout(4, (("f1", 2), ("f2", 2)))
 HOSTS_ARGS = ["--np", "4", "--hosts", "f1:2,f2:2", "--image", "h.sif"]
 IN_SLURM = {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2"}
-SKIPPED = "the ranks meet through Horovod (no --torch)"
+SKIPPED = "the ranks meet through Horovod (no --torch or --torchrun)"
 NARROWS = (
     "narrows each task to its own GPUs: NCCL loses P2P between the ranks of a node (NVIDIA/nccl#1066) "
     "(drop it: each rank takes cuda:LOCAL_RANK, every GPU of its node visible)"
+)
+DOUBLE_FIX = (
+    "(give the training script itself (-- python train.py): hpcbundle starts one rank per GPU (--torch) with "
+    "RANK/WORLD_SIZE set, or one torchrun per node (--torchrun))"
 )
 PORT_FIX = "(pick a port from 1024 to 32767 or from 61000 to 65535 (torch's default is 29500))"
 
@@ -61,13 +65,11 @@ CASES: list[Case] = [
     ("torch-program", "ib-v100", {}, HOSTS, ("torchrun", "--nproc-per-node=2", "t.py"), "f1",
      [*HOSTS_ARGS, "--", "torchrun", "--nproc-per-node=2", "t.py"], {},
      "PROGRAM: torchrun starts workers itself, so each of the 4 ranks would start its own (a double launch) "
-     "(give the training script itself (-- python train.py): hpcbundle starts one rank per GPU (--torch) "
-     "with RANK/WORLD_SIZE set)"),
+     f"{DOUBLE_FIX}"),
     ("torch-program", "ib-v100", {}, HOSTS, ("/opt/py/bin/python3.11", "-u", "-m", "torch.distributed.run", "t.py"),
      "f1", [*HOSTS_ARGS, "--", "/opt/py/bin/python3.11", "-u", "-m", "torch.distributed.run", "t.py"], {},
      "PROGRAM: python3.11 -m torch.distributed.run starts workers itself, so each of the 4 ranks would start its own "
-     "(a double launch) (give the training script itself (-- python train.py): hpcbundle starts one rank per GPU "
-     "(--torch) with RANK/WORLD_SIZE set)"),
+     f"(a double launch) {DOUBLE_FIX}"),
     ("torch-port", "ib-v100", {"torch": {"port": 40000}}, HOSTS, PROGRAM, "f1", HOSTS_ARGS, {},
      "SITE: torch.port: 40000 is in Linux's ephemeral range 32768-60999: an outgoing connection may hold it as "
      f"rank 0 listens {PORT_FIX}"),
@@ -91,10 +93,30 @@ CASES: list[Case] = [
      "SITE: env.CUDA_VISIBLE_DEVICES: set by the site, it narrows the GPUs every rank sees: NCCL loses P2P between "
      "the ranks of a node (NVIDIA/nccl#1066) (drop it: each rank takes cuda:LOCAL_RANK, every GPU of its node "
      "visible)"),
+    ("torch-world", "ib-v100", {}, RankLayout(3, (("f1", 2), ("f2", 2))), PROGRAM, "f1",
+     ["--np", "3", "--hosts", "f1:2,f2:2", "--image", "h.sif"], {},
+     "--hosts: --np 3 puts 2 on f1, 1 on f2, but torchrun starts as many workers on every node "
+     "(give every host the same slots and --np = hosts x slots)"),
+    ("torch-world", "eth-a100-slurm", {}, RankLayout(7, in_allocation=True, nodes=2), PROGRAM, None,
+     ["--np", "7", "--image", "h.sif"], IN_SLURM,
+     "--np: 7 workers do not share out over 2 nodes (torchrun starts as many on each) (give a multiple of 2)"),
+    ("torch-world", "eth-a100-slurm", {}, RankLayout(8), PROGRAM, None, ["--np", "8", "--image", "h.sif"], {},
+     "--torchrun: the nodes are SLURM's to place and their number is unknown here: torchrun needs one agent per "
+     "node (run it inside an allocation (salloc), submit it with sbatch --torchrun, or name the hosts with --hosts)"),
+    ("torchrun-program", "ib-v100", {}, HOSTS, ("python3", "-u", "t.py"), "f1",
+     [*HOSTS_ARGS, "--", "python3", "-u", "t.py"], {},
+     "PROGRAM: python3 -u t.py is not PYTHON SCRIPT: torchrun runs a Python script on each worker (give -- python "
+     "train.py ARGS (or -- python -m MODULE ARGS); torchrun runs it with -u)"),
 ]  # fmt: skip
+TORCHRUN_RULES = {"torch-world", "torchrun-program"}
 IDS = [f"{case[0]}-{i}" for i, case in enumerate(CASES)]
 TORCH_RULES = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch"}
 ON_REQUEST = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "request" in r.needs}
+
+
+def _wiring(case: Case) -> str:
+    """The wiring a case's rule judges: torchrun's rules judge --torchrun requests, the others --torch ones."""
+    return "torchrun" if case[0] in TORCHRUN_RULES else "torch"
 
 
 def _plan(site_path: Path, case: Case, wiring: str = "torch") -> LaunchPlan:
@@ -107,7 +129,7 @@ def _plan(site_path: Path, case: Case, wiring: str = "torch") -> LaunchPlan:
 def test_each_torch_rule_refuses_its_bad_request_in_one_line(tmp_path, case):
     rule, base, edit, *_, line = case
     path = _site_file(tmp_path, base, edit)
-    plan = _plan(path, case)
+    plan = _plan(path, case, _wiring(case))
     failures = [r for r in plan.evaluate() if r.status == "FAIL"]
     assert [f.rule for f in failures] == [rule]
     assert problem_line(failures[0], plan.site.where) == line.replace("SITE", str(path))
@@ -120,9 +142,11 @@ def test_each_torch_rule_refuses_its_bad_request_in_one_line(tmp_path, case):
 def test_the_cli_refuses_each_bad_torch_request_with_exit_2_and_nothing_on_stdout(tmp_path, case):
     _, base, edit, *_, args, env, line = case
     path = _site_file(tmp_path, base, edit)
-    program = [] if "--" in args else ["--", "touch", str(tmp_path / "ran")]
+    torchrun = _wiring(case) == "torchrun"
+    toucher = ["python3", str(tmp_path / "touch.py")] if torchrun else ["touch", str(tmp_path / "ran")]
+    program = [] if "--" in args else ["--", *toucher]
     result = CliRunner().invoke(
-        main, ["--bundle", str(ROOT), "launch", "--site", str(path), "--torch", *args, *program],
+        main, ["--bundle", str(ROOT), "launch", "--site", str(path), f"--{_wiring(case)}", *args, *program],
         env={"SLURM_JOB_ID": None, "SLURM_JOB_NUM_NODES": None, **env},
     )  # fmt: skip
     assert result.exit_code == 2, result.output
@@ -131,7 +155,8 @@ def test_the_cli_refuses_each_bad_torch_request_with_exit_2_and_nothing_on_stdou
 
 
 def test_every_torch_rule_has_a_bad_case():
-    assert {case[0] for case in CASES} | {"torch-head-by-name"} == TORCH_RULES  # the WARN: its own tests below
+    in_check = {"torch-signal", "torch-backend"}  # judged where the image's torch is known: check, doctor
+    assert {case[0] for case in CASES} | {"torch-head-by-name"} | in_check == TORCH_RULES  # the WARN: below
     assert all(r.on_load for r in registered() if r.name in TORCH_RULES)
 
 

@@ -10,5 +10,6 @@ dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER
 value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
 seen = " ".join(f"{name}={os.environ[name]}" for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
-print(f"torch-rank {seen} sum={value.item():g}", flush=True)
+run = os.environ.get("TORCHELASTIC_RUN_ID", "-")  # torchrun's rendezvous id (none under env://)
+print(f"torch-rank {seen} sum={value.item():g} run={run}", flush=True)
 dist.destroy_process_group()

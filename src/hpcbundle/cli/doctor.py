@@ -12,7 +12,7 @@ from ..config.errors import UserError
 from ..config.fields import Name
 from ..config.limits import MAX_GATE_SECONDS
 from ..config.loading import parse_yaml, validate
-from ..config.sites import Site
+from ..config.sites import Site, Wiring
 from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
 from ..knowledge.compat import knowledge_base
@@ -54,7 +54,7 @@ def doctor_command(
     hosts: str | None,
     no_checksum: bool,
     timeout: int,
-    torch: bool | None,
+    wiring: Wiring | None,
     program: tuple[str, ...],
 ) -> None:
     """Check SITE (and IMAGE) on this node or on --hosts: PASS/WARN/FAIL with evidence and fix.
@@ -71,7 +71,9 @@ def doctor_command(
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
     plan = plan_from(model, None, program or None, image, environment=os.environ, hosts=dict(placed))
-    plan = torch_planned(plan, wiring_of(model, torch), execute=False)  # --torch: the torch rules judge it too
+    plan = torch_planned(
+        plan, wiring_of(model, wiring), execute=False
+    )  # --torch, --torchrun: the torch rules judge it too
     declared = plan.evaluate(observing=True)  # the site and the request; the nodes are observed next
     observed = doctor(
         model,

@@ -105,10 +105,12 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     start_in = workdir_from(asked.workdir)
     environment = os.environ if asked.execute else None
     plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
-    plan = torch_planned(plan, wiring_of(model, asked.torch), asked.execute)
+    plan = torch_planned(plan, wiring_of(model, asked.wiring), asked.execute)
     warned = warnings_of(plan.judge())
     plan = (
-        replace(plan, **address_head(plan)) if asked.execute and plan.wiring == "torch" and plan.head is None else plan
+        replace(plan, **address_head(plan))
+        if asked.execute and plan.wiring != "horovod" and plan.head is None
+        else plan
     )
     command = plan.command()
     if layout.discovery_script is not None:  # written once the plan has passed
@@ -137,13 +139,16 @@ def address_head(plan: LaunchPlan) -> dict[str, str | None]:
     placed = placed_hosts(plan)
     if not placed:
         raise UserError.at(
-            "", "--torch", "the ranks' first node is SLURM's to place", "submit with hpcbundle sbatch --torch"
+            "",
+            f"--{plan.wiring}",
+            "the ranks' first node is SLURM's to place",
+            f"submit with hpcbundle sbatch --{plan.wiring}",
         )
     host, interface = placed[0][0], plan.site.network.interfaces[0]
     address = head_address(plan.site, host)
     if address is None:
         problem = f"{host} gave no IPv4 address on {interface} (network.interfaces of site {plan.site.name})"
-        raise UserError.at("", "--torch", problem, f"check that {host} is up and {interface} has an address")
+        raise UserError.at("", f"--{plan.wiring}", problem, f"check that {host} is up and {interface} has an address")
     return {"head": address, "head_source": f"{host}'s address on {interface} (network.interfaces)"}
 
 
@@ -246,7 +251,7 @@ def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
       hpcbundle sbatch --nodes 1 --submit -- python3 train.py
     """
     model = site_for(bundle, asked.site)
-    wiring = wiring_of(model, asked.torch)
+    wiring = wiring_of(model, asked.wiring)
     job = BatchJob(asked.nodes, asked.tasks_per_node, asked.time_, workdir=workdir_from(asked.workdir), wiring=wiring)
     plan = batch_plan(model, job, asked.program, asked.image)
     warned = warnings_of(plan.judge())

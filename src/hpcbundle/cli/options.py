@@ -11,14 +11,14 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from ..config.errors import UserError
 from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECONDS
 from ..config.loading import read_text
-from ..config.sites import Site
+from ..config.sites import Site, Wiring
 from ..launch import LaunchPlan, RankLayout, parse_hostfile, parse_hosts, read_site
 from ..launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 from . import pass_bundle
@@ -142,26 +142,33 @@ def counted(flag: str, least: int, default: int, help: str, name: str | None = N
     return click.option(*names, type=Count(least), default=default, show_default=True, help=help)
 
 
-wiring_option = click.option(
-    "--torch/--horovod",
-    "torch",
-    default=None,
-    help="How the ranks meet: --torch for a torch.distributed program (DDP, FSDP, Lightning: env://, RANK and "
-    "MASTER_ADDR set on every rank), --horovod for Horovod (default: the site's torch.wiring, else horovod).",
-)
+WIRING_HELP = {
+    "torch": "a torch.distributed program (DDP, FSDP, Lightning): the site's launcher starts one rank per GPU "
+    "(per slot on CPU sites) with RANK, WORLD_SIZE, LOCAL_RANK and MASTER_ADDR set (env://)",
+    "torchrun": "a torch.distributed program run by torchrun: one agent per node (python -m torch.distributed.run, "
+    "c10d rendezvous at the first node's data address) starts its workers; --np still counts workers",
+    "horovod": "a Horovod program (default: the site's torch.wiring, else horovod)",
+}
+
+
+def wiring_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """--torch, --torchrun and --horovod: how the ranks meet, one parameter `wiring` (None: the site's)."""
+    for name in reversed(WIRING_HELP):
+        function = click.option(f"--{name}", "wiring", flag_value=name, default=None, help=WIRING_HELP[name])(function)
+    return function
 
 
 def job_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """What every command that starts or writes a job takes after its own options: --torch/--horovod,
+    """What every command that starts or writes a job takes after its own options: --torch/--torchrun/--horovod,
     --workdir, --no-doctor, --gate and the PROGRAM after -- (see JobOptions)."""
     for option in reversed((wiring_option, workdir_option, no_doctor_option, gate_option, program_argument)):
         function = option(function)
     return function
 
 
-def wiring_of(site: Site, torch: bool | None) -> Literal["horovod", "torch"]:
-    """The wiring a command asked for (--torch, --horovod), else the site's torch.wiring."""
-    return site.torch.wiring if torch is None else "torch" if torch else "horovod"
+def wiring_of(site: Site, wiring: Wiring | None) -> Wiring:
+    """The wiring a command asked for (--torch, --torchrun, --horovod), else the site's torch.wiring."""
+    return wiring or site.torch.wiring
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,7 @@ class JobOptions:
 
     site: str
     image: str | None
-    torch: bool | None
+    wiring: Wiring | None
     workdir: str | None
     no_doctor: bool
     gate: bool

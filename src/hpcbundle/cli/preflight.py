@@ -6,10 +6,10 @@ import os
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 import click
 
+from ..config.sites import Wiring
 from ..diagnose.imports import program_imports
 from ..diagnose.program import FRAMEWORKS, ProgramProbe, probe_words
 from ..launch import LAUNCHERS, LaunchPlan, RankLayout
@@ -23,11 +23,11 @@ def placed_hosts(plan: LaunchPlan) -> tuple[tuple[str, int], ...]:
     return plan.layout.placement(plan.here) if plan.layout else ()
 
 
-def torch_planned(plan: LaunchPlan, wiring: Literal["horovod", "torch"], execute: bool) -> LaunchPlan:
+def torch_planned(plan: LaunchPlan, wiring: Wiring, execute: bool) -> LaunchPlan:
     """`plan` with its wiring; a torch job's head as the command line tells: 127.0.0.1 when every rank runs
     on this node, else the first host's name for a printed line (rule torch-head-by-name warns), or None
     until --exec asks that host for its address on the data interface."""
-    if wiring != "torch":
+    if wiring == "horovod":
         return replace(plan, wiring=wiring)
     placed = placed_hosts(plan)
     if len(placed) == 1 and placed[0][0] in (plan.here, "localhost"):

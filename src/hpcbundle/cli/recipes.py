@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..config.errors import UserError
+from ..config.sites import Wiring
 from ..image.bootstrap import AGENTS, OPTION, local_bootstrap
 from ..image.render import TEMPLATES, render_image, template_environment
 from ..knowledge.compat import knowledge_base
@@ -174,7 +175,7 @@ def check_command(
     np_: int | None,
     hosts: str | None,
     hostfile: Path | None,
-    torch: bool | None,
+    wiring: Wiring | None,
     workdir: str | None,
 ) -> None:
     """Check RECIPE against the compatibility knowledge base: every rule, PASS/WARN/FAIL/SKIP.
@@ -190,7 +191,7 @@ def check_command(
     b = bundle.get()
     model, where = read_recipe(recipe, b.recipes_dir)  # judged below, once, with the site and the request
     asked = {"--np": np_, "--hosts": hosts, "--hostfile": hostfile, "--image": image, "--workdir": workdir}
-    asked |= {"--torch/--horovod": torch}
+    asked |= {"--torch/--torchrun/--horovod": wiring}
     given = [flag for flag, value in asked.items() if value is not None]
     if given and site is None:
         raise UserError.at("", "/".join(given), "judge a launch on a site", "add --site SITE")
@@ -202,7 +203,7 @@ def check_command(
             layout = replace(layout, np=layout.slots or 0)  # --hosts alone: a rank on every slot
         on_site = site_for(bundle, site)
         plan = plan_from(on_site, layout, None, image, workdir=workdir_from(workdir))
-        plan = torch_planned(plan, wiring_of(on_site, torch), execute=False)
+        plan = torch_planned(plan, wiring_of(on_site, wiring), execute=False)
         findings = plan.evaluate(model)
     else:
         findings = check_declared(model, site_for(bundle, site), knowledge_base())

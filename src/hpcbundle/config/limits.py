@@ -30,3 +30,5 @@ MAX_GATE_SECONDS = 3600
 """The longest launch gate or doctor probe: an hour for a short allreduce or a node's answer is a hang."""
 MAX_COUNT = 1_000_000
 """Any other count an option takes (repeats, batch sizes, iterations)."""
+MAX_RESTARTS = 100
+"""The most in-place restarts torchrun is given (torch.max_restarts): more hides a job that keeps failing."""

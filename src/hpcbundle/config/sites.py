@@ -37,6 +37,7 @@ from .limits import (
     MAX_NUMA_NODE,
     MAX_PORT,
     MAX_RANKS,
+    MAX_RESTARTS,
     MAX_SECONDS,
     MAX_SIGNAL_SECONDS,
 )
@@ -294,11 +295,16 @@ class Gate(StrictModel):
     )
 
 
-class Torch(StrictModel):
-    """torch.distributed programs on this site (`launch --torch`, `sbatch --torch`): the port the ranks meet
-    at and the wiring a launch gets without a flag. Example::
+Wiring = Literal["horovod", "torch", "torchrun"]
+"""How the ranks of a job meet: Horovod; torch.distributed env:// (`--torch`: the site's launcher starts every
+worker); or torchrun (`--torchrun`: it starts one agent per node, which starts the workers, c10d rendezvous)."""
 
-        torch: {port: 29500, wiring: torch}
+
+class Torch(StrictModel):
+    """torch.distributed programs on this site (`--torch`, `--torchrun`): the port the ranks meet at, the
+    wiring a launch gets without a flag and torchrun's restarts. Example::
+
+        torch: {port: 29500, wiring: torchrun, max_restarts: 2}
     """
 
     port: int = Field(
@@ -308,8 +314,16 @@ class Torch(StrictModel):
         description="MASTER_PORT of jobs started over ssh: the port rank 0 listens on (a batch job takes one "
         "from its job id)",
     )
-    wiring: Literal["horovod", "torch"] = Field(
-        "horovod", description="how a launch without --torch or --horovod wires its ranks: horovod or torch"
+    wiring: Wiring = Field(
+        "horovod",
+        description="how a launch without --torch, --torchrun or --horovod wires its ranks: horovod, torch or torchrun",
+    )
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        le=MAX_RESTARTS,
+        description="how often torchrun (--torchrun) restarts every worker of the job after one fails, in place, "
+        "before the job fails (the program resumes from its checkpoint)",
     )
 
 

@@ -18,12 +18,54 @@ TORCHENV_NAME = "hpcbundle-torchenv"
 
 TORCHENV_SOURCES = ("ompi", "slurm", "hydra")
 
+AGENT = "agent"
+"""The shim's mode for a torchrun agent (`--torchrun`): `hpcbundle-torchenv agent IFACE PYTHON -m
+torch.distributed.run ...`."""
+
+OUTER_RANK_VARIABLES = (
+    "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK "
+    "SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_NPROCS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE "
+    "SLURM_STEP_NUM_TASKS SLURM_STEP_TASKS_PER_NODE SLURM_GTIDS "
+    "OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE "
+    "OMPI_COMM_WORLD_NODE_RANK PMIX_RANK PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS"
+)
+"""What the outer launcher told the agent about ITS task: gone before torchrun starts, so a worker (and Lightning's
+SLURM detection) reads torchrun's RANK, not that of the agent."""
+
+ADDRESS_OF = (
+    "import fcntl, socket, struct, sys\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "try:\n"
+    '    asked = struct.pack("256s", sys.argv[1][:15].encode())\n'
+    "    print(socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, asked)[20:24]))\n"
+    "except OSError:\n"
+    "    sys.exit(1)\n"
+)
+"""This node's IPv4 address on the interface argv[1] (ioctl SIOCGIFADDR), run by the agent's own Python: no `ip`
+needed in the image."""
+
 TORCHENV_INLINE = r"""set -eu
 fail() { echo "hpcbundle-torchenv: $*" >&2; exit 2; }
-[ "$#" -ge 2 ] || fail "usage: hpcbundle-torchenv ompi|slurm|hydra PROGRAM [ARGS...]"
+[ "$#" -ge 2 ] || fail "usage: hpcbundle-torchenv ompi|slurm|hydra PROGRAM [ARGS...] or agent IFACE PYTHON [ARGS...]"
 source=$1
 shift
 case $source in
+agent)
+    iface=$1
+    shift
+    [ "$#" -ge 1 ] || fail "agent $iface: no PYTHON to run torchrun with"
+    unset OUTER
+    if [ "$iface" != - ]; then
+        [ -n "${MASTER_ADDR-}" ] && [ -n "${MASTER_PORT-}" ] && [ -n "${HPCBUNDLE_RUN_ID-}" ] ||
+            fail "MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID must be set for a torchrun agent"
+        address=$("$1" -c 'ADDRESS' "$iface") || fail "$(uname -n) has no IPv4 address on $iface"
+        is_host=0
+        [ "$address" = "$MASTER_ADDR" ] && is_host=1
+        PET_LOCAL_ADDR=$address PET_RDZV_ENDPOINT=$MASTER_ADDR:$MASTER_PORT PET_RDZV_ID=$HPCBUNDLE_RUN_ID
+        PET_RDZV_CONF=is_host=$is_host
+        export PET_LOCAL_ADDR PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF
+    fi
+    exec "$@" ;;
 ompi)
     rank=${OMPI_COMM_WORLD_RANK-} size=${OMPI_COMM_WORLD_SIZE-}
     local_rank=${OMPI_COMM_WORLD_LOCAL_RANK-} local_size=${OMPI_COMM_WORLD_LOCAL_SIZE-}
@@ -37,7 +79,7 @@ hydra)
     rank=${PMI_RANK-} size=${PMI_SIZE-} local_rank=${MPI_LOCALRANKID-} local_size=${MPI_LOCALNRANKS-}
     names=PMI_RANK,PMI_SIZE,MPI_LOCALRANKID,MPI_LOCALNRANKS ;;
 *)
-    fail "unknown launcher '$source' (ompi, slurm or hydra)" ;;
+    fail "unknown launcher '$source' (ompi, slurm, hydra or agent)" ;;
 esac
 for value in "$rank" "$size" "$local_rank" "$local_size"; do
     case $value in
@@ -47,8 +89,12 @@ done
 RANK=$rank WORLD_SIZE=$size LOCAL_RANK=$local_rank LOCAL_WORLD_SIZE=$local_size
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
 exec "$@"
-"""
-"""The shim's text: `sh -c TORCHENV_INLINE hpcbundle-torchenv SOURCE PROGRAM [ARGS...]`."""
+""".replace("OUTER", OUTER_RANK_VARIABLES).replace("ADDRESS", ADDRESS_OF)
+"""The shim's text: `sh -c TORCHENV_INLINE hpcbundle-torchenv SOURCE PROGRAM [ARGS...]`, or for a torchrun agent
+`... agent IFACE PYTHON -m torch.distributed.run ...`: the outer launcher's rank variables unset, then (IFACE not
+`-`) torchrun's rendezvous options set as its PET_* defaults from MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID,
+with this node's address on IFACE as --local-addr and is_host=1 exactly where that address is MASTER_ADDR (torch
+would match host names otherwise, which on many clusters resolve elsewhere)."""
 
 
 def torchenv_words(source: str) -> list[str]:
@@ -59,6 +105,16 @@ def torchenv_words(source: str) -> list[str]:
     """
     assert source in TORCHENV_SOURCES, source
     return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, source]
+
+
+def agent_words(interface: str | None) -> list[str]:
+    """The words in front of a torchrun agent: its rendezvous at MASTER_ADDR from this node's address on
+    `interface` (None: one node, torchrun --standalone).
+
+    >>> agent_words("ib0")[3:], agent_words(None)[3:]
+    (['hpcbundle-torchenv', 'agent', 'ib0'], ['hpcbundle-torchenv', 'agent', '-'])
+    """
+    return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface or "-"]
 
 
 def is_address(head: str) -> bool:

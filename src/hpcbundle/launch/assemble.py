@@ -11,7 +11,7 @@ from typing import Sequence
 from ..config.sites import Site
 from ..knowledge import network
 from ..knowledge.launching import image_env_kept
-from ..knowledge.torchenv import is_address, torchenv_words
+from ..knowledge.torchenv import agent_words, is_address, torchenv_words
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
 from . import runtimes as _runtimes  # noqa: F401  (registers every runtime)
@@ -19,7 +19,7 @@ from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
 from .placement import gpu_numa_placement
-from .torchwiring import TorchWiring, gloo_interfaces
+from .torchwiring import RUN_ID, TorchWiring, agent_layout, gloo_interfaces, torchrun_words
 from .workdir import WorkDir
 
 _WRAPPER_WHY = {
@@ -77,7 +77,8 @@ def build_command(
 ) -> Command:
     """The launch command for `program` on `site`, every token explained; with `workdir` (read by the
     caller), every rank starts in that directory, mounted where the runtime would not see it; with `torch`,
-    the ranks meet by torch.distributed's env:// (launch/torchwiring.py) instead of through Horovod.
+    the ranks meet by torch.distributed's env:// or torchrun's agents (launch/torchwiring.py) instead of through
+    Horovod.
     The site and layout are the ones a LaunchPlan judged (launch/plan.py).
 
     >>> from pathlib import Path
@@ -93,8 +94,9 @@ def build_command(
     launcher, runtime = LAUNCHERS.get(site.launcher.name), RUNTIMES.get(site.container.runtime)
     assert launcher is not None and runtime is not None, "the plan's judgement refuses an unknown name"
     layout = cpu_sized(site, launcher, layout)
+    agents = torch.agents if torch else None
     env, main = Parts(site, "env"), Parts(site, "launcher")
-    launcher.head(site, layout, main)
+    launcher.head(site, agent_layout(site, layout, agents) if agents else layout, main)
     if workdir is not None and workdir.elsewhere and not (image and runtime.sets_workdir):
         _start_in(site, launcher, workdir, main)
     _exports(site, launcher, runtime, image, main)
@@ -108,11 +110,8 @@ def build_command(
     container = _container(site, runtime, image, env, workdir)
     in_container = bool(image) and runtime.wraps_launcher
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
-    wrappers = _wrappers(site, place)
-    body = Parts(site, "program")
-    if torch is not None:
-        body.add(torchenv_words(launcher.torch_ranks), "flag --torch", reasons.TORCHENV)
-    body.add(program, "PROGRAM (after --)", "what every rank runs")
+    wrappers = _wrappers(site, place, torchrun=bool(agents))
+    body = _body(site, launcher, program, torch)
     if in_container:
         order = [container, env, main, wrappers, body]
     elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
@@ -120,6 +119,26 @@ def build_command(
     else:
         order = [env, main, wrappers, container, body]
     return Command(tuple(part for parts in order for part in parts.items))
+
+
+def _body(site: Site, launcher: Launcher, program: Sequence[str], torch: TorchWiring | None) -> Parts:
+    """What every rank runs: the program; under --torch behind the shim that names its rank; under --torchrun,
+    torchrun started with it, behind the shim that gives the agent its rendezvous."""
+    body = Parts(site, "program")
+    agents = torch.agents if torch else None
+    if agents is None:
+        if torch is not None:
+            body.add(torchenv_words(launcher.torch_ranks), "flag --torch", reasons.TORCHENV)
+        body.add(program, "PROGRAM (after --)", "what every rank runs")
+        return body
+    interface = None if agents.standalone else site.network.interfaces[0]
+    why = reasons.AGENT_SHIM if interface else reasons.AGENT_SHIM_ONE_NODE
+    body.add(agent_words(interface), "flag --torchrun", why)
+    words = torchrun_words(program, agents)
+    why = reasons.TORCHRUN.format(per_node=agents.per_node) + (reasons.TORCHRUN_SIGNALS if agents.signals else "")
+    body.add(words[: len(words) - len(program) + 1], "flag --torchrun", why)
+    body.add(words[len(words) - len(program) + 1 :], "PROGRAM (after --)", "what every worker runs")
+    return body
 
 
 def _start_in(site: Site, launcher: Launcher, workdir: WorkDir, main: Parts) -> None:
@@ -179,12 +198,17 @@ def _torch_settings(site: Site, launcher: Launcher, torch: TorchWiring, main: Pa
     if gloo:
         option, assignment, _ = _setting(site, launcher, "env.GLOO_SOCKET_IFNAME", gloo)
         _place_derived(main, env, option, assignment, "network.interfaces", reasons.GLOO)
+    if torch.agents and torch.agents.standalone:
+        return
     head_why = reasons.MASTER_ADDR if torch.head is None or is_address(torch.head) else reasons.MASTER_ADDR_NAME
     port = str(torch.port) if torch.port is not None else None
-    for name, value, source, why in (
+    settings = [
         ("MASTER_ADDR", torch.head, torch.head_source, head_why),
         ("MASTER_PORT", port, "torch.port", reasons.MASTER_PORT),
-    ):
+    ]
+    if torch.agents:
+        settings.append(("HPCBUNDLE_RUN_ID", None if torch.head is None else RUN_ID, "flag --torchrun", reasons.RUN_ID))
+    for name, value, source, why in settings:
         if value is None:
             main.add(launcher.export(site, name), "the batch script", f"{name}: {reasons.FROM_SCRIPT}")
         else:
@@ -221,10 +245,14 @@ def _container(site: Site, runtime: Runtime, image: str | None, env: Parts, work
     return container
 
 
-def _wrappers(site: Site, place: str) -> Parts:
-    """The per-rank wrappers (the GPU-NUMA placement, then the site's), explained for where they run."""
+def _wrappers(site: Site, place: str, torchrun: bool = False) -> Parts:
+    """The per-rank wrappers (the GPU-NUMA placement, then the site's), explained for where they run; under
+    --torchrun no GPU-NUMA placement: it would bind the node's one agent, and with it every worker, to the
+    first GPU's NUMA node."""
     wrappers = Parts(site, "wrapper")
-    if site.node.gpu_numa:
+    if site.node.gpu_numa and torchrun:
+        wrappers.add([], f"site {site.name} node.gpu_numa", reasons.NO_NUMA_TORCHRUN)
+    elif site.node.gpu_numa:
         tokens, source, why = gpu_numa_placement(site, in_container=place in ("inside", "plugin"))
         wrappers.add(tokens, source, f"{why}; {_WRAPPER_WHY[place]}")
     for index, wrapper in enumerate(site.wrappers):

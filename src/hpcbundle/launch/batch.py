@@ -9,20 +9,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Literal, Sequence
+from typing import Sequence
 
 import jinja2
 
 from .. import __version__
 from ..config.errors import UserError
-from ..config.sites import Site
+from ..config.sites import Site, Wiring
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from . import elastic
 from .assemble import cpus_source
 from .layout import RankLayout
 from .plan import LaunchPlan
-from .torchwiring import BATCH_PORT
+from .torchwiring import BATCH_PORT, BATCH_RUN_ID
 from .workdir import JOB_SOURCE, WorkDir
 
 TEMPLATE = "sbatch.sh.j2"
@@ -35,7 +35,8 @@ class BatchJob:
     `job_name` replaces the site's slurm.job_name, `output` is the job's output file (SLURM's
     default, slurm-%j.out in the submit directory, when None), `dependency` e.g. "singleton", `workdir`
     the directory the job and every rank start in (--chdir; SLURM's default, the submit directory, when None),
-    `wiring` how its ranks meet (horovod, or torch: the script finds MASTER_ADDR and MASTER_PORT first).
+    `wiring` how its ranks meet (horovod; torch or torchrun: the script finds MASTER_ADDR and MASTER_PORT first;
+    torchrun: one task per node, its agent, which starts `tasks_per_node` workers).
     """
 
     nodes: int
@@ -45,7 +46,7 @@ class BatchJob:
     output: str | None = None
     dependency: str | None = None
     workdir: WorkDir | None = None
-    wiring: Literal["horovod", "torch"] = "horovod"
+    wiring: Wiring = "horovod"
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,13 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     one CPU (SLURM's default) and its data loading starves. --mem is slurm.mem, else 0 (all of each node's
     memory) with --exclusive in slurm.options, where SLURM would otherwise hand out DefMemPerCPU.
     --chdir is the user's working directory (in double quotes where it has spaces: SLURM's #SBATCH parser
-    keeps a quoted word whole).
+    keeps a quoted word whole). Under --torchrun each node runs one task, its agent, with all of its CPUs.
     """
     slurm = site.slurm
     time = job.time or slurm.time  # its form judged by rule batch-time, with the plan
     lead = site.faults.signal_before_end
     chdir = job.workdir.path if job.workdir else None  # without '"': rule workdir-path
-    per_node = job.tasks_per_node or site.node.slots
+    per_node = 1 if job.wiring == "torchrun" else job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
         "nodes": str(job.nodes),
@@ -120,6 +121,7 @@ def job_layout(site: Site, job: BatchJob) -> RankLayout:
         np_source=f"flags --nodes {job.nodes} x --tasks-per-node {per_node}",
         cpus_per_rank=site.node.cpus_for(per_node),
         cpus_source=cpus_source(site, per_node),
+        nodes=job.nodes,
         tasks_per_node=job.tasks_per_node,
         discovery_script=elastic.BATCH_SCRIPT if site.faults.elastic else None,
     )
@@ -172,6 +174,7 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
         torch=_torch_block(plan),
+        wiring=plan.wiring,
         program_name=PurePosixPath(program[0]).name,
         program_args="\n".join(program[1:]),
     )
@@ -179,11 +182,12 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
 
 def _torch_block(plan: LaunchPlan) -> dict[str, str | None] | None:
     """What the script's torch block needs (None for Horovod): the data interface whose address is rank 0's
-    (None on one node without one), and the port's formula."""
-    if plan.wiring != "torch":
+    (None on one node without one), the port's formula and, under --torchrun, the rendezvous id's."""
+    if plan.wiring == "horovod":
         return None
     interfaces = plan.site.network.interfaces
-    return {"interface": interfaces[0] if interfaces else None, "port": BATCH_PORT}
+    run_id = BATCH_RUN_ID if plan.wiring == "torchrun" else None
+    return {"interface": interfaces[0] if interfaces else None, "port": BATCH_PORT, "run_id": run_id}
 
 
 def parse_job_id(stdout: str) -> str:

@@ -32,7 +32,8 @@ class RankLayout:
     `cpus_per_rank` (batch jobs) is what each rank asked SLURM for, and `cpus_source` where it came from.
     `discovery_script` is where an elastic site's host discovery script is (hpcbundle.launch.elastic).
     `hostfile_hosts` are the (host, slots) lines of the hostfile; `nodes` the nodes of the SLURM job
-    when known (sbatch --nodes, SLURM_JOB_NUM_NODES); `tasks_per_node` a batch job's --tasks-per-node.
+    when known (sbatch --nodes, SLURM_JOB_NUM_NODES); `tasks_per_node` a batch job's --tasks-per-node
+    (`tasks_source`: where it came from).
     """
 
     np: int
@@ -47,6 +48,7 @@ class RankLayout:
     hostfile_hosts: tuple[tuple[str, int], ...] = ()
     nodes: int | None = None
     tasks_per_node: int | None = None
+    tasks_source: str = "flag --tasks-per-node"
 
     @property
     def slots(self) -> int | None:

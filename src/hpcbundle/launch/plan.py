@@ -24,22 +24,23 @@ the job's line, the gate's and the program probe's, none judged again::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..config.errors import UserError
 from ..config.recipes import Recipe
-from ..config.sites import Site
+from ..config.sites import Site, Wiring
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import image_facts, image_labels
 from ..rules.engine import Facts, LaunchRequest, Result
 from ..rules.engine import evaluate as evaluate_facts
 from ..rules.facts import declared_node
 from ..rules.loading import file_failures, problem_line
+from ..rules.torch import node_shape
 from .assemble import build_command
 from .base import LAUNCHERS
 from .command import Command
 from .layout import RankLayout
-from .torchwiring import TorchWiring
+from .torchwiring import Agents, TorchWiring
 from .workdir import WorkDir
 
 
@@ -59,7 +60,8 @@ class LaunchPlan:
     batch       a batch job's plan (sbatch, scaling plan): its script carries #SBATCH lines
     hosts       ranks per host given outright (doctor --hosts, whose plan asks for no ranks), else derived
                 from the layout
-    wiring      how the ranks meet: horovod, or torch (torch.distributed env://, launch/torchwiring.py)
+    wiring      how the ranks meet: horovod, torch (torch.distributed env://) or torchrun (one agent per node:
+                the layout counts its workers), launch/torchwiring.py
     head        a torch job's MASTER_ADDR, read at the edge (the first host's address on the data interface,
                 its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
                 it came from (`head_source`)
@@ -75,7 +77,7 @@ class LaunchPlan:
     knobs: tuple[str, ...] = ()
     here: str = "localhost"
     batch: bool = False
-    wiring: Literal["horovod", "torch"] = "horovod"
+    wiring: Wiring = "horovod"
     head: str | None = None
     head_source: str = ""
     hosts: Mapping[str, int] | None = None
@@ -151,12 +153,23 @@ class LaunchPlan:
         ranks = layout or self.layout
         assert ranks is not None, "a launch command needs ranks"
         words = program if program is not None else self.program or ()
-        return build_command(self.site, ranks, words, self.image, self.workdir, self.torch())
+        return build_command(self.site, ranks, words, self.image, self.workdir, self.torch(agents=program is None))
 
-    def torch(self) -> TorchWiring | None:
-        """Where a torch job's ranks meet (None for Horovod): the head read at the edge, the site's port; a
-        batch job's script finds both."""
-        if self.wiring != "torch":
+    def torch(self, agents: bool = True) -> TorchWiring | None:
+        """Where a torch job's ranks meet (None for Horovod): the head read at the edge, the site's port (a batch
+        job's script finds both) and, under --torchrun, its agents (`agents=False`: the ranks of a probe or the
+        gate on the same line, started as env:// ranks)."""
+        if self.wiring == "horovod":
             return None
         port = None if self.batch else self.site.torch.port
-        return TorchWiring(self.head, port, self.head_source or "the first host")
+        wiring = TorchWiring(self.head, port, self.head_source or "the first host")
+        return replace(wiring, agents=self.agents()) if agents and self.wiring == "torchrun" else wiring
+
+    def agents(self) -> Agents:
+        """The torchrun agents of this (judged) plan: one per node, the workers shared out equally."""
+        assert self.layout is not None, "a torchrun job has ranks"
+        shape = node_shape(self.ranks_per_host(), self.request())
+        assert shape is not None, "rule torch-world refuses a job whose nodes differ"
+        named = tuple(host for host, _ in self.layout.ranks_per_host())
+        faults = self.site.faults
+        return Agents(*shape, named, self.site.torch.max_restarts, faults.signal_before_end is not None)

@@ -116,6 +116,30 @@ FROM_SCRIPT = (
     "set by the batch script on the job's first node (its address on network.interfaces, a port from the "
     "job id), forwarded by name"
 )
+AGENT_SHIM = (
+    "the torchrun agent's rendezvous: the outer launcher's rank variables unset (workers read torchrun's), "
+    "this node's address on the data interface as --local-addr, MASTER_ADDR:MASTER_PORT as the c10d endpoint, "
+    "HPCBUNDLE_RUN_ID as its id, and is_host=1 only on the node whose address is MASTER_ADDR (torch would "
+    "match host names, which may resolve to another network)"
+)
+AGENT_SHIM_ONE_NODE = "the outer launcher's rank variables unset, so the workers read torchrun's"
+TORCHRUN = (
+    "torchrun as a module of the rank's own Python (the torchrun script's shebang may name another), starting "
+    "{per_node} workers on this node with RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR set; one failing ends "
+    "the agent and the launcher ends the others"
+)
+TORCHRUN_SIGNALS = (
+    "; --signals-to-handle forwards SLURM's time-limit USR1 to the workers (torch >= 2.9), which then have "
+    "30 s to checkpoint before torchrun kills them"
+)
+NO_NUMA_TORCHRUN = (
+    "not applied under --torchrun: the node's one agent would be bound, and every worker it starts with it, to "
+    "the first GPU's NUMA node (--torch binds each rank to its own GPU's)"
+)
+RUN_ID = (
+    "the rendezvous id the agents share (the store lives in the head's agent and ends with the job; a batch "
+    "job takes JOBID.RESTARTS)"
+)
 DERIVED = ", derived from network.interfaces"
 OVERRIDES = ", set by the site over network.interfaces"
 # NCCL's socket threads on a GPU site whose NCCL goes over TCP, from network.link_gbps

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping, Nam
 
 if TYPE_CHECKING:
     from ..config.recipes import Recipe
-    from ..config.sites import Site
+    from ..config.sites import Site, Wiring
     from ..knowledge.compat import KnowledgeBase
 
 # One module per family of rules, in the order their results are shown.
@@ -103,7 +103,8 @@ class LaunchRequest:
     nodes       the SLURM job's nodes when known (sbatch --nodes, SLURM_JOB_NUM_NODES in an allocation)
     tasks_per_node  the ranks on each node a batch job asks for (sbatch --tasks-per-node)
     batch       the request is a batch job's (sbatch, scaling plan): its script carries #SBATCH lines
-    wiring      how the ranks meet: horovod (Horovod over MPI or Gloo) or torch (torch.distributed, env://)
+    wiring      how the ranks meet: horovod (Horovod over MPI or Gloo), torch (torch.distributed, env://) or
+                torchrun (one torchrun agent per node; np and hosts count its workers)
     head        MASTER_ADDR of a torch wiring: an IPv4 address, a host name (a printed line), or None (a batch
                 job's script finds it on its first node)
     workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
@@ -125,7 +126,7 @@ class LaunchRequest:
     nodes: int | None = None
     tasks_per_node: int | None = None
     batch: bool = False
-    wiring: Literal["horovod", "torch"] = "horovod"
+    wiring: Wiring = "horovod"
     head: str | None = None
     workdir: str | None = None
 

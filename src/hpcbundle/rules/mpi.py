@@ -9,9 +9,10 @@ from .engine import Facts, Verdict, rule
 
 
 def without_mpi(facts: Facts) -> Verdict | None:
-    """SKIP for ranks that do not talk over MPI (horovodrun --gloo, or a --torch request): no MPI rule applies."""
-    if facts.request is not None and facts.request.wiring == "torch":
-        return Verdict("SKIP", "no MPI between torch.distributed ranks (--torch)")
+    """SKIP for ranks that do not talk over MPI (horovodrun --gloo, or a --torch/--torchrun request): no MPI rule
+    applies."""
+    if facts.request is not None and facts.request.wiring != "horovod":
+        return Verdict("SKIP", f"no MPI between torch.distributed ranks (--{facts.request.wiring})")
     if facts.site is None or ranks_use_mpi(facts.site):
         return None
     return Verdict("SKIP", "the ranks talk over Gloo (horovodrun with launcher.gloo), not MPI")

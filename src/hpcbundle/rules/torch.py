@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
+from typing import Mapping
 
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import LAUNCHERS_KNOWN
@@ -27,7 +28,37 @@ NARROWING = re.compile(r"--gpus-per-task(=.*)?|--gpu-bind=(.*,)?(single:|map_gpu
 
 def _horovod(request: LaunchRequest) -> Verdict | None:
     """The SKIP of a rule over a torch request when the request is not one."""
-    return None if request.wiring == "torch" else Verdict("SKIP", "the ranks meet through Horovod (no --torch)")
+    if request.wiring != "horovod":
+        return None
+    return Verdict("SKIP", "the ranks meet through Horovod (no --torch or --torchrun)")
+
+
+def _not_torchrun(request: LaunchRequest) -> Verdict | None:
+    """The SKIP of a rule over a torchrun request when the request is not one."""
+    if request.wiring == "torchrun":
+        return None
+    return _horovod(request) or Verdict("SKIP", "--torch: the launcher starts every worker itself (no torchrun)")
+
+
+def node_shape(hosts: Mapping[str, int] | None, request: LaunchRequest) -> tuple[int, int] | None:
+    """(nodes, workers per node) of a torchrun job: from its workers per named host, else from the job's nodes;
+    None where they differ between hosts or do not divide --np (torchrun starts as many on every node) or the
+    nodes are unknown. `hosts` are the ranks per host as the plan counts them (LaunchPlan.ranks_per_host).
+
+    >>> node_shape({"f1": 2, "f2": 2}, LaunchRequest(np=4)), node_shape({"f1": 2, "f2": 1}, LaunchRequest(np=3))
+    ((2, 2), None)
+    >>> node_shape({"each node": 4}, LaunchRequest(np=8, nodes=2, tasks_per_node=4))
+    (2, 4)
+    >>> node_shape(None, LaunchRequest(np=8)) is None
+    True
+    """
+    np_, nodes = request.np or 0, request.nodes
+    if hosts and request.tasks_per_node is None:
+        counts = set(hosts.values())
+        return (len(hosts), counts.pop()) if len(counts) == 1 else None
+    if nodes and np_ % nodes == 0:
+        return nodes, np_ // nodes
+    return None
 
 
 @rule("torch-launcher", needs=REQUEST, on_load=True, superseded_by=("launcher-known",))
@@ -40,7 +71,8 @@ def torch_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         return []
     able = [name for name, known in sorted(LAUNCHERS_KNOWN.items()) if known.torch_ranks]
     problem = f"{site.launcher.name} (launcher.name of site {site.name}) cannot start torch.distributed ranks"
-    return [request_refusal("--torch", problem, f"use a site whose launcher is {', '.join(able[:-1])} or {able[-1]}")]
+    fix = f"use a site whose launcher is {', '.join(able[:-1])} or {able[-1]}"
+    return [request_refusal(f"--{facts.request.wiring}", problem, fix)]
 
 
 @rule("torch-interface", needs=REQUEST, on_load=True)
@@ -79,6 +111,59 @@ def _double_launcher(program: tuple[str, ...]) -> str | None:
     return None
 
 
+def python_program(program: tuple[str, ...]) -> bool:
+    """Whether `program` is `PYTHON SCRIPT ...` or `PYTHON -m MODULE ...`, the form torchrun runs on each worker.
+
+    >>> python_program(("python3", "train.py")), python_program(("/opt/venv/bin/python", "-m", "pkg"))
+    (True, True)
+    >>> python_program(("python", "-u", "train.py")), python_program(("./train.sh",))
+    (False, False)
+    """
+    if len(program) < 2 or not re.fullmatch(r"python[0-9.]*", PurePosixPath(program[0]).name):
+        return False
+    return program[1] == "-m" and len(program) > 2 or not program[1].startswith("-")
+
+
+@rule("torchrun-program", needs=REQUEST, on_load=True, superseded_by=("torch-program",))
+def torchrun_program(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Under --torchrun the program is `PYTHON SCRIPT ARGS` or `PYTHON -m MODULE ARGS`, what torchrun runs per worker.
+
+    torchrun runs the script in each worker with that Python (and -u), and takes no interpreter options."""
+    request = facts.request
+    if skip := _not_torchrun(request):
+        return [skip]
+    if not request.program:
+        return [Verdict("SKIP", "no PROGRAM")]
+    if python_program(request.program):
+        return []
+    problem = f"{' '.join(request.program[:3])[:60]} is not PYTHON SCRIPT: torchrun runs a Python script on each worker"
+    fix = "give -- python train.py ARGS (or -- python -m MODULE ARGS); torchrun runs it with -u"
+    return [request_refusal("PROGRAM", problem, fix)]
+
+
+@rule("torch-world", needs=REQUEST, on_load=True)
+def torch_world(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A torchrun job starts as many workers on every node (one --nproc-per-node), on nodes it can count."""
+    request = facts.request
+    if skip := _not_torchrun(request):
+        return [skip]
+    if not request.np:
+        return [Verdict("SKIP", "no ranks asked for")]
+    if node_shape(facts.hosts, request):
+        return []
+    if facts.hosts and request.tasks_per_node is None:
+        shown = ", ".join(f"{count} on {host}" for host, count in facts.hosts.items())
+        problem = f"--np {request.np} puts {shown}, but torchrun starts as many workers on every node"
+        flag = "--hostfile" if request.hostfile else "--hosts"
+        return [request_refusal(flag, problem, "give every host the same slots and --np = hosts x slots")]
+    if request.nodes:
+        problem = f"{request.np} workers do not share out over {request.nodes} nodes (torchrun starts as many on each)"
+        return [request_refusal("--np", problem, f"give a multiple of {request.nodes}")]
+    problem = "the nodes are SLURM's to place and their number is unknown here: torchrun needs one agent per node"
+    fix = "run it inside an allocation (salloc), submit it with sbatch --torchrun, or name the hosts with --hosts"
+    return [request_refusal("--torchrun", problem, fix)]
+
+
 @rule("torch-program", needs=REQUEST, on_load=True)
 def torch_program(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The program of a torch job with several ranks is the training script, not a launcher of workers (torchrun)."""
@@ -95,7 +180,7 @@ def torch_program(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     )
     fix = (
         "give the training script itself (-- python train.py): hpcbundle starts one rank per GPU (--torch) "
-        "with RANK/WORLD_SIZE set"
+        "with RANK/WORLD_SIZE set, or one torchrun per node (--torchrun)"
     )
     return [request_refusal("PROGRAM", problem, fix)]
 
@@ -184,3 +269,55 @@ def torch_gpu_narrowing(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             refusal("env.CUDA_VISIBLE_DEVICES", f"set by the site, it narrows the GPUs every rank sees: {loses}", fix)
         )
     return found
+
+
+SIGNALS_SINCE = (2, 9)
+"""The first torch whose torchrun takes --signals-to-handle (pytorch#154849)."""
+
+
+def _torch_version(image: Mapping[str, str] | None) -> tuple[str, tuple[int, int]] | None:
+    """The image's torch version (label org.hpcbundle.pytorch, e.g. 2.13.0+cpu) and its (major, minor)."""
+    text = (image or {}).get("pytorch", "")
+    found = re.match(r"([0-9]+)\.([0-9]+)", text)
+    return (text, (int(found.group(1)), int(found.group(2)))) if found else None
+
+
+@rule("torch-signal", needs=REQUEST, on_load=True)
+def torch_signal(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Under --torchrun, SLURM's time-limit USR1 reaches the workers: the image's torch is 2.9 or later.
+
+    torchrun forwards it with --signals-to-handle (pytorch#154849); without it the workers never checkpoint before
+    the time limit (faults.signal_before_end)."""
+    request, site = facts.request, facts.site
+    if skip := _not_torchrun(request):
+        return [skip]
+    if site.faults.signal_before_end is None:
+        return [Verdict("SKIP", f"site {site.name} sends no time-limit signal (faults.signal_before_end)")]
+    version = _torch_version(facts.image)
+    if version is None:
+        return [Verdict("SKIP", "the image's torch version is not known here (doctor reads it from the image)")]
+    if version[1] >= SIGNALS_SINCE:
+        return []
+    problem = (
+        f"torch {version[0]} ({facts.image_source or 'the image'}) has no torchrun --signals-to-handle (2.9 and "
+        "later): SLURM's USR1 would not reach the workers, which would never checkpoint before the time limit"
+    )
+    return [request_refusal("--torchrun", problem, "use --torch (the launcher forwards USR1 itself) or torch >= 2.9")]
+
+
+@rule("torch-backend", needs=REQUEST, on_load=True)
+def torch_backend(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A torch job on a GPU site has a CUDA build of torch: a CPU-only one (+cpu) has no NCCL and trains on CPUs."""
+    request, site = facts.request, facts.site
+    if skip := _horovod(request):
+        return [skip]
+    version = (facts.image or {}).get("pytorch")
+    if not site.node.gpus or not version:
+        return [Verdict("SKIP", "a CPU site, or the image's torch is not known here")]
+    if not version.endswith("+cpu"):
+        return []
+    problem = (
+        f"torch {version} ({facts.image_source or 'the image'}) is a CPU-only build, but site {site.name} has "
+        f"{site.node.gpus} GPUs per node: no CUDA, no NCCL"
+    )
+    return [request_refusal("--image", problem, "use an image built from a CUDA recipe (e.g. recipes/*cuda*)")]

@@ -27,7 +27,9 @@ class Hydra(Launcher):
     def head(self, site: Site, layout: RankLayout, out: Parts) -> None:
         self.start(site, out)
         self.add_flags(site, out, {"tag_output": "-l"})
-        if site.node.ranks_per_node:
+        if layout.tasks_per_node:
+            out.add(["-ppn", str(layout.tasks_per_node)], layout.tasks_source, "ranks per node")
+        elif site.node.ranks_per_node:
             out.site("node.ranks_per_node", ["-ppn", str(site.node.ranks_per_node)], "ranks per node")
         out.add(["-n", str(layout.np)], layout.np_source, "number of ranks")
         self.add_hosts(layout, out, "-hosts", "-f")

@@ -44,7 +44,7 @@ class Srun(Launcher):
         if layout.cpus_per_rank:
             out.add(["-c", str(layout.cpus_per_rank)], layout.cpus_source, reasons.SRUN_CPUS)
         if layout.tasks_per_node:
-            out.add([f"--ntasks-per-node={layout.tasks_per_node}"], "flag --tasks-per-node", "ranks per node")
+            out.add([f"--ntasks-per-node={layout.tasks_per_node}"], layout.tasks_source, "ranks per node")
         elif site.node.ranks_per_node:
             out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")
         elif site.node.gpus:

@@ -1,0 +1,23 @@
+#!/bin/bash
+# local: this machine, Debian's Open MPI 4.1.4, no container, root, 2 ranks on 2 cores
+# Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
+#SBATCH --job-name=horovod
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --cpus-per-task=1
+#SBATCH --time=00:10:00
+#SBATCH --partition=debug
+#SBATCH --chdir=/home/user/project
+set -euo pipefail
+
+# torch.distributed (`hpcbundle sbatch --torch`): rank 0 runs on this node, the job's first. The ranks meet
+# on this node (one node: the site names no network.interfaces), at a port from the job id (61000 + SLURM_JOB_ID % 4536).
+MASTER_ADDR=127.0.0.1
+MASTER_PORT=$((61000 + SLURM_JOB_ID % 4536))
+export MASTER_ADDR MASTER_PORT
+
+# 2 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
+# single-quoted on purpose: the program gets them exactly as given, $ and all.
+# shellcheck disable=SC2016
+mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 -x MASTER_ADDR -x MASTER_PORT \
+    sh -c SHIM hpcbundle-torchenv ompi python3 train.py
