@@ -80,6 +80,8 @@ COMMANDS = {
     "launch": ["launch", "--site", "ib-v100", "--image", "h.sif", "--np", "4", "--hosts", "f1:2,f2:2", *PROGRAM],
     "launch --torch": ["launch", "--site", "ib-v100", "--np", "4", "--hosts", "f1:2,f2:2", "--torch", *PROGRAM],
     "sbatch --torch": ["sbatch", "--site", "eth-a100-slurm", "--nodes", "2", "--torch", *PROGRAM],
+    "launch --torchrun": ["launch", "--site", "ib-v100", "--np", "4", "--hosts", "f1:2,f2:2", "--torchrun", *PROGRAM],
+    "sbatch --torchrun": ["sbatch", "--site", "eth-a100-slurm", "--nodes", "2", "--torchrun", *PROGRAM],
     "launch --explain": ["launch", "--site", "stampede2-knl", "--np", "2", "--hosts", "c1,c2", "--explain", *PROGRAM],
     "sbatch": ["sbatch", "--site", "eth-a100-slurm", "--image", "h.sif", "--nodes", "2", *PROGRAM],
     "sbatch --gate": ["sbatch", "--site", "roce-h100-ompi5", "--image", "h.sif", "--nodes", "2", "--gate", *PROGRAM],
@@ -132,7 +134,7 @@ _workdir = st.sampled_from([None, "run", "odd:dir", "missing"])
     image=_image,
     workdir=_workdir,
     in_slurm=st.booleans(),
-    wiring=st.sampled_from([(), ("--torch",), ("--horovod",)]),
+    wiring=st.sampled_from([(), ("--torch",), ("--torchrun",), ("--horovod",)]),
 )
 def test_check_and_launch_refuse_the_same_request_with_the_same_rules(
     monkeypatch, site, np_, ranks, image, workdir, in_slurm, wiring

@@ -111,7 +111,13 @@ CASES: list[Case] = [
 TORCHRUN_RULES = {"torch-world", "torchrun-program"}
 IDS = [f"{case[0]}-{i}" for i, case in enumerate(CASES)]
 TORCH_RULES = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch"}
-ON_REQUEST = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "request" in r.needs}
+IN_CHECK = {r.name for r in registered() if r.name in TORCH_RULES and "image" in r.needs}
+"""Judged where the image's torch is known: check (the recipe's labels), doctor (read back); tested below."""
+ON_REQUEST = {
+    r.name
+    for r in registered()
+    if r.function.__module__ == "hpcbundle.rules.torch" and "request" in r.needs and "image" not in r.needs
+}
 
 
 def _wiring(case: Case) -> str:
@@ -155,8 +161,7 @@ def test_the_cli_refuses_each_bad_torch_request_with_exit_2_and_nothing_on_stdou
 
 
 def test_every_torch_rule_has_a_bad_case():
-    in_check = {"torch-signal", "torch-backend"}  # judged where the image's torch is known: check, doctor
-    assert {case[0] for case in CASES} | {"torch-head-by-name"} | in_check == TORCH_RULES  # the WARN: below
+    assert {case[0] for case in CASES} | {"torch-head-by-name"} | IN_CHECK == TORCH_RULES  # the WARN: below
     assert all(r.on_load for r in registered() if r.name in TORCH_RULES)
 
 
@@ -173,7 +178,7 @@ def test_a_torch_request_that_fits_passes_every_torch_rule_that_judges_it(good):
     site, layout, program, head = good
     plan = LaunchPlan(read_site(site, SITES), layout, program, "h.sif", wiring="torch", head=head)
     results = {r.rule: r for r in plan.judge() if r.rule in TORCH_RULES}
-    assert set(results) == TORCH_RULES
+    assert set(results) == TORCH_RULES - IN_CHECK  # no image labels here
     judged = {name: r.status for name, r in results.items() if r.status != "SKIP"}
     assert set(judged.values()) == {"PASS"}, results
     assert {"torch-launcher", "torch-port", "torch-gpu-narrowing"} <= set(judged)
@@ -227,3 +232,49 @@ def test_a_host_name_as_master_addr_warns_and_the_printed_line_still_comes():
 def test_only_a_printed_line_with_a_host_name_warns(head, batch, status):
     plan = LaunchPlan(read_site("ib-v100", SITES), HOSTS, PROGRAM, "h.sif", batch=batch, wiring="torch", head=head)
     assert [r.status for r in plan.evaluate() if r.rule == "torch-head-by-name"] == [status]
+
+
+# --- the rules over the image's torch, judged where its version is known: check (labels), doctor (read back) -----
+
+
+@pytest.mark.parametrize(
+    "recipe, site, wiring, line",
+    [("cuda11.8-tf2.14-torch2.1", "eth-a100-slurm", "--torchrun",
+      "FAIL  torch-signal         --torchrun: torch 2.1.2+cu118 (recipe cuda11.8-tf2.14-torch2.1) has no torchrun "
+      "--signals-to-handle (2.9 and later): SLURM's USR1 would not reach the workers, which would never checkpoint "
+      "before the time limit; use --torch (the launcher forwards USR1 itself) or torch >= 2.9"),
+     ("cpu-local", "ib-v100", "--torch",
+      "FAIL  torch-backend        --image: torch 2.13.0+cpu (recipe cpu-local) is a CPU-only build, but site ib-v100 "
+      "has 2 GPUs per node: no CUDA, no NCCL; use an image built from a CUDA recipe (e.g. recipes/*cuda*)")],
+)  # fmt: skip
+def test_check_refuses_a_torch_image_that_cannot_serve_the_wiring(recipe, site, wiring, line):
+    result = CliRunner().invoke(
+        main, ["--bundle", str(ROOT), "check", recipe, "--site", site, "--np", "8", wiring], env=IN_SLURM
+    )
+    assert result.exit_code == 2, result.output
+    assert line in result.stdout.splitlines(), result.stdout
+
+
+@pytest.mark.parametrize("recipe, wiring", [("cuda13.0-torch2.11", "--torchrun"), ("cuda13.0-torch2.11", "--torch")])
+def test_check_passes_a_cuda_torch_image_with_torchrun_signals(recipe, wiring):
+    result = CliRunner().invoke(
+        main, ["--bundle", str(ROOT), "check", recipe, "--site", "eth-a100-slurm", "--np", "8", wiring], env=IN_SLURM
+    )
+    judged = {line.split()[1]: line.split()[0] for line in result.stdout.splitlines() if line.split()[1:2]}
+    assert (judged["torch-backend"], judged["torch-signal"]) == ("PASS", "PASS" if wiring == "--torchrun" else "SKIP")
+
+
+GOOD_TORCHRUN = [
+    ("ib-v100", HOSTS, PROGRAM, "10.1.0.1"),
+    ("eth-a100-slurm", RankLayout(8, in_allocation=True, nodes=2), ("python", "-m", "train"), None),
+    ("local", RankLayout(2), PROGRAM, "127.0.0.1"),
+]
+
+
+@pytest.mark.parametrize("good", GOOD_TORCHRUN, ids=[g[0] for g in GOOD_TORCHRUN])
+def test_a_torchrun_request_that_fits_passes_the_torchrun_rules(good):
+    site, layout, program, head = good
+    image = None if site == "local" else "h.sif"
+    plan = LaunchPlan(read_site(site, SITES), layout, program, image, wiring="torchrun", head=head)
+    results = {r.rule: r.status for r in plan.judge() if r.rule in TORCHRUN_RULES}
+    assert results == dict.fromkeys(TORCHRUN_RULES, "PASS")

@@ -4,14 +4,23 @@ one line says why (exit 2); a stale RANK of the launching shell never wins; shel
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcbundle.knowledge.torchenv import TORCHENV_INLINE, TORCHENV_NAME, TORCHENV_SOURCES, torchenv_words
+from hpcbundle.knowledge.torchenv import (
+    AGENT,
+    TORCHENV_INLINE,
+    TORCHENV_NAME,
+    TORCHENV_SOURCES,
+    agent_words,
+    torchenv_words,
+)
 
 from .helpers import examples, shellcheck
 
@@ -114,3 +123,47 @@ def test_an_unknown_source_or_no_program_is_one_line_exit_2(source, program):
 
 def test_the_shim_passes_shellcheck():
     assert shellcheck(TORCHENV_INLINE, "sh") == []
+
+
+# --- agent mode (--torchrun): the rendezvous of one torchrun agent per node ---------------------------------------
+
+ENV_PRINT = [sys.executable, "-c", "import os; print(sorted((k, v) for k, v in os.environ.items() if k.isupper()))"]
+"""The agent's environment as its Python sees it (sh adds PWD, Python LC_CTYPE: left out)."""
+OUTER = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "OMPI_COMM_WORLD_RANK": "1", "PMI_RANK": "2", "RANK": "9"}
+
+
+def _agent(interface: str, environment: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    """The shim as a --torchrun line runs it: `sh -c TEXT hpcbundle-torchenv agent IFACE PYTHON ...`."""
+    run = _shim(AGENT, environment, [interface, *ENV_PRINT])
+    shown = ast.literal_eval(run.stdout) if run.returncode == 0 else []
+    return run, {name: value for name, value in shown if name not in ("PATH", "PWD", "LC_CTYPE")}
+
+
+@pytest.mark.parametrize("head, is_host", [("127.0.0.1", "1"), ("10.9.9.9", "0")])
+def test_an_agent_gets_its_address_as_local_addr_and_hosts_the_store_only_where_it_is_the_head(head, is_host):
+    meet = {"MASTER_ADDR": head, "MASTER_PORT": "29500", "HPCBUNDLE_RUN_ID": "7.0", "SLURM_JOB_ID": "7"}
+    run, seen = _agent("lo", {**OUTER, **meet})
+    assert run.returncode == 0, run.stderr
+    assert seen == {
+        **meet,
+        "PET_LOCAL_ADDR": "127.0.0.1",
+        "PET_RDZV_ENDPOINT": f"{head}:29500",
+        "PET_RDZV_ID": "7.0",
+        "PET_RDZV_CONF": f"is_host={is_host}",
+    }  # fmt: skip  (the outer launcher's rank variables are gone; SLURM_JOB_ID stays)
+
+
+def test_a_standalone_agent_only_loses_the_outer_rank_variables():
+    run, seen = _agent("-", {**OUTER, "SLURM_JOB_ID": "7"})
+    assert (run.returncode, seen) == (0, {"SLURM_JOB_ID": "7"})
+
+
+@pytest.mark.parametrize(
+    "interface, environment, says",
+    [("nosuch0", {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1", "HPCBUNDLE_RUN_ID": "x"}, "no IPv4 address on"),
+     ("lo", {"MASTER_ADDR": "10.0.0.1"}, "MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID must be set")],
+)  # fmt: skip
+def test_an_agent_without_an_address_or_a_head_is_one_line_exit_2(interface, environment, says):
+    run, _ = _agent(interface, environment)
+    assert (run.returncode, run.stdout) == (2, "") and run.stderr.count("\n") == 1 and says in run.stderr
+    assert agent_words(interface) == ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface]

@@ -282,7 +282,7 @@ def _torch_version(image: Mapping[str, str] | None) -> tuple[str, tuple[int, int
     return (text, (int(found.group(1)), int(found.group(2)))) if found else None
 
 
-@rule("torch-signal", needs=REQUEST, on_load=True)
+@rule("torch-signal", needs=(*REQUEST, "image"), on_load=True)
 def torch_signal(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Under --torchrun, SLURM's time-limit USR1 reaches the workers: the image's torch is 2.9 or later.
 
@@ -305,7 +305,7 @@ def torch_signal(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("--torchrun", problem, "use --torch (the launcher forwards USR1 itself) or torch >= 2.9")]
 
 
-@rule("torch-backend", needs=REQUEST, on_load=True)
+@rule("torch-backend", needs=(*REQUEST, "image"), on_load=True)
 def torch_backend(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A torch job on a GPU site has a CUDA build of torch: a CPU-only one (+cpu) has no NCCL and trains on CPUs."""
     request, site = facts.request, facts.site
