@@ -36,7 +36,7 @@ from hpcbundle_testbed.charliecloud import IN_IMAGE_TESTS, RUN_ENV
 from hpcbundle_testbed.netns_cluster import NetnsCluster
 from hpcbundle_testbed.sites import charliecloud_site
 
-from .helpers import hpcbundle_argv, launched_command
+from .helpers import ROOT, hpcbundle_argv, launched_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.cluster]
 
@@ -152,6 +152,26 @@ def test_hybrid_pytorch_training_on_three_nodes_lowers_the_loss(
     assert [e for e, _ in epochs] == ["1", "2"] and len(final) == 1, out[-3000:]
     assert final[0][1] == "3"
     assert float(epochs[1][1]) < float(epochs[0][1]), f"loss did not fall: {epochs}"
+
+
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
+def test_a_torch_program_reduces_across_three_nodes_in_the_image_with_both_torch_wirings(
+    ch_image: Path, netns_cluster: NetnsCluster, tmp_path: Path, wiring: str
+):
+    """A plain torch.distributed program (no hpcbundle import), run by the image's Python and torch: --torch (one
+    ch-run per rank, env://) and --torchrun (one ch-run per node running torchrun), meeting at node 1's data
+    address; the program sits in the test's directory under /tmp, which ch-run binds."""
+    site = charliecloud_site(tmp_path, netns_cluster, "netns-charliecloud")
+    program = tmp_path / "torch_allreduce.py"
+    program.write_text((ROOT / "tests" / "data" / "torch_allreduce.py").read_text())
+    argv = launch(site, ch_image, 3, "node1:1,node2:1,node3:1", "python", str(program))
+    argv.insert(argv.index("--exec"), f"--{wiring}")
+    status, out = run_on_node1(netns_cluster, argv, timeout=240)
+    assert status == 0, out[-4000:]
+    ranks = re.findall(r"torch-rank RANK=(\d+) WORLD_SIZE=3 LOCAL_RANK=0 MASTER_ADDR=(\S+) sum=6", out)
+    assert sorted(int(rank) for rank, _ in ranks) == [0, 1, 2], out[-3000:]
+    masters = {master for _, master in ranks}  # under torchrun: the address of the agent rendezvous made rank 0
+    assert len(masters) == 1 and masters <= {netns_cluster.address(node) for node in netns_cluster.nodes}
 
 
 # ------------------------------------------------------------- the user-namespace vader trap

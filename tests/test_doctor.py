@@ -559,3 +559,15 @@ def test_stopped_ranks_finds_the_processes_of_the_program_that_are_stopped_and_n
         for proc in (stopped, running, launcher):
             proc.kill()
             proc.wait()
+
+
+def test_stopped_ranks_finds_a_torchrun_worker_which_runs_the_script_with_python_u():
+    """torchrun starts each worker as `PYTHON -u SCRIPT ARGS` from the program `PYTHON SCRIPT ARGS`."""
+    program = [sys.executable, "-c", "import time; time.sleep(61.5)"]
+    worker = subprocess.Popen([sys.executable, "-u", *program[1:]])
+    try:
+        worker.send_signal(signal.SIGSTOP)
+        assert wait_until(lambda: stopped_ranks(program) == [{"pid": worker.pid, "state": "T"}], timeout=10)
+    finally:
+        worker.kill()
+        worker.wait()

@@ -41,7 +41,7 @@ from hpcbundle_testbed.sif import SifBuild
 from hpcbundle_testbed.sites import sif_site, site_data, ssh_site, write_site
 from hpcbundle_testbed.slurm_cluster import SlurmCluster
 
-from .helpers import hpcbundle_argv, launched_command
+from .helpers import ROOT, hpcbundle_argv, launched_command
 
 pytestmark = pytest.mark.cluster
 
@@ -188,6 +188,29 @@ def test_users_program_runs_from_their_working_directory_in_docker_with_two_rank
     line = launched_command(res.stderr)
     assert line.startswith("docker run ") and f" -v {work}:{work} -w {work} " in line, line
     check(out, work, 2)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
+def test_a_torch_program_reduces_in_one_docker_container_with_both_torch_wirings(
+    docker_engine: DockerEngine, cpu_local: Built, wiring: str, tmp_path: Path
+) -> None:
+    """One node, one container: --torch (its mpirun starts 2 env:// ranks, MASTER_ADDR 127.0.0.1) and --torchrun
+    (one agent, torchrun --standalone with 2 workers), the program in the user's mounted working directory."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "torch_allreduce.py").write_text((ROOT / "tests" / "data" / "torch_allreduce.py").read_text())
+    site = write_site(tmp_path, site_data("docker-torch") | {"container": {"runtime": "docker"}})
+    argv = hpcbundle_argv("launch", "--site", str(site), "--image", RUNTIME_TAG, "--np", "2", f"--{wiring}", "--exec")
+    env = {**os.environ, **shell(), **docker_engine.env()}
+    res = subprocess.run(
+        [*argv, "--", "python", "torch_allreduce.py"], capture_output=True, text=True, timeout=300, cwd=work, env=env
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert launched_command(res.stderr).startswith("docker run ")
+    ranks = re.findall(r"torch-rank RANK=(\d+) WORLD_SIZE=2 LOCAL_RANK=(\d+) MASTER_ADDR=\S+ sum=3", out)
+    assert sorted(ranks) == [("0", "0"), ("1", "1")], out[-3000:]
 
 
 def sbatch_from(

@@ -471,7 +471,7 @@ def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[s
     """This node's processes running `program` (the ranks: launchers and wrappers exec into it) that
     are in a STOPPED_STATES state: [{"pid": N, "state": "T"}, ...]. A rank's arguments are the
     program's; its executable may be named longer or by its full path (`python` runs as
-    /usr/bin/python3.11 through a shim or a link).
+    /usr/bin/python3.11 through a shim or a link); torchrun's workers run it as `PYTHON -u SCRIPT ARGS`.
 
     A node's processes are those in this probe's network namespace: ranks share their node's
     network (every runtime here runs with the host's), and nodes that share one kernel (namespace
@@ -489,7 +489,8 @@ def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[s
             here = os.readlink(entry / "ns" / "net") == network
         except (OSError, IndexError):
             continue  # gone meanwhile, or a kernel thread
-        ours = argv[1:] == arguments and argv[:1] != [] and os.path.basename(argv[0]).startswith(name)
+        given = argv[1:] in (arguments, [b"-u", *arguments])
+        ours = given and argv[:1] != [] and os.path.basename(argv[0]).startswith(name)
         if ours and here and state in STOPPED_STATES:
             found.append({"pid": int(entry.name), "state": state})
     return found
