@@ -56,6 +56,7 @@ def test_every_rule_runs_from_each_front_end_that_has_its_facts():
         image="/img",
         hosts={"node1": 1},
         program_env={"argv0": "python3", "launching": {}, "nodes": {}},
+        request=request,  # judged again only with the image read back (rules over both)
     )
     planned = Facts(site=site, request=request)  # doctor's launch plan, judged before the nodes are observed
     from_doctor = {r.name for r in applicable(observed) + applicable(planned)}

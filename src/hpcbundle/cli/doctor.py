@@ -84,6 +84,7 @@ def doctor_command(
         probe=None if failed(declared) else program_probe(plan, placed),  # a refused line is never started
         environment=os.environ,
         judged=JUDGED,
+        request=plan.request(),
     )
     print_results(declared + observed)
     ctx.exit(exit_status(declared + observed))

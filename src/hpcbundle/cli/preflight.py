@@ -95,6 +95,7 @@ def fast_doctor(
         probe=probe,
         environment=os.environ,
         judged=JUDGED,
+        request=plan.request(),
     )
 
 

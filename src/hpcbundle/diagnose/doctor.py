@@ -25,7 +25,7 @@ from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
-from ..rules.engine import Facts, Need, Result, evaluate, failed
+from ..rules.engine import Facts, LaunchRequest, Need, Result, evaluate, failed
 from . import fanout, program
 
 
@@ -53,8 +53,10 @@ def observed_facts(
     checksum: bool = False,
     scope: Literal["nodes", "login"] = "nodes",
     program_env: Mapping[str, Any] | None = None,
+    request: LaunchRequest | None = None,
 ) -> Facts:
-    """The facts doctor observed, in the shapes the rules read."""
+    """The facts doctor observed, in the shapes the rules read; with the command's launch `request`, the rules
+    over it and the image read back (torch-signal, torch-backend) judge it too."""
     labels, source = image_manifest(nodes)
     return Facts(
         site=site,
@@ -68,6 +70,7 @@ def observed_facts(
         checksum=checksum,
         scope=scope,
         program=program_env,
+        request=request,
     )
 
 
@@ -86,6 +89,7 @@ def doctor(
     probe: program.ProgramProbe | None = None,
     environment: Mapping[str, str] | None = None,
     judged: tuple[str, ...] = (),
+    request: LaunchRequest | None = None,
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
 
@@ -96,7 +100,8 @@ def doctor(
     environment on every node is observed at the same time, through the launcher; it is judged
     when nothing else failed (otherwise the probe's launch is stopped: it would hang or fail for
     the same reason, and the FAIL already says why). The rules that need no more than the fact kinds
-    `judged` are left out: the command's launch plan judged the site and the request before (launch/plan.py).
+    `judged` are left out: the command's launch plan judged the site and the request before (launch/plan.py);
+    its `request` is judged again only with what the nodes show (the image's labels).
     """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
     stop = threading.Event()
@@ -111,7 +116,9 @@ def doctor(
             timeout=timeout,
             environment={name: environment[name] for name in site.export if name in (environment or {})},
         )
-        facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
+        facts = observed_facts(
+            site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope, request=request
+        )
         results = evaluate(facts, knowledge_base(), judged)
         if seen is None:
             return results
