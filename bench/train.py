@@ -7,15 +7,15 @@
 
 What a user choosing between Horovod and PyTorch's own DistributedDataParallel compares: the same
 model on the same synthetic data (examples/pytorch_synthetic_benchmark.py), started by the same
-generated launch line of the same site (`hpcbundle launch --site SITE --np N --hosts ... --exec
+generated launch line of the same site (`hpcbundle launch --site SITE --np N --hosts ... [--torch] --exec
 --no-doctor`, on node1), one rank per node, each node on a core of its own (as bench/allreduce.py):
 
   horovod         Horovod's DistributedOptimizer, the testbed's untuned site (TCP btl on data0)
   horovod-tuned   the same after `hpcbundle tune` (--tuned; tune runs once per cluster size), or
                   with the settings a tune of the same cluster size chose in `bench/allreduce.py
                   --tuned --tuned-out FILE` (--tuned-from FILE: no second tune; `make bench` does this)
-  ddp             the program with --ddp tcp://NODE1:PORT: torch DDP over gloo on data0, ranks from
-                  the launcher's variables (a DDP job needs no other launcher)
+  ddp             the program with --ddp env:// through `launch --torch`: torch DDP over gloo on data0,
+                  RANK/WORLD_SIZE and MASTER_ADDR (node 1's data address) set by the generated line
 
 Every round runs each variant once, in turn, so the drift of a shared machine hits all alike. Per
 model and cluster size it prints img/s per rank (median and min-max over the rounds) and the ratio
@@ -48,19 +48,19 @@ from hpcbundle_testbed.tools import ensure_cluster_tools
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "examples" / "pytorch_synthetic_benchmark.py"
 MODELS = ("cnn", "resnet", "mlp")
-DDP_PORT = 29400
 
 
 def run_variant(
-    cluster: NetnsCluster, site: Path, model: str, args: argparse.Namespace, ddp_port: int | None
+    cluster: NetnsCluster, site: Path, model: str, args: argparse.Namespace, ddp: bool
 ) -> tuple[dict[str, Any] | None, str]:
-    """One training run through the generated launch line on node1: (its JSON record, error or "")."""
+    """One training run through the generated launch line on node1 (`--torch` for DDP): (its JSON record, error
+    or "")."""
     program = [sys.executable, str(PROGRAM), "--model", model, "--num-iters", str(args.iters)]
     program += ["--num-warmup-batches", str(args.warmup), "--batch-size", str(args.batch_size)]
-    if ddp_port is not None:
-        program += ["--ddp", f"tcp://{cluster.address('node1')}:{ddp_port}"]
+    wiring = ["--torch"] if ddp else []
+    program += ["--ddp", "env://"] if ddp else []
     argv = hpcbundle_argv(
-        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
+        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster), *wiring,
         "--exec", "--no-doctor", "--", *program,
     )  # fmt: skip
     try:
@@ -101,13 +101,11 @@ def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any
         rates: dict[str, dict[str, list[float]]] = {m: {v: [] for v in sites} for m in args.models}
         ranks: dict[str, set[int]] = {v: set() for v in sites}
         errors: dict[str, str] = {}
-        port = DDP_PORT
         for round_ in range(1, args.rounds + 1):
             for model in args.models:
                 for variant, (variant_site, ddp) in sites.items():
-                    port += 1
                     t0 = time.monotonic()
-                    record, error = run_variant(cluster, variant_site, model, args, port if ddp else None)
+                    record, error = run_variant(cluster, variant_site, model, args, ddp)
                     took = time.monotonic() - t0
                     if error:
                         errors[f"{variant}/{model}/round {round_}"] = error
