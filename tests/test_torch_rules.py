@@ -93,7 +93,10 @@ CASES: list[Case] = [
      "visible)"),
 ]  # fmt: skip
 IDS = [f"{case[0]}-{i}" for i, case in enumerate(CASES)]
-TORCH_RULES = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch"}
+TORCH_RULES = {
+    r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "head" not in r.needs
+}
+"""The torch rules a plan's judgement runs (those over doctor's observed head: tests/test_torch_head.py)."""
 ON_REQUEST = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "request" in r.needs}
 
 

@@ -21,7 +21,7 @@ from ..rules.engine import exit_status, failed
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option, wiring_of, wiring_option
 from .outputs import output_option, output_target, print_results, write_atomic
-from .preflight import JUDGED, program_probe, torch_planned
+from .preflight import JUDGED, program_probe, torch_head, torch_planned
 
 
 @main.command("doctor", context_settings=PROGRAM_SETTINGS)
@@ -82,6 +82,7 @@ def doctor_command(
         probe=None if failed(declared) else program_probe(plan, placed),  # a refused line is never started
         environment=os.environ,
         judged=JUDGED,
+        head=torch_head(plan, placed),
     )
     print_results(declared + observed)
     ctx.exit(exit_status(declared + observed))

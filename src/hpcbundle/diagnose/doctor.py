@@ -25,8 +25,9 @@ from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
-from ..rules.engine import Facts, Need, Result, evaluate, failed
+from ..rules.engine import Facts, HeadProbe, Need, Result, evaluate, failed
 from . import fanout, program
+from .head import observe_head
 
 
 def image_manifest(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str] | None, str]:
@@ -53,6 +54,7 @@ def observed_facts(
     checksum: bool = False,
     scope: Literal["nodes", "login"] = "nodes",
     program_env: Mapping[str, Any] | None = None,
+    head: HeadProbe | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read."""
     labels, source = image_manifest(nodes)
@@ -68,6 +70,7 @@ def observed_facts(
         checksum=checksum,
         scope=scope,
         program=program_env,
+        head=head,
     )
 
 
@@ -86,6 +89,7 @@ def doctor(
     probe: program.ProgramProbe | None = None,
     environment: Mapping[str, str] | None = None,
     judged: tuple[str, ...] = (),
+    head: HeadProbe | None = None,
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
 
@@ -97,21 +101,29 @@ def doctor(
     when nothing else failed (otherwise the probe's launch is stopped: it would hang or fail for
     the same reason, and the FAIL already says why). The rules that need no more than the fact kinds
     `judged` are left out: the command's launch plan judged the site and the request before (launch/plan.py).
+    With `head` (a torch job's first host and port), doctor also listens on that port there and connects from
+    every host, beside the node probes.
     """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
+    exported = {name: environment[name] for name in site.export if name in (environment or {})}
+    names = [h for h, _ in hosts]
     stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         seen = pool.submit(program.observe, probe, timeout, stop) if probe else None
+        headed = pool.submit(observe_head, site, head, names, timeout, exported) if head else None
         nodes, reach = fanout.gather(
-            dict(site.mca),
-            [h for h, _ in hosts],
-            image,
-            checksum,
-            probe_ifaces,
-            timeout=timeout,
-            environment={name: environment[name] for name in site.export if name in (environment or {})},
+            dict(site.mca), names, image, checksum, probe_ifaces, timeout=timeout, environment=exported
         )
-        facts = observed_facts(site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope)
+        facts = observed_facts(
+            site,
+            nodes,
+            reach=reach,
+            image=image,
+            hosts=dict(hosts),
+            checksum=checksum,
+            scope=scope,
+            head=headed.result() if headed else None,
+        )
         results = evaluate(facts, knowledge_base(), judged)
         if seen is None:
             return results
