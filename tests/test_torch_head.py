@@ -72,7 +72,8 @@ def test_a_head_that_did_not_answer_is_left_to_node_reach():
 def test_a_port_in_use_on_the_head_fails_naming_port_node_and_the_site_key():
     held = HeadProbe("node1", "data0", 29500, "10.77.0.1", "Address already in use")
     assert judged(held)[1:] == [
-        ("torch-port-free", "FAIL", "port 29500 is in use on node1 (address already in use); set torch.port in WHERE"),
+        ("torch-port-free", "FAIL", "port 29500 is in use on node1 (address already in use): rank 0's store cannot "
+         "listen at 10.77.0.1:29500 (data0); set torch.port in WHERE"),
         ("torch-head-reach", "SKIP", "nothing listened on the head's port (rules torch-head-address, "
          "torch-port-free)"),
     ]  # fmt: skip

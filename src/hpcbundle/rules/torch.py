@@ -226,7 +226,10 @@ def torch_port_free(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if head.bound == "ok":
         return [Verdict("PASS", f"port {head.port} is free on {head.host}: doctor listened on it")]
     held = "in use" if "in use" in head.bound else "not to be had"
-    problem = f"port {head.port} is {held} on {head.host} ({_os_words(head.bound)})"
+    problem = (
+        f"port {head.port} is {held} on {head.host} ({_os_words(head.bound)}): rank 0's store cannot listen at "
+        f"{head.address}:{head.port} ({head.interface})"
+    )
     return [Verdict("FAIL", problem, f"set torch.port in {facts.site.where}")]
 
 
