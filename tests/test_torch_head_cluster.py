@@ -93,6 +93,17 @@ def dropped(cluster: NetnsCluster, node: str, address: str) -> Iterator[None]:
 
 
 @contextmanager
+def link_down(cluster: NetnsCluster, node: str) -> Iterator[None]:
+    """`node`'s data interface down, brought up after."""
+    link = ["ip", "-n", cluster.netns(node), "link", "set", cluster.DATA_IFACE]
+    run([*link, "down"])
+    try:
+        yield
+    finally:
+        run([*link, "up"])
+
+
+@contextmanager
 def unaddressed(cluster: NetnsCluster, node: str) -> Iterator[None]:
     """`node`'s data interface without its IPv4 address, given back after."""
     iface, address = cluster.DATA_IFACE, f"{cluster.address(node)}/24"
@@ -128,13 +139,17 @@ def test_a_port_held_on_the_head_refuses_the_launch_in_seconds_naming_node_inter
     assert f"{head}:{PORT} ({cluster.DATA_IFACE})" in line and f"set torch.port in {site}" in line
 
 
+@pytest.mark.parametrize(
+    "fault, cause", [("dropped", "timed out (no answer within 3 s)"), ("link_down", "network is unreachable")]
+)
 def test_a_head_unreachable_from_node3_refuses_the_launch_in_seconds_naming_node_interface_and_address(
-    netns_cluster: NetnsCluster, site: Path, tmp_path: Path
+    netns_cluster: NetnsCluster, site: Path, tmp_path: Path, fault: str, cause: str
 ) -> None:
     cluster = netns_cluster
     head = cluster.address("node1")
-    line = refused(cluster, site, dropped(cluster, "node3", head), "torch-head-reach", tmp_path)
-    assert f"node3 cannot reach node1 {head}:{PORT} ({cluster.DATA_IFACE}): no answer within" in line
+    cut = dropped(cluster, "node3", head) if fault == "dropped" else link_down(cluster, "node3")
+    line = refused(cluster, site, cut, "torch-head-reach", tmp_path)
+    assert f"node3 cannot reach node1 {head}:{PORT} ({cluster.DATA_IFACE}): {cause}" in line
     assert "torch's store client would wait until its timeout rather than fail" in line
 
 

@@ -462,7 +462,7 @@ def connect(targets: list[str], seconds: float) -> dict[str, str]:
                 conn.settimeout(seconds)
                 return "ok" if conn.recv(16).startswith(b"hpcbundle") else "no greeting"
         except (TimeoutError, socket.timeout):
-            return f"no answer within {seconds:g} s"
+            return f"timed out (no answer within {seconds:g} s)"
         except OSError as exc:
             return exc.strerror or str(exc)
 
