@@ -58,6 +58,31 @@ def refused(cluster: NetnsCluster, site: Path, fault: AbstractContextManager[Non
     return fail_line(res.stderr, rule)
 
 
+STORE = """
+import os, socket, time
+rank, world, port = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["MASTER_PORT"])
+if rank == 0:  # torch's store: every address, SO_REUSEADDR
+    store = socket.socket()
+    store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    store.bind(("", port))
+    store.listen(world)
+    for _ in range(world - 1):
+        store.accept()[0].close()
+else:
+    for _ in range(300):
+        try:
+            socket.create_connection((os.environ["MASTER_ADDR"], port), 1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        raise SystemExit(f"rank {rank}: no store")
+print(f"store-rank {rank} met", flush=True)
+"""
+"""A stand-in for torch's store (no torch needed): rank 0 listens on MASTER_PORT as the store does, the others
+connect to MASTER_ADDR:MASTER_PORT."""
+
+
 def fail_line(stderr: str, rule: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith(f"FAIL  {rule} ")]
     assert len(lines) == 1, stderr[-3000:]
@@ -166,3 +191,19 @@ def test_doctor_torch_on_the_good_cluster_passes_the_three_head_rules(netns_clus
     assert passed["torch-port-free"] == f"port {PORT} is free on node1: doctor listened on it"
     assert passed["torch-head-reach"] == f"node1, node2, node3 reached node1 {head} ({cluster.DATA_IFACE})"
     assert no_leftovers(cluster, timeout=10)
+
+
+def test_after_the_checks_pass_rank_0_listens_on_the_port_and_every_rank_meets_it(
+    netns_cluster: NetnsCluster, site: Path
+) -> None:
+    """doctor's listener on the head is gone before the ranks start: rank 0 gets the port."""
+    argv = hpcbundle_argv(
+        "launch", "--site", str(site), "--np", "3", "--hosts", HOSTS, "--torch", "--exec",
+        "--", str(VENV_PYTHON), "-c", STORE,
+    )  # fmt: skip
+    began = time.monotonic()
+    res = netns_cluster.run("node1", argv, timeout=120)
+    print(f"launched and met in {time.monotonic() - began:.1f} s")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert sorted(re.findall(r"store-rank (\d) met", res.stdout)) == ["0", "1", "2"], res.stdout[-2000:]
+    assert no_leftovers(netns_cluster, timeout=10)
