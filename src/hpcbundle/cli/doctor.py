@@ -67,6 +67,7 @@ def doctor_command(
       hpcbundle doctor
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
       hpcbundle doctor --site mycluster --hosts n1,n2,n3 -- python train.py
+      hpcbundle doctor --site mycluster --hosts n1,n2,n3 --torch   # also n1's address, torch.port free, reached
     """
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
