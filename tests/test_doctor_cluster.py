@@ -121,7 +121,7 @@ def test_doctor_fails_the_decoy_interface_because_tcp_does_not_cross_it(cluster,
     [fail] = lines(res.stdout, "FAIL")
     assert fail.startswith("FAIL  interface mgmt0 reach") and "6 of 6 TCP connections over mgmt0 failed" in fail
     assert (
-        "node2 -> node1 10.78.0.1: no answer within 3 s" in fail
+        "node2 -> node1 10.78.0.1: timed out (no answer within 3 s)" in fail
         and "name the data interface in network.interfaces" in fail
     )
     assert took < 30

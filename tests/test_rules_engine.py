@@ -16,7 +16,7 @@ from hpcbundle.diagnose.doctor import observed_facts
 from hpcbundle.image.derive import image_spec, runtime_stage
 from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import load_site
-from hpcbundle.rules.engine import RULES, Facts, LaunchRequest, Result, applicable, evaluate
+from hpcbundle.rules.engine import RULES, Facts, HeadProbe, LaunchRequest, Result, applicable, evaluate
 from hpcbundle.rules.facts import declared_facts, declared_node
 from hpcbundle.rules.loading import all_recipes
 
@@ -57,6 +57,7 @@ def test_every_rule_runs_from_each_front_end_that_has_its_facts():
         hosts={"node1": 1},
         program_env={"argv0": "python3", "launching": {}, "nodes": {}},
         request=request,  # judged again only with the image read back (rules over both)
+        head=HeadProbe("node1", "data0", 29500),  # doctor --torch --hosts node1
     )
     planned = Facts(site=site, request=request)  # doctor's launch plan, judged before the nodes are observed
     from_doctor = {r.name for r in applicable(observed) + applicable(planned)}

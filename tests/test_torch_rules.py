@@ -110,7 +110,10 @@ CASES: list[Case] = [
 ]  # fmt: skip
 TORCHRUN_RULES = {"torch-world", "torchrun-program"}
 IDS = [f"{case[0]}-{i}" for i, case in enumerate(CASES)]
-TORCH_RULES = {r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch"}
+TORCH_RULES = {
+    r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "head" not in r.needs
+}
+"""The torch rules a plan's judgement runs (those over doctor's observed head: tests/test_torch_head.py)."""
 IN_CHECK = {r.name for r in registered() if r.name in TORCH_RULES and "image" in r.needs}
 """Judged where the image's torch is known: check (the recipe's labels), doctor (read back); tested below."""
 ON_REQUEST = {

@@ -21,7 +21,7 @@ from ..rules.engine import exit_status, failed
 from . import main, pass_bundle
 from .options import PROGRAM_SETTINGS, plan_from, seconds, site_for, site_option, wiring_of, wiring_option
 from .outputs import output_option, output_target, print_results, write_atomic
-from .preflight import JUDGED, program_probe, torch_planned
+from .preflight import JUDGED, program_probe, torch_head, torch_planned
 
 
 @main.command("doctor", context_settings=PROGRAM_SETTINGS)
@@ -67,6 +67,7 @@ def doctor_command(
       hpcbundle doctor
       hpcbundle doctor --site ib-v100 --image /scratch/horovod.sif --hosts node1,node2
       hpcbundle doctor --site mycluster --hosts n1,n2,n3 -- python train.py
+      hpcbundle doctor --site mycluster --hosts n1,n2,n3 --torch   # also n1's address, torch.port free, reached
     """
     model = site_for(bundle, site)
     placed = parse_hosts(hosts) if hosts is not None else ()
@@ -85,6 +86,7 @@ def doctor_command(
         environment=os.environ,
         judged=JUDGED,
         request=plan.request(),
+        head=torch_head(plan, placed),
     )
     print_results(declared + observed)
     ctx.exit(exit_status(declared + observed))

@@ -107,11 +107,11 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
     plan = torch_planned(plan, wiring_of(model, asked.wiring), asked.execute)
     warned = warnings_of(plan.judge())
-    plan = (
-        replace(plan, **address_head(plan))
-        if asked.execute and plan.wiring != "horovod" and plan.head is None
-        else plan
-    )
+    headed = asked.execute and plan.wiring != "horovod"
+    plan = replace(plan, **address_head(plan, judged=not asked.no_doctor)) if headed else plan
+    if asked.execute and not asked.no_doctor:  # a torch job's head too: its address, its port free, reached
+        doctor_first(ctx, plan, "nodes", warned)
+    plan = replace(plan, **address_head(plan)) if headed else plan  # where doctor passed a head not read before
     command = plan.command()
     if layout.discovery_script is not None:  # written once the plan has passed
         write_discovery(bundle, model, hosts_path, Path(start_in.path) / layout.discovery_script)
@@ -124,16 +124,15 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
         return
     for line in command.explain() if asked.explain else ():
         click.echo(line, err=True)
-    if not asked.no_doctor:
-        doctor_first(ctx, plan, "nodes", warned)
     if asked.gate:
         gate_first(ctx, plan)
     enter_workdir(start_in)
     execute_job(ctx, plan, command, asked.timeout)
 
 
-def address_head(plan: LaunchPlan) -> dict[str, str | None]:
-    """The head's IPv4 address on network.interfaces[0], asked of the first host (launch --exec)."""
+def address_head(plan: LaunchPlan, judged: bool = False) -> dict[str, str | None]:
+    """The head's IPv4 address on network.interfaces[0], asked of the first host (launch --exec); where doctor's
+    checks follow (`judged`), a head without one is left to them (rule torch-head-address names it)."""
     if plan.head is not None:
         return {}
     placed = placed_hosts(plan)
@@ -146,6 +145,8 @@ def address_head(plan: LaunchPlan) -> dict[str, str | None]:
         )
     host, interface = placed[0][0], plan.site.network.interfaces[0]
     address = head_address(plan.site, host)
+    if address is None and judged:
+        return {}
     if address is None:
         problem = f"{host} gave no IPv4 address on {interface} (network.interfaces of site {plan.site.name})"
         raise UserError.at("", f"--{plan.wiring}", problem, f"check that {host} is up and {interface} has an address")

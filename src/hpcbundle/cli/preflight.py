@@ -12,8 +12,9 @@ import click
 from ..config.sites import Wiring
 from ..diagnose.imports import program_imports
 from ..diagnose.program import FRAMEWORKS, ProgramProbe, probe_words
+from ..knowledge.torchenv import is_address
 from ..launch import LAUNCHERS, LaunchPlan, RankLayout
-from ..rules.engine import Result, exit_status
+from ..rules.engine import HeadProbe, Result, exit_status
 from .outputs import print_results
 
 
@@ -35,6 +36,17 @@ def torch_planned(plan: LaunchPlan, wiring: Wiring, execute: bool) -> LaunchPlan
     if execute or not placed:
         return replace(plan, wiring=wiring, head=None)
     return replace(plan, wiring=wiring, head=placed[0][0], head_source="the first host's name")
+
+
+def torch_head(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> HeadProbe | None:
+    """What doctor observes of a torch job's head: the first of `hosts`, the interface its address is on, the
+    port, the address where already read (None for Horovod, a batch job, or no hosts)."""
+    wiring = plan.torch() if plan.wiring != "horovod" else None
+    if wiring is None or wiring.port is None or not hosts:
+        return None
+    address = wiring.head if wiring.head and is_address(wiring.head) else None
+    interfaces = ("lo",) if address == "127.0.0.1" else plan.site.network.interfaces
+    return HeadProbe(hosts[0][0], interfaces[0], wiring.port, address) if interfaces else None
 
 
 def program_probe(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> ProgramProbe | None:
@@ -96,6 +108,7 @@ def fast_doctor(
         environment=os.environ,
         judged=JUDGED,
         request=plan.request(),
+        head=torch_head(plan, hosts),
     )
 
 

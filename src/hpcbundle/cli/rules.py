@@ -7,7 +7,7 @@ import click
 from ..rules.engine import Rule, registered
 from . import main
 
-NEEDS_ORDER = ("recipe", "image", "site", "nodes", "observed", "hosts", "program", "request")
+NEEDS_ORDER = ("recipe", "image", "site", "nodes", "observed", "hosts", "program", "request", "head")
 
 
 def rules_table(rules: list[Rule]) -> str:
@@ -39,6 +39,8 @@ def rules_command() -> None:
               program   the program's environment as the launcher starts it (doctor)
               request   the launch plan: ranks, hosts, image, program, workdir, options (launch, sbatch,
                         tune, scaling plan, check --np/--hosts/--hostfile/--image/--workdir, doctor)
+              head      a torch job's head as observed: its address, its port free, reached from every
+                        node (doctor --torch --hosts, launch --exec --torch)
     LOAD    'load': loading the site or recipe refuses on the rule's FAIL (exit status 2, nothing
             written), so every command stops at a combination no command could use; a launch plan
             is judged in one pass, and any FAIL refuses that launch before anything starts

@@ -25,8 +25,9 @@ from ..config.sites import Site
 from ..knowledge.compat import knowledge_base
 from ..knowledge.labels import LABEL_PREFIX, MANIFEST, image_facts, manifest_facts
 from ..knowledge.network import named_interfaces
-from ..rules.engine import Facts, LaunchRequest, Need, Result, evaluate, failed
+from ..rules.engine import Facts, HeadProbe, LaunchRequest, Need, Result, evaluate, failed
 from . import fanout, program
+from .head import observe_head
 
 
 def image_manifest(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, str] | None, str]:
@@ -54,6 +55,7 @@ def observed_facts(
     scope: Literal["nodes", "login"] = "nodes",
     program_env: Mapping[str, Any] | None = None,
     request: LaunchRequest | None = None,
+    head: HeadProbe | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read; with the command's launch `request`, the rules
     over it and the image read back (torch-signal, torch-backend) judge it too."""
@@ -71,6 +73,7 @@ def observed_facts(
         scope=scope,
         program=program_env,
         request=request,
+        head=head,
     )
 
 
@@ -90,6 +93,7 @@ def doctor(
     environment: Mapping[str, str] | None = None,
     judged: tuple[str, ...] = (),
     request: LaunchRequest | None = None,
+    head: HeadProbe | None = None,
 ) -> list[Result]:
     """Observe the hosts (or this node) and judge them: what `hpcbundle doctor` and the launch pre-checks run.
 
@@ -102,22 +106,29 @@ def doctor(
     the same reason, and the FAIL already says why). The rules that need no more than the fact kinds
     `judged` are left out: the command's launch plan judged the site and the request before (launch/plan.py);
     its `request` is judged again only with what the nodes show (the image's labels).
+    With `head` (a torch job's first host and port), doctor also listens on that port there and connects from
+    every host, beside the node probes.
     """
     probe_ifaces = list(named_interfaces(site)) if scope == "nodes" else []
+    exported = {name: environment[name] for name in site.export if name in (environment or {})}
+    names = [h for h, _ in hosts]
     stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool:
         seen = pool.submit(program.observe, probe, timeout, stop) if probe else None
+        headed = pool.submit(observe_head, site, head, names, timeout, exported) if head else None
         nodes, reach = fanout.gather(
-            dict(site.mca),
-            [h for h, _ in hosts],
-            image,
-            checksum,
-            probe_ifaces,
-            timeout=timeout,
-            environment={name: environment[name] for name in site.export if name in (environment or {})},
+            dict(site.mca), names, image, checksum, probe_ifaces, timeout=timeout, environment=exported
         )
         facts = observed_facts(
-            site, nodes, reach=reach, image=image, hosts=dict(hosts), checksum=checksum, scope=scope, request=request
+            site,
+            nodes,
+            reach=reach,
+            image=image,
+            hosts=dict(hosts),
+            checksum=checksum,
+            scope=scope,
+            head=headed.result() if headed else None,
+            request=request,
         )
         results = evaluate(facts, knowledge_base(), judged)
         if seen is None:

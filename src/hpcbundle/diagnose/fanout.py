@@ -21,6 +21,9 @@ from typing import Any, Mapping
 from ..knowledge.launching import runtime_detection
 from .probes import facts, quiet_run
 
+CONNECT_SECONDS = 3.0
+"""How long a TCP probe waits for one connection before it calls the address unreachable."""
+
 
 def remote_argv(mca: dict[str, str], host: str, words: list[str]) -> list[str]:
     """argv that runs `words` on `host`: through the site's plm_rsh_agent (as Open MPI would), else ssh.
@@ -113,7 +116,7 @@ def gather(
     checksum: bool,
     interfaces_to_probe: list[str],
     timeout: float = 30.0,
-    connect_seconds: float = 3.0,
+    connect_seconds: float = CONNECT_SECONDS,
     environment: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[str, str, str, str]]]]:
     """Facts from every host (or this one when `hosts` is empty) and a real TCP probe over each interface.
@@ -174,24 +177,14 @@ def _tcp_mesh(
     results: list[tuple[str, str, str, str]] = []
     try:
         for host, addr in addrs.items():
-            listeners[host] = subprocess.Popen(
-                remote_argv(
-                    mca,
-                    host,
-                    _self(environment, "listen", addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1)),
-                ),  # noqa: S603
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                start_new_session=True,
+            listeners[host] = _listener(
+                mca, host, environment, addr, "--seconds", str(timeout), "--expect", str(len(addrs) - 1)
             )
         deadline = time.monotonic() + timeout
         for host, proc in listeners.items():
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
-            if line.startswith("{"):
-                ports[host] = f"{addrs[host]}:{json.loads(line)['port']}"
+            listening = _listening(proc, deadline)
+            if "port" in listening:
+                ports[host] = f"{addrs[host]}:{listening['port']}"
             else:
                 results += [
                     (other, host, addrs[host], f"could not listen on {addrs[host]}") for other in addrs if other != host
@@ -201,10 +194,7 @@ def _tcp_mesh(
             targets = {dst: p for dst, p in ports.items() if dst != src}
             if not targets:
                 return []
-            answer = _run_json(
-                remote_argv(mca, src, _self(environment, "connect", *targets.values(), "--seconds", str(seconds))),
-                seconds + timeout,
-            )
+            answer = _connect(mca, src, list(targets.values()), seconds, timeout, environment)
             return [
                 (src, dst, addrs[dst], answer.get(p, answer.get("error", "no result"))) for dst, p in targets.items()
             ]
@@ -216,6 +206,70 @@ def _tcp_mesh(
         for proc in listeners.values():
             _kill(proc)
     return results
+
+
+def head_store(
+    mca: dict[str, str],
+    head: tuple[str, str, int],
+    sources: list[str],
+    seconds: float,
+    timeout: float,
+    environment: Mapping[str, str],
+) -> tuple[str, dict[str, str]]:
+    """Whether a torch job's store could listen on `head` (host, its address, port) and every host of `sources`
+    reach it: a listener on the host on every address (as torch's store binds) at that port, a connection from
+    each source to address:port, bounded by `seconds` each.
+
+    Returns ('ok' or why the port could not be had, source -> 'ok' or why its connection failed).
+    """
+    host, address, port = head
+    proc = _listener(
+        mca, host, environment, "0.0.0.0", "--port", str(port), "--seconds", str(timeout), "--expect", str(len(sources))
+    )
+    try:
+        listening = _listening(proc, time.monotonic() + timeout)
+        if "port" not in listening:
+            return listening["error"], {}
+        target = f"{address}:{port}"
+        with ThreadPoolExecutor(max_workers=max(1, len(sources))) as pool:
+            answers = pool.map(lambda src: _connect(mca, src, [target], seconds, timeout, environment), sources)
+            return "ok", {
+                src: answer.get(target, answer.get("error", "no result"))
+                for src, answer in zip(sources, answers, strict=True)
+            }
+    finally:
+        _kill(proc)
+
+
+def _listener(mca: dict[str, str], host: str, environment: Mapping[str, str], *args: str) -> subprocess.Popen:
+    """The listen probe started on `host` with `args` (its address and options); its first line says its port."""
+    return subprocess.Popen(
+        remote_argv(mca, host, _self(environment, "listen", *args)),  # noqa: S603
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _listening(proc: subprocess.Popen, deadline: float) -> dict[str, Any]:
+    """A listener's first line: {"port": N}, or {"error": why} (the port taken, no answer by `deadline`)."""
+    ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+    line = proc.stdout.readline() if ready else ""  # type: ignore[union-attr]
+    try:
+        return json.loads(line) if line.startswith("{") else {"error": "the listener gave no port"}
+    except ValueError:
+        return {"error": f"the listener gave no port: {line[:200]}"}
+
+
+def _connect(
+    mca: dict[str, str], src: str, targets: list[str], seconds: float, timeout: float, environment: Mapping[str, str]
+) -> dict[str, Any]:
+    """ADDR:PORT -> 'ok' or why, for a TCP connection from `src` to each of `targets` ({'error'} when `src` fails)."""
+    return _run_json(
+        remote_argv(mca, src, _self(environment, "connect", *targets, "--seconds", str(seconds))), seconds + timeout
+    )
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -7,6 +7,7 @@ facts the rules judge (src/hpcbundle/rules/); diagnose/fanout.py runs it on ever
     python3 -m hpcbundle.diagnose.probes facts --image /var/tmp/img --checksum \
         --runtimes '{"pyxis": ["srun", "--container-image"]}'                   # one JSON object
     python3 -m hpcbundle.diagnose.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
+    python3 -m hpcbundle.diagnose.probes listen 0.0.0.0 --port 29500              # {"port": 29500} or {"error": ...}
     python3 -m hpcbundle.diagnose.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
 """
 
@@ -422,11 +423,21 @@ def facts(
 
 
 # --------------------------------------------------------------------------- TCP reachability
-def listen(address: str, seconds: float, expect: int = 0) -> None:
-    """Listen on `address` (an ephemeral port), print {"port": N}, accept for `seconds` (or `expect` connections)."""
+def listen(address: str, seconds: float, expect: int = 0, port: int = 0) -> None:
+    """Listen on `address`:`port` (0: an ephemeral port), print {"port": N}, accept for `seconds` (or `expect`
+    connections); print {"error": why} when the port cannot be had ('Address already in use').
+
+    SO_REUSEADDR, as torch's TCP store sets it: a port left in TIME_WAIT by an earlier job is free, one that
+    another socket listens on is not.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.bind((address, 0))
-        server.listen(64)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind((address, port))
+            server.listen(64)
+        except OSError as exc:
+            print(json.dumps({"error": exc.strerror or str(exc)}), flush=True)
+            return
         print(json.dumps({"port": server.getsockname()[1]}), flush=True)
         end, accepted = time.monotonic() + seconds, 0
         while (not expect or accepted < expect) and (left := end - time.monotonic()) > 0:
@@ -451,7 +462,7 @@ def connect(targets: list[str], seconds: float) -> dict[str, str]:
                 conn.settimeout(seconds)
                 return "ok" if conn.recv(16).startswith(b"hpcbundle") else "no greeting"
         except (TimeoutError, socket.timeout):
-            return f"no answer within {seconds:g} s"
+            return f"timed out (no answer within {seconds:g} s)"
         except OSError as exc:
             return exc.strerror or str(exc)
 
@@ -508,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     li.add_argument("address")
     li.add_argument("--seconds", type=float, default=10.0)
     li.add_argument("--expect", type=int, default=0)
+    li.add_argument("--port", type=int, default=0, help="the port to listen on (default: an ephemeral one)")
     co = sub.add_parser("connect")
     co.add_argument("targets", nargs="+")
     co.add_argument("--seconds", type=float, default=3.0)
@@ -520,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "facts":
         print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes), args.hash_seconds)))
     elif args.what == "listen":
-        listen(args.address, args.seconds, args.expect)
+        listen(args.address, args.seconds, args.expect, args.port)
     else:
         print(json.dumps(connect(args.targets, args.seconds)))
     return 0

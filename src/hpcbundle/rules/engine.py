@@ -42,7 +42,7 @@ FAMILIES = (
 )
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 _RANK = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
-Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program", "request"]
+Need = Literal["recipe", "image", "site", "nodes", "observed", "hosts", "program", "request", "head"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,27 @@ class LaunchRequest:
 
 
 @dataclass(frozen=True)
+class HeadProbe:
+    """A torch job's head as doctor observed it: where rank 0's TCP store is to listen, and who reaches it.
+
+    host        the first host (rank 0's node)
+    interface   where its address was read (network.interfaces[0]; lo when every rank runs on that node)
+    port        MASTER_PORT
+    address     the host's IPv4 address there (None: it has none, or the host did not answer)
+    bound       'ok' when a listener took the port on the host (every address, as torch's store binds), else
+                why not (the OS's words: 'Address already in use'); '' when not tried (no address)
+    reached     node -> 'ok' or why its TCP connection to address:port failed ('Connection refused', ...)
+    """
+
+    host: str
+    interface: str
+    port: int
+    address: str | None = None
+    bound: str = ""
+    reached: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Facts:
     """What the rules read; absent facts are None and the rules that need them do not run.
 
@@ -155,6 +176,7 @@ class Facts:
                 launching node (diagnose/program.py); only doctor observes it
     request     the launch request (ranks, hosts, image, program, options) where a command gives one:
                 launch, sbatch, check --np/--hosts/--image, doctor (its image, program and shell)
+    head        a torch job's head as doctor observed it (doctor --torch --hosts, launch --exec --torch)
     """
 
     site: Site | None
@@ -170,6 +192,7 @@ class Facts:
     scope: Literal["nodes", "login"] = "nodes"
     program: Mapping[str, Any] | None = None
     request: LaunchRequest | None = None
+    head: HeadProbe | None = None
 
     def available(self) -> set[str]:
         """The kinds of facts present (what a rule's `needs` is matched against)."""
@@ -182,6 +205,7 @@ class Facts:
             "observed": self.observed or None,
             "program": self.program,
             "request": self.request,
+            "head": self.head,
         }
         return {name for name, value in present.items() if value is not None}
 

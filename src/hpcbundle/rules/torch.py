@@ -321,3 +321,74 @@ def torch_backend(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         f"{site.node.gpus} GPUs per node: no CUDA, no NCCL"
     )
     return [request_refusal("--image", problem, "use an image built from a CUDA recipe (e.g. recipes/*cuda*)")]
+
+
+HEAD = ("site", "observed", "head")
+"""What the rules over a torch job's head read: doctor's observation of it (diagnose/head.py observe_head)."""
+STORE_WAITS = (
+    "torch's store client would wait until its timeout rather than fail "
+    "(env:// against a closed port had not failed after 150 s, measured)"
+)
+
+
+def _os_words(why: str) -> str:
+    """The OS's error text as a clause: 'Address already in use' -> 'address already in use'."""
+    return why[:1].lower() + why[1:]
+
+
+@rule("torch-head-address", needs=HEAD)
+def torch_head_address(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A torch job's head (the first host) has an IPv4 address on network.interfaces[0]: the ranks meet there."""
+    head = facts.head
+    if head.address:
+        return [Verdict("PASS", f"{head.host} has {head.address} on {head.interface}")]
+    if head.host not in facts.ok_nodes():
+        return [Verdict("SKIP", f"{head.host} did not answer (rule node-reach says why)")]
+    problem = (
+        f"{head.host} has no IPv4 address on {head.interface} (network.interfaces[0] of {facts.site.where}): "
+        "MASTER_ADDR, where the ranks meet, is the first host's address there"
+    )
+    fix = (
+        f"give {head.interface} an address on {head.host}, or name one that has an address first in network.interfaces"
+    )
+    return [Verdict("FAIL", problem, fix)]
+
+
+@rule("torch-port-free", needs=HEAD)
+def torch_port_free(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """MASTER_PORT is free on the head: doctor listens on it there as rank 0's TCP store would."""
+    head = facts.head
+    if not head.bound:
+        return [Verdict("SKIP", "not tried: the head's address is not known (rule torch-head-address)")]
+    if head.bound == "ok":
+        return [Verdict("PASS", f"port {head.port} is free on {head.host}: doctor listened on it")]
+    held = "in use" if "in use" in head.bound else "not to be had"
+    problem = (
+        f"port {head.port} is {held} on {head.host} ({_os_words(head.bound)}): rank 0's store cannot listen at "
+        f"{head.address}:{head.port} ({head.interface})"
+    )
+    return [Verdict("FAIL", problem, f"set torch.port in {facts.site.where}")]
+
+
+@rule("torch-head-reach", needs=HEAD)
+def torch_head_reach(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Every node reaches the head at MASTER_ADDR:MASTER_PORT: doctor listens there and connects from each node."""
+    head = facts.head
+    if head.bound != "ok":
+        return [Verdict("SKIP", "nothing listened on the head's port (rules torch-head-address, torch-port-free)")]
+    target = f"{head.address}:{head.port}"
+    answered = facts.ok_nodes()
+    reached = {host: why for host, why in head.reached.items() if host in answered}
+    failed = {host: why for host, why in reached.items() if why != "ok"}
+    if not failed:
+        return [Verdict("PASS", f"{', '.join(reached)} reached {head.host} {target} ({head.interface})")]
+    fix = (
+        f"let the nodes reach {target} over {head.interface} (a firewall, a link down?), or name the interface "
+        f"that joins them first in network.interfaces of {facts.site.where}"
+    )
+    return [
+        Verdict(
+            "FAIL", f"{host} cannot reach {head.host} {target} ({head.interface}): {_os_words(why)}; {STORE_WAITS}", fix
+        )
+        for host, why in failed.items()
+    ]
