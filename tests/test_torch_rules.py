@@ -281,3 +281,9 @@ def test_a_torchrun_request_that_fits_passes_the_torchrun_rules(good):
     plan = LaunchPlan(read_site(site, SITES), layout, program, image, wiring="torchrun", head=head)
     results = {r.rule: r.status for r in plan.judge() if r.rule in TORCHRUN_RULES}
     assert results == dict.fromkeys(TORCHRUN_RULES, "PASS")
+
+
+def test_doctors_plan_over_several_hosts_needs_the_data_interface():
+    """doctor --torch --hosts f1,f2 asks for no ranks, but its hosts span nodes: torch-interface judges them."""
+    plan = LaunchPlan(read_site("seed-v100", SITES), None, PROGRAM, wiring="torch", hosts={"f1": 1, "f2": 1})
+    assert [r.status for r in plan.evaluate(observing=True) if r.rule == "torch-interface"] == ["FAIL"]

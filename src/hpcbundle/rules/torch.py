@@ -81,7 +81,7 @@ def torch_interface(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     site, request = facts.site, facts.request
     if skip := _horovod(request):
         return [skip]
-    if not (spans_nodes(site, request) or (request.nodes or 0) > 1):
+    if not (spans_nodes(site, request) or (request.nodes or 0) > 1 or len(facts.hosts or {}) > 1):
         return [Verdict("SKIP", "every rank runs on one node: they meet at 127.0.0.1")]
     if site.network.interfaces:
         return []
