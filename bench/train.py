@@ -16,6 +16,7 @@ generated launch line of the same site (`hpcbundle launch --site SITE --np N --h
                   --tuned --tuned-out FILE` (--tuned-from FILE: no second tune; `make bench` does this)
   ddp             the program with --ddp env:// through `launch --torch`: torch DDP over gloo on data0,
                   RANK/WORLD_SIZE and MASTER_ADDR (node 1's data address) set by the generated line
+  ddp-torchrun    the same through `launch --torchrun`: one torchrun agent per node starts the rank
 
 Every round runs each variant once, in turn, so the drift of a shared machine hits all alike. Per
 model and cluster size it prints img/s per rank (median and min-max over the rounds) and the ratio
@@ -51,17 +52,16 @@ MODELS = ("cnn", "resnet", "mlp")
 
 
 def run_variant(
-    cluster: NetnsCluster, site: Path, model: str, args: argparse.Namespace, ddp: bool
+    cluster: NetnsCluster, site: Path, model: str, args: argparse.Namespace, wiring: str | None
 ) -> tuple[dict[str, Any] | None, str]:
-    """One training run through the generated launch line on node1 (`--torch` for DDP): (its JSON record, error
-    or "")."""
+    """One training run through the generated launch line on node1 (`--torch` or `--torchrun`: DDP): (its JSON
+    record, error or "")."""
     program = [sys.executable, str(PROGRAM), "--model", model, "--num-iters", str(args.iters)]
     program += ["--num-warmup-batches", str(args.warmup), "--batch-size", str(args.batch_size)]
-    wiring = ["--torch"] if ddp else []
-    program += ["--ddp", "env://"] if ddp else []
+    program += ["--ddp", "env://"] if wiring else []
     argv = hpcbundle_argv(
-        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster), *wiring,
-        "--exec", "--no-doctor", "--", *program,
+        "launch", "--site", str(site), "--np", str(len(cluster.nodes)), "--hosts", hosts_of(cluster),
+        *([f"--{wiring}"] if wiring else []), "--exec", "--no-doctor", "--", *program,
     )  # fmt: skip
     try:
         result = cluster.run("node1", argv, timeout=args.timeout)
@@ -87,25 +87,26 @@ def bench_cluster(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any
         directory = work / f"n{n}"
         directory.mkdir()
         site = bench_site(directory, cluster, f"train-n{n}", {}, {}, args.timeout)
-        sites: dict[str, tuple[Path, bool]] = {"horovod": (site, False)}
+        sites: dict[str, tuple[Path, str | None]] = {"horovod": (site, None)}
         if args.tuned:
             print(f"\n== {n} nodes: hpcbundle tune ...", file=sys.stderr, flush=True)
             tuned = run_tune(cluster, site, directory / "tuned.yaml", timeout=args.tune_timeout)
-            sites["horovod-tuned"] = (tuned, False)
+            sites["horovod-tuned"] = (tuned, None)
         elif args.tuned_from:
             settings = args.tuned_settings[str(n)]
             print(f"\n== {n} nodes: tuned settings from {args.tuned_from}: {settings}", file=sys.stderr, flush=True)
             tuned = bench_site(directory, cluster, f"train-n{n}-tuned", {}, settings, args.timeout)
-            sites["horovod-tuned"] = (tuned, False)
-        sites["ddp"] = (site, True)
+            sites["horovod-tuned"] = (tuned, None)
+        sites["ddp"] = (site, "torch")
+        sites["ddp-torchrun"] = (site, "torchrun")
         rates: dict[str, dict[str, list[float]]] = {m: {v: [] for v in sites} for m in args.models}
         ranks: dict[str, set[int]] = {v: set() for v in sites}
         errors: dict[str, str] = {}
         for round_ in range(1, args.rounds + 1):
             for model in args.models:
-                for variant, (variant_site, ddp) in sites.items():
+                for variant, (variant_site, wiring) in sites.items():
                     t0 = time.monotonic()
-                    record, error = run_variant(cluster, variant_site, model, args, ddp)
+                    record, error = run_variant(cluster, variant_site, model, args, wiring)
                     took = time.monotonic() - t0
                     if error:
                         errors[f"{variant}/{model}/round {round_}"] = error
