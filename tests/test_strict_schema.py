@@ -45,7 +45,7 @@ EVERY_COUNT = site_variant(
         "node": {"gpus": 2, "ranks_per_node": 2, "cpus_per_rank": 1, "numa_memory": [0, 1], "gpu_numa": [0, 1]},
         "network": {"link_gbps": 100.0},
         "gate": {"threshold": 0.5, "timeout": 30},
-        "torch": {"port": 29500, "max_restarts": 1},
+        "torch": {"port": 29500, "max_restarts": 1, "join_timeout": 300},
         "faults": {
             "stall_seconds": 600,
             "signal_before_end": 300,
@@ -81,6 +81,7 @@ BOUNDS: dict[Path_, int] = {
     ("faults", "elastic", "ssh_port"): MAX_PORT,
     ("torch", "port"): MAX_PORT,
     ("torch", "max_restarts"): MAX_RESTARTS,
+    ("torch", "join_timeout"): MAX_GATE_SECONDS,
 }
 """Every count a site holds, with its upper bound."""
 

@@ -134,7 +134,7 @@ OUTER = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "OMPI_COMM_WORLD_RANK": "1", 
 
 def _agent(interface: str, environment: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     """The shim as a --torchrun line runs it: `sh -c TEXT hpcbundle-torchenv agent IFACE PYTHON ...`."""
-    run = _shim(AGENT, environment, [interface, *ENV_PRINT])
+    run = _shim(AGENT, environment, [interface, "join_timeout=30", *ENV_PRINT])
     shown = ast.literal_eval(run.stdout) if run.returncode == 0 else []
     return run, {name: value for name, value in shown if name not in ("PATH", "PWD", "LC_CTYPE")}
 
@@ -149,7 +149,7 @@ def test_an_agent_gets_its_address_as_local_addr_and_hosts_the_store_only_where_
         "PET_LOCAL_ADDR": "127.0.0.1",
         "PET_RDZV_ENDPOINT": f"{head}:29500",
         "PET_RDZV_ID": "7.0",
-        "PET_RDZV_CONF": f"is_host={is_host}",
+        "PET_RDZV_CONF": f"is_host={is_host},join_timeout=30",
     }  # fmt: skip  (the outer launcher's rank variables are gone; SLURM_JOB_ID stays)
 
 
@@ -166,4 +166,6 @@ def test_a_standalone_agent_only_loses_the_outer_rank_variables():
 def test_an_agent_without_an_address_or_a_head_is_one_line_exit_2(interface, environment, says):
     run, _ = _agent(interface, environment)
     assert (run.returncode, run.stdout) == (2, "") and run.stderr.count("\n") == 1 and says in run.stderr
-    assert agent_words(interface) == ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface]
+    assert agent_words(interface, "join_timeout=30") == [
+        "sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface, "join_timeout=30"
+    ]  # fmt: skip

@@ -163,6 +163,34 @@ def test_users_program_runs_from_their_working_directory_in_the_sif_on_three_nod
     check(out, work, RANKS)
 
 
+TORCH_RANK = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=3 LOCAL_RANK=0 MASTER_ADDR=(\S+) sum=6 run=(\S+)")
+
+
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
+def test_a_torch_program_reduces_in_the_cpu_local_sif_on_three_ssh_nodes_with_both_torch_wirings(
+    cluster: SshCluster, cpu_local_sif: SifBuild, wiring: str, tmp_path: Path
+) -> None:
+    """A plain torch.distributed program in the user's working directory, run by the SIF's Python and torch on
+    three nodes over real ssh: --torch (one apptainer per rank, env://) and --torchrun (one apptainer per node
+    running torchrun, c10d), meeting at an address on the data interface."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "torch_allreduce.py").write_text((ROOT / "tests" / "data" / "torch_allreduce.py").read_text())
+    site = sif_site(tmp_path, cluster, f"sif-{wiring}", export=["PATH"])
+    argv = hpcbundle_argv(
+        "launch", "--site", str(site), "--image", str(cpu_local_sif.path), "--np", str(RANKS), "--hosts", HOSTS,
+        f"--{wiring}", "--exec", "--", "python3", "torch_allreduce.py",
+    )  # fmt: skip
+    res = cluster.run("node1", argv, timeout=600, env=shell(), cwd=work)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    ranks = TORCH_RANK.findall(out)
+    assert sorted(int(rank) for rank, _, _ in ranks) == [0, 1, 2], out[-3000:]
+    masters = {master for _, master, _ in ranks}
+    assert len(masters) == 1 and masters <= {cluster.address(node) for node in cluster.nodes}, masters
+    assert {run for *_, run in ranks} == ({"hpcbundle"} if wiring == "torchrun" else {"-"})
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize("case", CASES)
 def test_users_program_runs_from_their_working_directory_in_docker_with_two_ranks(

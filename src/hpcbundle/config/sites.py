@@ -304,7 +304,7 @@ class Torch(StrictModel):
     """torch.distributed programs on this site (`--torch`, `--torchrun`): the port the ranks meet at, the
     wiring a launch gets without a flag and torchrun's restarts. Example::
 
-        torch: {port: 29500, wiring: torchrun, max_restarts: 2}
+        torch: {port: 29500, wiring: torchrun, max_restarts: 2, join_timeout: 300}
     """
 
     port: int = Field(
@@ -317,6 +317,13 @@ class Torch(StrictModel):
     wiring: Wiring = Field(
         "horovod",
         description="how a launch without --torch, --torchrun or --horovod wires its ranks: horovod, torch or torchrun",
+    )
+    join_timeout: int = Field(
+        300,
+        ge=10,
+        le=MAX_GATE_SECONDS,
+        description="seconds torchrun's agents (--torchrun) wait for every node to join the rendezvous before the "
+        "job fails (torch's default is 600)",
     )
     max_restarts: int = Field(
         0,

@@ -19,7 +19,7 @@ TORCHENV_NAME = "hpcbundle-torchenv"
 TORCHENV_SOURCES = ("ompi", "slurm", "hydra")
 
 AGENT = "agent"
-"""The shim's mode for a torchrun agent (`--torchrun`): `hpcbundle-torchenv agent IFACE PYTHON -m
+"""The shim's mode for a torchrun agent (`--torchrun`): `hpcbundle-torchenv agent IFACE CONF PYTHON -m
 torch.distributed.run ...`."""
 
 OUTER_RANK_VARIABLES = (
@@ -46,14 +46,14 @@ needed in the image."""
 
 TORCHENV_INLINE = r"""set -eu
 fail() { echo "hpcbundle-torchenv: $*" >&2; exit 2; }
-[ "$#" -ge 2 ] || fail "usage: hpcbundle-torchenv ompi|slurm|hydra PROGRAM [ARGS...] or agent IFACE PYTHON [ARGS...]"
+[ "$#" -ge 2 ] || fail "usage: hpcbundle-torchenv ompi|slurm|hydra PROGRAM [ARGS...], or agent IFACE CONF PYTHON ..."
 source=$1
 shift
 case $source in
 agent)
-    iface=$1
-    shift
-    [ "$#" -ge 1 ] || fail "agent $iface: no PYTHON to run torchrun with"
+    [ "$#" -ge 3 ] || fail "agent $1: no rendezvous options, or no PYTHON to run torchrun with"
+    iface=$1 conf=$2
+    shift 2
     unset OUTER
     if [ "$iface" != - ]; then
         [ -n "${MASTER_ADDR-}" ] && [ -n "${MASTER_PORT-}" ] && [ -n "${HPCBUNDLE_RUN_ID-}" ] ||
@@ -62,7 +62,7 @@ agent)
         is_host=0
         [ "$address" = "$MASTER_ADDR" ] && is_host=1
         PET_LOCAL_ADDR=$address PET_RDZV_ENDPOINT=$MASTER_ADDR:$MASTER_PORT PET_RDZV_ID=$HPCBUNDLE_RUN_ID
-        PET_RDZV_CONF=is_host=$is_host
+        PET_RDZV_CONF=is_host=$is_host${conf:+,$conf}
         export PET_LOCAL_ADDR PET_RDZV_ENDPOINT PET_RDZV_ID PET_RDZV_CONF
     fi
     exec "$@" ;;
@@ -91,8 +91,9 @@ export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE
 exec "$@"
 """.replace("OUTER", OUTER_RANK_VARIABLES).replace("ADDRESS", ADDRESS_OF)
 """The shim's text: `sh -c TORCHENV_INLINE hpcbundle-torchenv SOURCE PROGRAM [ARGS...]`, or for a torchrun agent
-`... agent IFACE PYTHON -m torch.distributed.run ...`: the outer launcher's rank variables unset, then (IFACE not
-`-`) torchrun's rendezvous options set as its PET_* defaults from MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID,
+`... agent IFACE CONF PYTHON -m torch.distributed.run ...`: the outer launcher's rank variables unset, then (IFACE
+not `-`) torchrun's rendezvous options set as its PET_* defaults from MASTER_ADDR, MASTER_PORT, HPCBUNDLE_RUN_ID and
+CONF (c10d options such as join_timeout=300),
 with this node's address on IFACE as --local-addr and is_host=1 exactly where that address is MASTER_ADDR (torch
 would match host names otherwise, which on many clusters resolve elsewhere)."""
 
@@ -107,14 +108,14 @@ def torchenv_words(source: str) -> list[str]:
     return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, source]
 
 
-def agent_words(interface: str | None) -> list[str]:
+def agent_words(interface: str | None, conf: str = "") -> list[str]:
     """The words in front of a torchrun agent: its rendezvous at MASTER_ADDR from this node's address on
-    `interface` (None: one node, torchrun --standalone).
+    `interface` (None: one node, torchrun --standalone), with the c10d options `conf` beside is_host.
 
-    >>> agent_words("ib0")[3:], agent_words(None)[3:]
-    (['hpcbundle-torchenv', 'agent', 'ib0'], ['hpcbundle-torchenv', 'agent', '-'])
+    >>> agent_words("ib0", "join_timeout=300")[3:], agent_words(None)[3:]
+    (['hpcbundle-torchenv', 'agent', 'ib0', 'join_timeout=300'], ['hpcbundle-torchenv', 'agent', '-', ''])
     """
-    return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface or "-"]
+    return ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface or "-", conf]
 
 
 def is_address(head: str) -> bool:

@@ -133,7 +133,8 @@ def _body(site: Site, launcher: Launcher, program: Sequence[str], torch: TorchWi
         return body
     interface = None if agents.standalone else site.network.interfaces[0]
     why = reasons.AGENT_SHIM if interface else reasons.AGENT_SHIM_ONE_NODE
-    body.add(agent_words(interface), "flag --torchrun", why)
+    conf = f"join_timeout={site.torch.join_timeout}" if interface else ""
+    body.add(agent_words(interface, conf), "flag --torchrun", why)
     words = torchrun_words(program, agents)
     why = reasons.TORCHRUN.format(per_node=agents.per_node) + (reasons.TORCHRUN_SIGNALS if agents.signals else "")
     body.add(words[: len(words) - len(program) + 1], "flag --torchrun", why)

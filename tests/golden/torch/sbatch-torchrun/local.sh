@@ -23,4 +23,4 @@ export HPCBUNDLE_RUN_ID
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 1 --oversubscribe --bind-to none --map-by slot -x OMP_NUM_THREADS=1 \
-    sh -c SHIM hpcbundle-torchenv agent - python3 -m torch.distributed.run --standalone --nproc-per-node=2 --max-restarts=0 train.py
+    sh -c SHIM hpcbundle-torchenv agent - '' python3 -m torch.distributed.run --standalone --nproc-per-node=2 --max-restarts=0 train.py
