@@ -298,3 +298,50 @@ def test_a_batch_gate_that_times_out_says_whether_the_start_or_the_transfer_hung
     ran = subprocess.run(["bash", "-c", made.stdout], capture_output=True, text=True, timeout=60, env=env, check=False)
     assert ran.returncode == 124, ran.stderr
     assert [line for line in ran.stderr.splitlines() if line.startswith(verdict)], ran.stderr
+
+
+# --- a torch job's gate (--torch, --torchrun): Gloo over TCP, no MPI, and the rank table -------------------------
+
+TORCH = Expect(where="sites/eth.yaml", fabric="ethernet", interfaces=("data0",), link_gbps=1.0, torch=True)
+TORCH_FAST = Measured(nbytes=16 << 20, seconds=0.2, backend="torch.distributed gloo")
+
+
+def torch_ranks(sent: dict[str, int], table: list[tuple[int, str, int, str]] | None = None) -> list[RankReport]:
+    """One torch rank per node (RANK, host, LOCAL_RANK, device), each with the bytes its interfaces sent."""
+    rows = table or [(i, node, 0, "cpu") for i, node in enumerate(NODES)]
+    return [RankReport(host, (), (), dict(sent), rank, local, device) for rank, host, local, device in rows]
+
+
+def test_a_torch_gate_passes_gloo_over_the_data_interface_with_every_rank_once() -> None:
+    verdict = judge(TORCH, torch_ranks(ON_DATA0), TORCH_FAST)
+    assert (verdict.status, verdict.line) == (
+        "PASS",
+        "hpcbundle gate: PASS; 3 ranks on 3 nodes, torch.distributed gloo, RANK 0 to 2 once each, Gloo over TCP "
+        "via data0, busbw 0.895 of 1 Gbit/s at 16777216 bytes",
+    )
+    assert verdict.facts["ranks_table"] == [[0, "node1", 0, "cpu"], [1, "node2", 0, "cpu"], [2, "node3", 0, "cpu"]]
+
+
+def test_a_torch_gate_fails_gloo_bytes_over_another_interface() -> None:
+    verdict = judge(TORCH, torch_ranks({"data0": 10, "mgmt0": 23_000_000}), TORCH_FAST)
+    assert verdict.status == "FAIL" and verdict.line.startswith(
+        "hpcbundle gate: FAIL: the allreduce went over mgmt0, not network.interfaces (data0)"
+    )
+
+
+@pytest.mark.parametrize(
+    "table, problem",
+    [([(0, "node1", 0, "cpu"), (0, "node2", 0, "cpu"), (2, "node3", 0, "cpu")],
+      "RANK 0 twice, where 3 ranks need 0 to 2 once each: sites/eth.yaml: launcher.name"),
+     ([(0, "node1", 0, "cuda:0"), (1, "node1", 1, "cuda:0"), (2, "node2", 0, "cuda:0")],
+      "two ranks on node1 use cuda:0: sites/eth.yaml: node.gpus (one rank per GPU")],
+)  # fmt: skip
+def test_a_torch_gate_fails_a_rank_table_with_a_rank_twice_or_two_ranks_on_one_gpu(table, problem) -> None:
+    verdict = judge(TORCH, torch_ranks(ON_DATA0, table), TORCH_FAST)
+    assert verdict.status == "FAIL" and verdict.line.startswith(f"hpcbundle gate: FAIL: {problem}"), verdict.line
+
+
+def test_the_torch_gate_probe_carries_the_wiring_in_its_expectations() -> None:
+    site = load_site("local", ROOT / "site_configs")
+    assert json.loads(program(site, "python3", torch=True)[-1])["torch"] is True
+    assert json.loads(program(site, "python3")[-1])["torch"] is False

@@ -112,3 +112,20 @@ def test_sbatch_gate_runs_on_the_compute_nodes_before_the_job(netns_slurm: Slurm
     # Under SLURM, Open MPI's daemons fail at once on the decoy rather than hang: the gate still stops the job.
     assert "ORTE daemon has unexpectedly failed" in hung.error
     assert "hpcbundle gate: the job was not started (the gate exited with status 1; the reason is above)" in hung.error
+
+
+def test_a_torch_gate_passes_gloo_on_the_data_link_then_the_torch_job_runs(
+    shaped: NetnsCluster, tmp_path: Path
+) -> None:
+    """launch --torch --gate: the probe meets by env:// as the job will, all_reduces over Gloo, and reports the
+    rank table; then the job runs."""
+    site = gate_site(tmp_path, shaped, shaped.DATA_IFACE, link_gbps=DATA_MBIT / 1000, gate_timeout=100)
+    argv = hpcbundle_argv("launch", "--site", str(site), "--np", "3", "--hosts", "node1:1,node2:1,node3:1")
+    argv += ["--torch", "--gate", "--no-doctor", "--exec", "--", *job(tmp_path / "ran")]
+    result = shaped.run("node1", argv, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        "hpcbundle gate: PASS; 3 ranks on 3 nodes, torch.distributed gloo, RANK 0 to 2 once each, Gloo over TCP "
+        "via data0" in result.stderr
+    ), result.stderr[-3000:]
+    assert ran_on(tmp_path / "ran") == shaped.nodes

@@ -202,7 +202,7 @@ def gate_step(plan: LaunchPlan) -> GateStep:
     model = plan.site
     where, timeout = model.where, model.gate.timeout
     return GateStep(
-        tuple(gate_probe(model, plan.image, plan.program or ())),
+        tuple(gate_probe(model, plan.image, plan.program or (), plan.wiring != "horovod")),
         hang_line(where, timeout, started=True),
         hang_line(where, timeout, started=False),
         STARTED,
@@ -212,7 +212,8 @@ def gate_step(plan: LaunchPlan) -> GateStep:
 def gate_first(ctx: click.Context, plan: LaunchPlan) -> None:
     """Run the launch gate through the job's own launch command (bounded by gate.timeout), print its
     verdict line; stop with exit 2 on FAIL and 124 when it hangs."""
-    outcome = run_gate(plan.site, lambda words: plan.command(words).argv, plan.image, plan.program or ())
+    torch = plan.wiring != "horovod"
+    outcome = run_gate(plan.site, lambda words: plan.command(words).argv, plan.image, plan.program or (), torch=torch)
     click.echo(outcome.line, err=True)
     if outcome.status:
         ctx.exit(outcome.status)

@@ -42,8 +42,9 @@ _MPI_VERBOSE = {"OMPI_MCA_pml_base_verbose": "10", "OMPI_MCA_btl_base_verbose": 
 # --- hpcbundle side: the argv the launch command runs ------------------------------------------
 
 
-def expect(site: Any) -> Expect:
-    """What the gate must see on `site` (a config.sites.Site): fabric, interfaces, link, threshold, GPUs.
+def expect(site: Any, torch: bool = False) -> Expect:
+    """What the gate must see on `site` (a config.sites.Site): fabric, interfaces, link, threshold, GPUs; with
+    `torch`, the ranks of a torch.distributed job (--torch, --torchrun) and their rank table.
 
     The interfaces are those the site names for data, in network.interfaces, mca or env (the network
     module says which keys); imported here, not on top, because this file also runs on the nodes alone.
@@ -60,6 +61,7 @@ def expect(site: Any) -> Expect:
         threshold=site.gate.threshold,
         gpu=bool(site.node.gpus),
         nccl_sockets=socket_threads(site),
+        torch=torch,
     )
 
 
@@ -75,15 +77,16 @@ def source() -> str:
     return gate_text + "\n".join(own) + "\n"
 
 
-def program(site: Any, python: str) -> list[str]:
-    """`python -c CODE EXPECT`: the gate probe as a program for the site's launch command.
+def program(site: Any, python: str, torch: bool = False) -> list[str]:
+    """`python -c CODE EXPECT`: the gate probe as a program for the site's launch command (`torch`: it meets the
+    other ranks by torch.distributed, as the job will).
 
     CODE unpacks source() (zlib, base64): a few kB of quote-free text that passes through every
     launcher, runtime and batch script unchanged.
     """
     packed = base64.b64encode(zlib.compress(source().encode("utf-8"), 9)).decode("ascii")
     code = f'import base64, zlib; exec(zlib.decompress(base64.b64decode("{packed}")))'
-    return [python, "-c", code, json.dumps(dataclasses.asdict(expect(site)), sort_keys=True)]
+    return [python, "-c", code, json.dumps(dataclasses.asdict(expect(site, torch)), sort_keys=True)]
 
 
 def report_of(stdout: str) -> dict[str, Any] | None:
@@ -203,9 +206,56 @@ class HorovodBackend(Backend):
         return list(self.hvd.allgather_object(item, name=self._name()))
 
 
-def backend(gpu: bool) -> Backend:
-    """Horovod on GPU nodes (its NCCL is what the job uses) and under horovodrun's Gloo (no MPI job to
-    join); mpi4py on CPUs where the image has it, else Horovod."""
+class TorchBackend(Backend):
+    """torch.distributed's all_reduce, met by env:// as the job's ranks meet: NCCL on the rank's GPU (cuda:LOCAL_RANK)
+    when `gpu`, else Gloo on the CPU."""
+
+    def __init__(self, gpu: bool) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = f"cuda:{self.local_rank}" if gpu else "cpu"
+        if gpu:
+            torch.cuda.set_device(self.local_rank)
+        dist.init_process_group("nccl" if gpu else "gloo")
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.name = f"torch.distributed {'nccl' if gpu else 'gloo'}"
+
+    def _sync(self) -> None:
+        if self.device != "cpu":
+            self.torch.cuda.synchronize()
+
+    def timed(self, nbytes: int) -> tuple[float, bool]:
+        tensor = self.torch.zeros(nbytes // 4, dtype=self.torch.float32, device=self.device)
+        tensor[0] = 1.0
+        self.slowest(0.0)  # a barrier: ranks start together
+        self._sync()
+        start = time.perf_counter()
+        self.dist.all_reduce(tensor)
+        self._sync()
+        elapsed = time.perf_counter() - start
+        return elapsed, float(tensor[0].item()) == float(self.size)
+
+    def slowest(self, seconds: float) -> float:
+        value = self.torch.tensor([seconds], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(value, op=self.dist.ReduceOp.MAX)
+        return float(value[0].item())
+
+    def gather(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        everyone: list[Any] = [None] * self.size
+        self.dist.all_gather_object(everyone, {**item, "rank": self.rank, "local_rank": self.local_rank,
+                                               "device": self.device})  # fmt: skip
+        return everyone
+
+
+def backend(gpu: bool, torch: bool = False) -> Backend:
+    """torch.distributed for a torch job (--torch, --torchrun); else Horovod on GPU nodes (its NCCL is what the
+    job uses) and under horovodrun's Gloo (no MPI job to join); mpi4py on CPUs where the image has it, else
+    Horovod."""
+    if torch:
+        return TorchBackend(gpu)
     if not gpu and "HOROVOD_GLOO_RENDEZVOUS_ADDR" not in os.environ:
         try:
             return Mpi4pyBackend()
@@ -277,7 +327,7 @@ def nccl_lines(path: str) -> list[str]:
     return [line for line in text.splitlines() if any(word in line for word in ("NET/", "Using network", " via "))]
 
 
-def run(options: Expect, make: Callable[[bool], Backend] = backend) -> tuple[int, dict[str, Any] | None]:
+def run(options: Expect, make: Callable[[bool, bool], Backend] = backend) -> tuple[int, dict[str, Any] | None]:
     """The probe on this rank; rank 0 returns (exit status, report), the others (0, None)."""
     for name, value in _MPI_VERBOSE.items():
         os.environ.setdefault(name, value)
@@ -288,7 +338,7 @@ def run(options: Expect, make: Callable[[bool], Backend] = backend) -> tuple[int
         os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=nccl_file)
     try:
         with StderrCapture() as captured:
-            lib = make(options.gpu)
+            lib = make(options.gpu, options.torch)
             before = tx_bytes()
             measured = measure(lib)
             after = tx_bytes()
@@ -313,9 +363,10 @@ def main(argv: list[str]) -> int:
     try:
         status, report = run(options)
     except ImportError as exc:
+        needs = "PyTorch" if options.torch else "Horovod with PyTorch, or mpi4py,"
         print(
             f"hpcbundle gate: FAIL: {exc}: {options.where}: container.runtime "
-            "(the gate needs Horovod with PyTorch, or mpi4py, in the image or the host's Python)",
+            f"(the gate needs {needs} in the image or the host's Python)",
             file=sys.stderr,
         )
         return 2

@@ -29,9 +29,10 @@ def gate_python(program: Sequence[str], image: str | None, own: str = sys.execut
     return "python3" if image else own
 
 
-def gate_probe(site: Site, image: str | None, program: Sequence[str]) -> list[str]:
-    """The gate probe's argv for a job running `program` on `site` (`python -c CODE EXPECT`)."""
-    return probe.program(site, gate_python(program, image))
+def gate_probe(site: Site, image: str | None, program: Sequence[str], torch: bool = False) -> list[str]:
+    """The gate probe's argv for a job running `program` on `site` (`python -c CODE EXPECT`); `torch`: a
+    torch.distributed job's (its ranks meet by env://)."""
+    return probe.program(site, gate_python(program, image), torch)
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,11 @@ def run_gate(
     image: str | None,
     program: Sequence[str],
     run: Callable[..., Captured] = run_captured,
+    torch: bool = False,
 ) -> GateOutcome:
     """Run the gate probe as the job's ranks (`launch` wraps it in the job's own launch command, image
     and layout), bounded by gate.timeout, and read its verdict back."""
-    ran = run(launch(gate_probe(site, image, program)), site.gate.timeout, grace=2.0)
+    ran = run(launch(gate_probe(site, image, program, torch)), site.gate.timeout, grace=2.0)
     report = probe.report_of(ran.stdout)
     if ran.status is None:
         return GateOutcome(124, hang_line(site.where, site.gate.timeout, STARTED in ran.stdout))

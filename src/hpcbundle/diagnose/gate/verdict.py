@@ -35,7 +35,8 @@ class Expect:
     """What the site says the gate must see (built from a site by probe.expect; JSON on the wire).
 
     `where` is the site file for messages; `interfaces` the data interfaces the site names, in the site
-    keys `interface_keys`; `link_gbps` None means busbw is reported, not judged.
+    keys `interface_keys`; `link_gbps` None means busbw is reported, not judged; `torch`: the ranks meet by
+    torch.distributed (--torch, --torchrun): Gloo over TCP on CPUs, NCCL on GPUs, no MPI between them.
     """
 
     where: str
@@ -46,6 +47,7 @@ class Expect:
     threshold: float = DEFAULT_THRESHOLD
     gpu: bool = False
     nccl_sockets: str = ""
+    torch: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Expect:
@@ -56,19 +58,57 @@ class Expect:
 
 @dataclass(frozen=True)
 class RankReport:
-    """What one rank saw: its host, its MPI and NCCL log lines, bytes each interface sent meanwhile."""
+    """What one rank saw: its host, its MPI and NCCL log lines, bytes each interface sent meanwhile; a torch
+    rank also its RANK, LOCAL_RANK and device (the rank table)."""
 
     host: str
     mpi_lines: tuple[str, ...] = ()
     nccl_lines: tuple[str, ...] = ()
     tx_bytes: dict[str, int] = field(default_factory=dict)
+    rank: int = -1
+    local_rank: int = -1
+    device: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RankReport:
         """A rank's report from its JSON form."""
         return cls(
-            data["host"], tuple(data.get("mpi_lines", ())), tuple(data.get("nccl_lines", ())), data.get("tx_bytes", {})
+            data["host"],
+            tuple(data.get("mpi_lines", ())),
+            tuple(data.get("nccl_lines", ())),
+            data.get("tx_bytes", {}),
+            data.get("rank", -1),
+            data.get("local_rank", -1),
+            data.get("device", ""),
         )
+
+
+def rank_table_problem(ranks: list[RankReport]) -> tuple[str, str, str] | None:
+    """What is wrong with a torch job's ranks, as (problem, site key, fix), or None: every RANK once, and on
+    each node one LOCAL_RANK and one device per rank.
+
+    >>> rank_table_problem([RankReport("n1", rank=0, local_rank=0, device="cpu"), RankReport("n2", rank=0)])[0]
+    'RANK 0 twice, where 2 ranks need 0 to 1 once each'
+    >>> rank_table_problem([RankReport("n1", rank=0, local_rank=0, device="cuda:0"),
+    ...                     RankReport("n1", rank=1, local_rank=1, device="cuda:0")])[0]
+    'two ranks on n1 use cuda:0'
+    """
+    numbers = sorted(rank.rank for rank in ranks)
+    if numbers != list(range(len(ranks))):
+        twice = sorted({n for n in numbers if numbers.count(n) > 1}) or [n for n in numbers if n >= len(ranks)]
+        shown = " and ".join(str(n) for n in twice[:3])
+        problem = f"RANK {shown} {'twice' if numbers.count(twice[0]) > 1 else 'out of range'}, where {len(ranks)} "
+        fix = "the launcher's rank variables reach hpcbundle-torchenv unchanged: check launcher.name and env"
+        return problem + f"ranks need 0 to {len(ranks) - 1} once each", "launcher.name", fix
+    for host in sorted({rank.host for rank in ranks}):
+        mine = [rank for rank in ranks if rank.host == host]
+        for what, values in (("LOCAL_RANK", [r.local_rank for r in mine]), ("", [r.device for r in mine])):
+            taken = next((v for v in values if values.count(v) > 1 and v != "cpu"), None)
+            if taken is not None:
+                fix = "one rank per GPU: each takes cuda:LOCAL_RANK; give each host as many slots as GPUs"
+                shown = f"{what} {taken}" if what else taken
+                return f"two ranks on {host} {'have' if what else 'use'} {shown}", "node.gpus", fix
+    return None
 
 
 @dataclass(frozen=True)
@@ -202,8 +242,13 @@ def judge(expect: Expect, ranks: list[RankReport], measured: Measured) -> GateVe
         "interface": iface,
         "nccl_sockets": expect.nccl_sockets if nccl == "Socket" else "",
     }
+    if expect.torch:
+        facts["ranks_table"] = [[r.rank, r.host, r.local_rank, r.device] for r in sorted(ranks, key=lambda r: r.rank)]
     seen = _seen(facts)
-    if not measured.correct:
+    table = rank_table_problem(ranks) if expect.torch else None
+    if table is not None:
+        problem = table
+    elif not measured.correct:
         problem = (
             "the allreduce gave a wrong sum",
             "network.fabric",
@@ -241,7 +286,7 @@ def _network_problem(
             "use pml ucx with an image built with UCX (or the openib btl of an image with verbs); "
             "set network.fabric: ethernet if the nodes have no RDMA",
         )
-    over_tcp = tcp_to or (expect.gpu and nccl == "Socket")
+    over_tcp = tcp_to or (expect.gpu and nccl == "Socket") or (expect.torch and not expect.gpu)  # Gloo: TCP
     if over_tcp and expect.interfaces and iface is not None and iface not in expect.interfaces:
         keys = ", ".join(expect.interface_keys)
         return (
@@ -294,6 +339,8 @@ def _seen(facts: dict[str, Any]) -> str:
     """What the gate saw, in one clause: ranks, nodes, transports, interface, busbw."""
     devices = f" ({','.join(facts['nccl_devices'])})" if facts["nccl_devices"] else ""
     mpi = "MPI transport not reported" if facts["openmpi"] == "unknown" else f"Open MPI {facts['openmpi']}"
+    if "ranks_table" in facts:  # torch: no MPI between the ranks; Gloo on CPUs
+        mpi = f"RANK 0 to {facts['ranks'] - 1} once each" + ("" if facts["nccl"] else ", Gloo over TCP")
     sockets = f" with {facts['nccl_sockets']}" if facts["nccl_sockets"] else ""
     layers = [mpi] + ([f"NCCL NET/{facts['nccl']}{devices}{sockets}"] if facts["nccl"] else [])
     via = f" via {facts['interface']}" if facts["interface"] else ""
