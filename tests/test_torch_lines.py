@@ -27,13 +27,15 @@ def hpcbundle(*args: str):
 
 
 def launched(*args: str) -> list[str]:
-    """The argv `launch --torch` prints, the shim's text shown as SHIM."""
+    """The argv `launch --torch` prints, the shim shown as SHIM: by its name in an image built here, its text
+    inline (`sh -c TEXT hpcbundle-torchenv`) for ranks on the host."""
     result = hpcbundle("launch", "--torch", *args, *PROGRAM)
     assert result.exit_code in (0, 1), result.output
     words = bash_argv(f"printf '%s\\0' {result.stdout}")  # the printed line, parsed as bash parses it
     at = words.index("hpcbundle-torchenv")
-    assert words[at - 3 : at + 1] == torchenv_words("ompi")[:2] + [torchenv_words("ompi")[2], "hpcbundle-torchenv"]
-    return words[: at - 3] + ["SHIM"] + words[at + 1 :]
+    inline = words[at - 3 : at] == torchenv_words("ompi", inline=True)[:3]
+    assert inline == ("--image" not in args), words[at - 3 : at]
+    return words[: at - 3 if inline else at] + ["SHIM"] + words[at + 1 :]
 
 
 def test_open_mpi_over_ssh_gives_every_rank_the_head_gloo_interface_and_the_shim_inside_the_container():

@@ -17,12 +17,13 @@ from hpcbundle.knowledge.torchenv import (
     AGENT,
     TORCHENV_INLINE,
     TORCHENV_NAME,
+    TORCHENV_SCRIPT,
     TORCHENV_SOURCES,
     agent_words,
     torchenv_words,
 )
 
-from .helpers import examples, shellcheck
+from .helpers import ROOT, examples, shellcheck
 
 SOURCES = {
     "ompi": (
@@ -111,7 +112,8 @@ def test_the_program_is_execed_with_its_own_words_and_status():
     numbers = dict(zip(SOURCES["ompi"], "0101", strict=True))
     run = _shim("ompi", numbers, ["sh", "-c", 'printf "%s|" "$@"; exit 3', "prog", "a b", "", "$HOME"])
     assert (run.returncode, run.stdout) == (3, "a b||$HOME|")
-    assert torchenv_words("ompi") == ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, "ompi"]  # what _shim runs
+    assert torchenv_words("ompi", inline=True) == ["sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, "ompi"]  # as _shim runs
+    assert torchenv_words("ompi") == [TORCHENV_NAME, "ompi"]  # in an image built here
 
 
 @pytest.mark.parametrize("source, program", [("pmix", PRINT), ("ompi", [])])
@@ -166,6 +168,21 @@ def test_a_standalone_agent_only_loses_the_outer_rank_variables():
 def test_an_agent_without_an_address_or_a_head_is_one_line_exit_2(interface, environment, says):
     run, _ = _agent(interface, environment)
     assert (run.returncode, run.stdout) == (2, "") and run.stderr.count("\n") == 1 and says in run.stderr
-    assert agent_words(interface, "join_timeout=30") == [
+    assert agent_words(interface, "join_timeout=30", inline=True) == [
         "sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface, "join_timeout=30"
     ]  # fmt: skip
+
+
+def test_the_script_images_carry_is_the_inline_text_behind_its_header():
+    """data/hpcbundle-torchenv, written to /usr/local/bin in every image built here, runs what a line for a foreign
+    image runs inline: the same commands, with a header that says what it does."""
+    header, _, body = TORCHENV_SCRIPT.partition("\nset -eu\n")
+    assert header.startswith("#!/bin/sh\n") and all(line.startswith("#") for line in header.splitlines())
+    assert "set -eu\n" + body == TORCHENV_INLINE
+    script = ROOT / "src" / "hpcbundle" / "data" / TORCHENV_NAME
+    run = subprocess.run(
+        ["sh", str(script), "ompi", "sh", "-c", 'echo "$RANK/$WORLD_SIZE"'],
+        env={"PATH": "/usr/bin:/bin", **dict(zip(SOURCES["ompi"], "1212", strict=True))},
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout) == (0, "1/2\n"), run.stderr

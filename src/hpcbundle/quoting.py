@@ -25,6 +25,18 @@ def shell_quote(word: str) -> str:
     return "$'" + "".join(_escape(char) for char in word) + "'"
 
 
+def quoted(word: str) -> str:
+    """`word` single-quoted even where it needs no quotes (a line of a script written by printf, which a
+    reader of the command must not take for a keyword such as `done`).
+
+    >>> print(quoted("done"), quoted("it's"))
+    'done' 'it'"'"'s'
+    """
+    if not word.isprintable():
+        return shell_quote(word)
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
 def _escape(char: str) -> str:
     if char in _ESCAPES:
         return _ESCAPES[char]

@@ -22,7 +22,7 @@ from .. import __version__
 from ..config.errors import UserError
 from ..config.recipes import Recipe
 from ..knowledge.compat import KnowledgeBase
-from ..quoting import shell_quote
+from ..quoting import quoted, shell_quote
 from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
 from .blocks.horovod import horovod_build, verify
@@ -73,6 +73,7 @@ def template_environment(containers_dir: Path) -> jinja2.Environment:
         run_chain=" && \\\n    ".join,  # Dockerfile: one RUN from a step's lines
         continued=" \\\n    ".join,  # Dockerfile: one ENV/LABEL over several lines
         shquote=shell_quote,
+        quoted=quoted,
         assignments=assignments,
         install_time=install_time,
     )

@@ -111,7 +111,7 @@ def build_command(
     in_container = bool(image) and runtime.wraps_launcher
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
     wrappers = _wrappers(site, place, torchrun=bool(agents))
-    body = _body(site, launcher, program, torch)
+    body = _body(site, launcher, program, torch, inline=not image or site.container.foreign_image)
     if in_container:
         order = [container, env, main, wrappers, body]
     elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
@@ -121,20 +121,22 @@ def build_command(
     return Command(tuple(part for parts in order for part in parts.items))
 
 
-def _body(site: Site, launcher: Launcher, program: Sequence[str], torch: TorchWiring | None) -> Parts:
+def _body(site: Site, launcher: Launcher, program: Sequence[str], torch: TorchWiring | None, inline: bool) -> Parts:
     """What every rank runs: the program; under --torch behind the shim that names its rank; under --torchrun,
-    torchrun started with it, behind the shim that gives the agent its rendezvous."""
+    torchrun started with it, behind the shim that gives the agent its rendezvous. The shim by its name in an
+    image built here, else (`inline`: an image built elsewhere, or no image) its text."""
     body = Parts(site, "program")
     agents = torch.agents if torch else None
+    shim = reasons.SHIM_INLINE if inline else reasons.SHIM_NAMED
     if agents is None:
         if torch is not None:
-            body.add(torchenv_words(launcher.torch_ranks), "flag --torch", reasons.TORCHENV)
+            body.add(torchenv_words(launcher.torch_ranks, inline), "flag --torch", f"{shim}: {reasons.TORCHENV}")
         body.add(program, "PROGRAM (after --)", "what every rank runs")
         return body
     interface = None if agents.standalone else site.network.interfaces[0]
     why = reasons.AGENT_SHIM if interface else reasons.AGENT_SHIM_ONE_NODE
     conf = f"join_timeout={site.torch.join_timeout}" if interface else ""
-    body.add(agent_words(interface, conf), "flag --torchrun", why)
+    body.add(agent_words(interface, conf, inline), "flag --torchrun", f"{shim}: {why}")
     words = torchrun_words(program, agents)
     why = reasons.TORCHRUN.format(per_node=agents.per_node) + (reasons.TORCHRUN_SIGNALS if agents.signals else "")
     body.add(words[: len(words) - len(program) + 1], "flag --torchrun", why)

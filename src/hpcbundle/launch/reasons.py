@@ -98,6 +98,11 @@ GPU_NUMA_INLINE = (
 # from network.interfaces, or set by the site's own key where network.interfaces would have
 # derived it. NCCL_SOCKET_IFNAME is derived on GPU sites only: NCCL runs nowhere else, so on a CPU
 # site it would be harmless but a word in every command that nothing reads.
+SHIM_NAMED = "hpcbundle-torchenv, which images built here carry"
+SHIM_INLINE = (
+    "hpcbundle-torchenv's text inline (sh -c), as the image was built elsewhere (container.foreign_image) or "
+    "the ranks run on the host"
+)
 TORCHENV = (
     "sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE from the launcher's own variables (a stale value "
     "from the launching shell is overwritten), then execs the program: torch's env:// reads them"

@@ -1,19 +1,23 @@
-"""hpcbundle-bind in the image: the gpu-numa placement script launch lines name (knowledge/bind.py)."""
+"""hpcbundle-bind and hpcbundle-torchenv in the image: the per-rank scripts launch lines name (knowledge/bind.py,
+knowledge/torchenv.py)."""
 
 from __future__ import annotations
 
 from ...knowledge.bind import BIND_PATH, BIND_SCRIPT
+from ...knowledge.torchenv import TORCHENV_PATH, TORCHENV_SCRIPT
 from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
 
 
 @BLOCKS.register
 class Bind(Block):
-    """Writes hpcbundle-bind (data/hpcbundle-bind, plain POSIX sh) to /usr/local/bin in the runtime stage,
-    so a site with node.gpu_numa runs `hpcbundle-bind MAP PROGRAM...` in every image built here (an image
-    built elsewhere gets the same text inline: site container.foreign_image).
+    """Writes hpcbundle-bind (data/hpcbundle-bind) and hpcbundle-torchenv (data/hpcbundle-torchenv), plain POSIX
+    sh, to /usr/local/bin in the runtime stage, so a site with node.gpu_numa runs `hpcbundle-bind MAP PROGRAM...`
+    and a torch job `hpcbundle-torchenv SOURCE PROGRAM...` in every image built here (an image built elsewhere
+    gets the same text inline: site container.foreign_image).
 
-    Parameters: none; every image carries it (a site, not the recipe, says whether ranks run under it).
+    Parameters: none; every image carries both (a site and a launch, not the recipe, say whether ranks run
+    under them).
 
     Example::
 
@@ -25,7 +29,12 @@ class Bind(Block):
     shell = ("bind",)
 
     def runtime(self, spec: ImageSpec) -> tuple[Snippet, ...]:
-        values = {"path": BIND_PATH, "lines": tuple(BIND_SCRIPT.splitlines())}
-        title = f"hpcbundle-bind, the gpu-numa placement script, at {BIND_PATH}"
-        # SC2016: its lines are shell text written into the file, single-quoted so nothing expands.
-        return (Snippet(title, "bind", values, lint_ignore=("SC2016",)),)
+        scripts = (
+            (f"hpcbundle-bind, the gpu-numa placement script, at {BIND_PATH}", BIND_PATH, BIND_SCRIPT),
+            (f"hpcbundle-torchenv, the torch ranks' shim, at {TORCHENV_PATH}", TORCHENV_PATH, TORCHENV_SCRIPT),
+        )
+        # SC2016: their lines are shell text written into the file, single-quoted so nothing expands.
+        return tuple(
+            Snippet(title, "bind", {"path": path, "lines": tuple(text.splitlines())}, lint_ignore=("SC2016",))
+            for title, path, text in scripts
+        )

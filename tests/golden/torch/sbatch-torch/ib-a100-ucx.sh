@@ -35,4 +35,4 @@ export MASTER_ADDR MASTER_PORT
 # shellcheck disable=SC2016
 mpirun -np 8 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3 -x UCX_NET_DEVICES=mlx5_0:1 -x HOROVOD_CYCLE_TIME=0.1 --mca pml ucx --mca btl '^openib' -x OMP_NUM_THREADS=16 --mca btl_tcp_if_include ib0 --mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=ib0 -x MASTER_ADDR -x MASTER_PORT \
     singularity exec --nv horovod.sif \
-    sh -c SHIM hpcbundle-torchenv ompi python /examples/pytorch_train.py
+    hpcbundle-torchenv ompi python /examples/pytorch_train.py

@@ -34,4 +34,4 @@ export MASTER_ADDR MASTER_PORT
 # shellcheck disable=SC2016
 mpirun -np 4 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_CYCLE_TIME=0.1 -mca btl self,vader,tcp -mca pml ob1 -x OMP_NUM_THREADS=20 -mca btl_tcp_if_include ib0 -mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=ib0 -x MASTER_ADDR -x MASTER_PORT \
     singularity exec --nv horovod.sif \
-    sh -c SHIM hpcbundle-torchenv ompi python /examples/keras_train.py
+    hpcbundle-torchenv ompi python /examples/keras_train.py

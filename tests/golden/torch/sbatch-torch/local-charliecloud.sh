@@ -21,4 +21,4 @@ export MASTER_ADDR MASTER_PORT
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 2 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1 -x MASTER_ADDR -x MASTER_PORT \
     ch-run -b /home/user/project --cd=/home/user/project --set-env /var/tmp/cpu-local -- \
-    sh -c SHIM hpcbundle-torchenv ompi python3 /examples/pytorch_train.py
+    hpcbundle-torchenv ompi python3 /examples/pytorch_train.py

@@ -37,4 +37,4 @@ export HPCBUNDLE_RUN_ID
 # shellcheck disable=SC2016
 mpirun -np 2 -bind-to none -map-by slot -x LD_LIBRARY_PATH -x PATH -x HOROVOD_CYCLE_TIME=0.1 -mca btl self,vader,tcp -mca pml ob1 -x OMP_NUM_THREADS=20 -mca btl_tcp_if_include ib0 -mca oob_tcp_if_include ib0 -x NCCL_SOCKET_IFNAME=ib0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=ib0 -x MASTER_ADDR -x MASTER_PORT -x HPCBUNDLE_RUN_ID \
     singularity exec --nv horovod.sif \
-    sh -c SHIM hpcbundle-torchenv agent ib0 join_timeout=300 python -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --max-restarts=0 /examples/keras_train.py
+    hpcbundle-torchenv agent ib0 join_timeout=300 python -m torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --max-restarts=0 /examples/keras_train.py

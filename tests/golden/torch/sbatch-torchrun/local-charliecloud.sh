@@ -24,4 +24,4 @@ export HPCBUNDLE_RUN_ID
 # shellcheck disable=SC2016
 mpirun --allow-run-as-root -np 1 --oversubscribe --bind-to none --map-by slot --mca btl_vader_single_copy_mechanism none -x OMP_NUM_THREADS=1 \
     ch-run -b /home/user/project --cd=/home/user/project --set-env /var/tmp/cpu-local -- \
-    sh -c SHIM hpcbundle-torchenv agent - '' python3 -m torch.distributed.run --standalone --nproc-per-node=2 --max-restarts=0 /examples/pytorch_train.py
+    hpcbundle-torchenv agent - '' python3 -m torch.distributed.run --standalone --nproc-per-node=2 --max-restarts=0 /examples/pytorch_train.py
