@@ -85,11 +85,14 @@ def stop_voted(device: torch.device) -> bool:
 
 @torch.no_grad()
 def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> float:
+    """The model's accuracy on the whole of `data` (rank 0 scores the test set alone)."""
     x, y = data.tensors
     return (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
 
 
-def train(args, model, optimizer, start: dict, device: torch.device) -> tuple[int, int] | None:
+def train(
+    args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer, start: dict, device: torch.device
+) -> tuple[int, int] | None:
     """Train from `start` (epochs done + steps of the next) to args.epochs; rank 0 checkpoints and prints
     each epoch. Returns where the ranks stopped on SIGUSR1 (epochs, steps), or None when all are done."""
     rank, size = dist.get_rank(), dist.get_world_size()
