@@ -11,7 +11,8 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from subprocess import Popen
@@ -65,6 +66,17 @@ def planned(
     plan = LaunchPlan(site, layout, tuple(program), image, workdir, environment)
     plan.judge()
     return plan.command()
+
+
+def readme_workflow_lines(prefix: str) -> list[str]:
+    """The lines starting with `prefix` in the ```bash blocks of the README's "## The cluster workflow"
+    section (the workflow and "### Your own packages"), without their comments."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## The cluster workflow")
+    section = readme[start : readme.index("\n## ", start + 1)]
+    blocks = [block.split("\n```", 1)[0] for block in section.split("```bash\n")[1:]]
+    lines = [line for block in blocks for line in block.splitlines() if line.startswith(prefix)]
+    return [line.split("#")[0].strip() for line in lines]
 
 
 def bash_argv(script: str) -> list[str]:
@@ -322,6 +334,31 @@ def wait_exit(proc: Popen[bytes], timeout: float, log: Path) -> int:
         pytest.fail(f"the job did not end within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
+def program_pids(cluster: NetnsCluster, node: str, script: Path) -> list[int]:
+    """PIDs on `node` of the venv's Python running `script` (the ranks; not mpirun or hpcbundle, which name
+    it too)."""
+    found = []
+    for pid in cluster.pids(node):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 1 and argv[0] == os.fsencode(VENV_PYTHON) and argv[1] == os.fsencode(script):
+            found.append(pid)
+    return found
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, log: Path, proc: Popen[bytes]) -> None:
+    """Poll until `predicate()`; fail with the job's log if it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(f"the job ended ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+
+
 LOAD_CHECKPOINTS = """
 import json, re, sys, torch
 from pathlib import Path
@@ -363,6 +400,29 @@ def submit_in_background(slurm: SlurmCluster, text: str, timeout: float) -> tupl
     submitted = threading.Thread(target=lambda: jobs.append(slurm.sbatch_wait(text, timeout=timeout)))
     submitted.start()
     return submitted, jobs
+
+
+def two_node_sbatch(site: Path, program: list[str], script: Path, *flags: str) -> str:
+    """`hpcbundle sbatch [FLAGS]` of `program` for two nodes, one rank each, written to `script`; its text."""
+    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
+    made = subprocess.run([*argv, *flags, "--", *program], capture_output=True, text=True, timeout=60, check=False)
+    assert made.returncode == 0, made.stderr
+    return script.read_text()
+
+
+def release_requeued_jobs(slurm: SlurmCluster, submitted: threading.Thread) -> list[int]:
+    """While `submitted` waits for its job: each time SLURM holds a requeued job until its BeginTime
+    (about two minutes after the requeue), start it at once; returns the seconds each hold would
+    have lasted. A site waits those minutes; the tests do not need to."""
+    holds: list[int] = []
+    while submitted.is_alive():
+        queued = slurm.run(["squeue", "-h", "-t", "PD", "-o", "%i %r %S"], timeout=10).stdout.split()
+        if len(queued) == 3 and queued[1] == "BeginTime":
+            begin = time.mktime(time.strptime(queued[2], "%Y-%m-%dT%H:%M:%S"))
+            holds.append(round(begin - time.time()))
+            slurm.run(["scontrol", "update", f"jobid={queued[0]}", "starttime=now"], timeout=10)
+        submitted.join(2)
+    return holds
 
 
 # --- elastic sites ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, readme_workflow_lines
 
 SCRIPT = ROOT / "scripts" / "sif-build-flags.sh"
 ENTRIES = "alice:100000:65536\n1001:165536:65536\nzero:231072:0\n"
@@ -56,17 +56,6 @@ def test_make_build_sif_passes_the_chosen_flags_unless_sif_flags_is_given():
     assert 'flags="$(bash scripts/sif-build-flags.sh)"; \\' in dry_run()
     assert 'flags=""; \\' in dry_run("SIF_FLAGS=", "SIF_SUDO=sudo")
     assert '"$builder" build $flags "$partial" build/cpu-local.def' in dry_run("SIF_FLAGS=--fakeroot")
-
-
-def readme_workflow_lines(prefix: str) -> list[str]:
-    """The lines starting with `prefix` in the ```bash blocks of the README's "## The cluster workflow"
-    section (the workflow and "### Your own packages"), without their comments."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = readme.index("## The cluster workflow")
-    section = readme[start : readme.index("\n## ", start + 1)]
-    blocks = [block.split("\n```", 1)[0] for block in section.split("```bash\n")[1:]]
-    lines = [line for block in blocks for line in block.splitlines() if line.startswith(prefix)]
-    return [line.split("#")[0].strip() for line in lines]
 
 
 def test_the_readme_workflow_builds_a_shipped_recipe_and_the_users_own():

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, readme_workflow_lines
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -65,3 +68,19 @@ def test_the_readmes_table_of_contents_links_every_docs_page():
     linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(contents)}
     unlinked = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").glob("*.md")) if p not in linked]
     assert unlinked == [], f"link these from the README's Contents: {unlinked}"
+
+
+def test_the_readme_torch_lines_run_the_ddp_example_and_its_batch_line_writes_the_script(tmp_path: Path) -> None:
+    """The README's `--torch` lines start examples/torch_train.py (the images ship examples/ at /examples; it
+    runs for real under `launch --torch` in tests/test_torch_faults.py and, in the SIF, tests/test_sif_cluster.py).
+    Its sbatch line, run by bash as written, writes job.sh: the head's address read on the job's first node,
+    and srun starting the example under the shim."""
+    lines = [line for line in readme_workflow_lines("hpcbundle ") if " --torch " in line]
+    assert [line.split(" -- ")[1].split()[:2] for line in lines] == [["python", "/examples/torch_train.py"]] * 2
+    (sbatch,) = [line for line in lines if line.startswith("hpcbundle sbatch ")]
+    shell = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    made = subprocess.run(["bash", "-c", sbatch], cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    script = (tmp_path / "job.sh").read_text()
+    assert "MASTER_ADDR=$(ip -4 -o addr show dev eth0 scope global" in script, script
+    assert "hpcbundle-torchenv slurm python /examples/torch_train.py --checkpoint ckpt.pt" in script, script

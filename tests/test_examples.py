@@ -473,3 +473,30 @@ def test_synthetic_benchmark_trains_ddp_under_torchrun_with_its_ranks():
     result = json.loads(line)
     assert result["metric"] == "img_per_sec" and result["ranks"] == 2 and len(result["per_rank_each"]) == 2
     assert result["total"] == pytest.approx(sum(result["per_rank_each"]), rel=0.05)
+
+
+TORCH_EPOCH_RE = re.compile(r"^epoch (\d+)/\d+: loss=[\d.]+ accuracy=[\d.]+ val_accuracy=([\d.]+) ", re.M)
+
+
+@pytest.mark.full_setup
+def test_ddp_example_learns_under_torchrun_resumes_after_its_checkpoint_and_then_has_nothing_to_do(tmp_path):
+    """examples/torch_train.py started by torchrun as its docstring shows (it reads only torch's variables):
+    3 epochs on 2 workers learn; the same line with --epochs 4 resumes after epoch 3 and trains epoch 4 only;
+    once more (a requeue after the last epoch), it says there is nothing to do and trains nothing."""
+    command = "torchrun --standalone --nproc-per-node 2 examples/torch_train.py"
+    assert command in (EXAMPLES / "torch_train.py").read_text(), "the example's docstring no longer shows it"
+    venv_first = {**os.environ, "PATH": f"{VENV_PYTHON.parent}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    checkpoint = tmp_path / "ck.pt"
+
+    def run(epochs: int) -> tuple[str, list[tuple[str, str]]]:
+        argv = [*command.split(), "--epochs", str(epochs), "--checkpoint", str(checkpoint)]
+        out = run_launched(argv, timeout=180, env=venv_first)
+        return out, TORCH_EPOCH_RE.findall(out)
+
+    out, epochs = run(3)
+    assert [e for e, _ in epochs] == ["1", "2", "3"] and "done: 3 epochs on 2 ranks" in out, out[-3000:]
+    assert float(epochs[-1][1]) >= ACCURACY_BAR, f"validation accuracy {epochs[-1][1]} below {ACCURACY_BAR}"
+    out, epochs = run(4)
+    assert f"resuming from {checkpoint} after epoch 3 + 0 steps" in out and [e for e, _ in epochs] == ["4"], out
+    out, epochs = run(4)
+    assert "nothing to do: 4 epochs already completed (--epochs 4)" in out and epochs == [], out[-3000:]

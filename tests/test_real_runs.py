@@ -18,7 +18,6 @@ import select
 import signal
 import struct
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +41,12 @@ from .helpers import (
     hpcbundle_argv,
     leftovers,
     no_leftovers,
+    program_pids,
+    release_requeued_jobs,
     submit_in_background,
+    two_node_sbatch,
     wait_exit,
+    wait_for,
 )
 
 pytestmark = pytest.mark.cluster
@@ -113,26 +116,7 @@ def identical_params(prefix: Path, ranks: int) -> np.ndarray:
 
 def rank_pids(cluster: NetnsCluster, node: str) -> list[int]:
     """PIDs of training ranks (python TRAIN ...) on `node` (not mpirun or hpcbundle, which name it too)."""
-    found = []
-    for pid in cluster.pids(node):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) > 1 and argv[0] == os.fsencode(VENV_PYTHON) and argv[1] == os.fsencode(TRAIN):
-            found.append(pid)
-    return found
-
-
-def wait_for(predicate, timeout: float, what: str, log: Path, proc: Popen[bytes]) -> None:
-    """Poll until `predicate()`; fail with the job's log if it ends first or time runs out."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            pytest.fail(f"the job ended ({proc.returncode}) before {what}:\n{log.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
+    return program_pids(cluster, node, TRAIN)
 
 
 def start_until_checkpoint_2(cluster: NetnsCluster, argv: list[str], ckpt: Path, log: Path) -> Popen[bytes]:
@@ -393,14 +377,6 @@ def test_a_stalled_job_ends_within_the_stall_bound_names_the_cause_and_the_rerun
         assert epochs_of(rerun) == list(range(done + 1, epochs + 1))
 
 
-def two_node_sbatch(site: Path, program: list[str], script: Path) -> str:
-    """`hpcbundle sbatch` of `program` for two nodes, one rank each, written to `script`; its text."""
-    argv = hpcbundle_argv("sbatch", "--site", str(site), "--nodes", "2", "--tasks-per-node", "1", "-o", str(script))
-    made = subprocess.run([*argv, "--", *program], capture_output=True, text=True, timeout=60, check=False)
-    assert made.returncode == 0, made.stderr
-    return script.read_text()
-
-
 def test_a_rank_killed_under_srun_ends_the_slurm_job_and_leaves_no_rank(
     horovod: None, netns_slurm: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -502,21 +478,6 @@ def test_the_batch_relay_ends_only_a_truly_silent_job_on_real_slurm(
     else:
         assert job.returncode == 0, (job.output[-2000:], job.error[-2000:])
         assert "step 11" in job.output + job.error and "no output from the job" not in job.error
-
-
-def release_requeued_jobs(slurm: SlurmCluster, submitted: threading.Thread) -> list[int]:
-    """While `submitted` waits for its job: each time SLURM holds a requeued job until its BeginTime
-    (about two minutes after the requeue), start it at once; returns the seconds each hold would
-    have lasted. A site waits those minutes; the tests do not need to."""
-    holds: list[int] = []
-    while submitted.is_alive():
-        queued = slurm.run(["squeue", "-h", "-t", "PD", "-o", "%i %r %S"], timeout=10).stdout.split()
-        if len(queued) == 3 and queued[1] == "BeginTime":
-            begin = time.mktime(time.strptime(queued[2], "%Y-%m-%dT%H:%M:%S"))
-            holds.append(round(begin - time.time()))
-            slurm.run(["scontrol", "update", f"jobid={queued[0]}", "starttime=now"], timeout=10)
-        submitted.join(2)
-    return holds
 
 
 def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_resumes(

@@ -45,12 +45,15 @@ from hpcbundle_testbed.sif import SifBuild
 from hpcbundle_testbed.sites import RANK_ENV, sif_site, site_data, write_site
 from hpcbundle_testbed.slurm_cluster import SlurmCluster
 
-from .helpers import ROOT, hpcbundle, hpcbundle_argv, launched_command
+from .helpers import ROOT, hpcbundle, hpcbundle_argv, launched_command, readme_workflow_lines
 
 pytestmark = [pytest.mark.cluster, pytest.mark.apptainer]
 
 README_PROGRAM = ["python", "/examples/pytorch_train.py"]
 """The README's in-container program, as its sbatch line shows it (the digits data ship in the image)."""
+(README_TORCH_LAUNCH,) = readme_workflow_lines("hpcbundle launch --torch ")
+README_TORCH_PROGRAM = README_TORCH_LAUNCH.split(" -- ", 1)[1].split()
+"""The README's `launch --torch` program: the plain DDP example the image ships at /examples."""
 FINAL_RE = re.compile(r"^final: accuracy=([\d.]+) loss=[\d.]+ images/sec=[\d.]+ ranks=(\d+)$", re.M)
 EPOCH_RE = re.compile(r"^epoch (\d+)/\d+: loss=([\d.]+)", re.M)
 BOUND_RE = re.compile(r"^hpcbundle: error: killed after (\d+) s \(launcher\.timeout of site ", re.M)
@@ -118,6 +121,22 @@ def test_generated_mpirun_line_trains_in_the_sif_on_three_nodes_over_ssh(
     assert_trained(out, ranks=3)
     for node in cluster.nodes[1:]:  # the remote ranks ran on their nodes, over data0
         assert (cluster.iface_bytes(node, cluster.DATA_IFACE) - before[node]).rx > 0
+
+
+def test_readme_torch_line_trains_the_ddp_example_in_the_sif_on_three_nodes_over_ssh(
+    cluster: SshCluster, cpu_local_sif: SifBuild, tmp_path: Path
+) -> None:
+    """The README's `launch --torch --exec` program through the generated line: mpirun over ssh starts one
+    `apptainer exec` per node, the shim inside sets each rank's variables, the ranks meet at node1's data0
+    address and train the example's 5 epochs with gloo."""
+    site = sif_site(tmp_path, cluster, "sif-torch", runtime="apptainer", export=["PATH"])
+    res = launch_on_node1(cluster, site, cpu_local_sif.path, "node1:1,node2:1,node3:1", README_TORCH_PROGRAM, "--torch")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    command = launched_command(res.stderr)
+    assert f"-x MASTER_ADDR={cluster.address('node1')} " in command, command
+    assert command.endswith(f" hpcbundle-torchenv ompi {shlex.join(README_TORCH_PROGRAM)}"), command
+    assert [int(e) for e, _ in EPOCH_RE.findall(out)] == [1, 2, 3, 4, 5] and "done: 5 epochs on 3 ranks" in out
 
 
 # ------------------------------------------------- srun --mpi=pmix ... apptainer exec, under SLURM
