@@ -77,6 +77,19 @@ def test_the_readme_torch_lines_run_the_ddp_example_and_its_batch_line_writes_th
     and srun starting the example under the shim."""
     lines = [line for line in readme_workflow_lines("hpcbundle ") if " --torch " in line]
     assert [line.split(" -- ")[1].split()[:2] for line in lines] == [["python", "/examples/torch_train.py"]] * 2
+    (torchrun,) = [line for line in readme_workflow_lines("hpcbundle ") if " --torchrun " in line]
+    shell = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    (tmp_path / "torchrun").mkdir()
+    made = subprocess.run(
+        ["bash", "-c", torchrun], cwd=tmp_path / "torchrun", env=shell, capture_output=True, text=True, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    script = (tmp_path / "torchrun" / "job.sh").read_text()
+    assert "#SBATCH --ntasks-per-node=1" in script and "HPCBUNDLE_RUN_ID=" in script, script
+    assert (
+        "hpcbundle-torchenv agent eth0 join_timeout=300 python -m torch.distributed.run --nnodes=2 "
+        "--nproc-per-node=4 --rdzv-backend=c10d" in script
+    ), script
     (sbatch,) = [line for line in lines if line.startswith("hpcbundle sbatch ")]
     shell = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     made = subprocess.run(["bash", "-c", sbatch], cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=60)
