@@ -64,7 +64,8 @@ def test_a_stalled_job_has_its_stopped_ranks_looked_up_before_it_is_ended():
 def test_after_a_stall_the_launch_names_the_bound_and_each_stopped_rank():
     assert stall_lines(WATCHED, {"node2": [{"pid": 41, "state": "T"}, {"pid": 42, "state": "X"}]}) == [
         "hpcbundle: error: no output from the job for 4 s (faults.stall_seconds of site local), so it was stopped: "
-        "a rank stopped or lost its link, and the others would wait inside MPI for TCP's retries",
+        "a rank stopped or lost its link, and the others would wait in their collectives (MPI, Gloo or NCCL) for TCP's "
+        "retries",
         "hpcbundle: node2: the rank with PID 41 was stopped (SIGSTOP, or a job-control stop) (state T)",
         "hpcbundle: node2: the rank with PID 42 was X (state X)",
     ]

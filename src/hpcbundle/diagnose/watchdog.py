@@ -61,8 +61,8 @@ def stall_lines(site: Site, stopped: Stopped) -> list[str]:
     """What a launch says when it ended a silent job: why, then each rank found stopped."""
     lines = [
         f"hpcbundle: error: no output from the job for {site.faults.stall_seconds} s (faults.stall_seconds of site "
-        f"{site.name}), so it was stopped: a rank stopped or lost its link, and the others would wait inside MPI "
-        "for TCP's retries"
+        f"{site.name}), so it was stopped: a rank stopped or lost its link, and the others would wait in their "
+        "collectives (MPI, Gloo or NCCL) for TCP's retries"
     ]
     for host, ranks in stopped.items():
         for rank in ranks:
