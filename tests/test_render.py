@@ -31,9 +31,10 @@ from hpcbundle.image.render import (
     shell_line_problem,
     template_environment,
 )
-from hpcbundle.knowledge.bind import BIND_NAME, BIND_PATH, BIND_SCRIPT
+from hpcbundle.knowledge.bind import BIND_PATH, BIND_SCRIPT
 from hpcbundle.knowledge.build_env import derived
 from hpcbundle.knowledge.compat import knowledge_base
+from hpcbundle.knowledge.torchenv import TORCHENV_PATH, TORCHENV_SCRIPT
 
 from .helpers import GOLDEN, RENDERED_RECIPES, ROOT, assert_golden, recipe, recipe_data, rendered, steps
 from .helpers import SHIPPED_RECIPES as RECIPES
@@ -215,14 +216,17 @@ def test_cpu_local_builds_horovod_with_exactly_the_measured_flags() -> None:
 
 
 @pytest.mark.parametrize("name", ["cpu-local", "cuda13.0-torch2.11"])
-def test_every_image_carries_hpcbundle_bind_exactly_as_the_package_ships_it(name: str, tmp_path: Path) -> None:
-    """The runtime stage's bind step, run here with its path moved into tmp_path, writes the script's
-    bytes and makes it executable; the Dockerfile and the .def both run it."""
-    (step,) = [step for step in steps(name).runtime if step.snippet == "bind"]
-    moved = tmp_path / BIND_NAME
-    lines = [line.rsplit(BIND_PATH, 1)[0] + str(moved) for line in step.lines]
+@pytest.mark.parametrize("path, script", [(BIND_PATH, BIND_SCRIPT), (TORCHENV_PATH, TORCHENV_SCRIPT)])
+def test_every_image_carries_the_per_rank_scripts_exactly_as_the_package_ships_them(
+    name: str, path: str, script: str, tmp_path: Path
+) -> None:
+    """The runtime stage's steps for hpcbundle-bind and hpcbundle-torchenv, run here with their path moved into
+    tmp_path, write each script's bytes and make it executable; the Dockerfile and the .def both run them."""
+    (step,) = [step for step in steps(name).runtime if step.snippet == "bind" and path in step.lines[0]]
+    moved = tmp_path / Path(path).name
+    lines = [line.rsplit(path, 1)[0] + str(moved) for line in step.lines]
     subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], check=True, timeout=30)
-    assert moved.read_text() == BIND_SCRIPT and os.access(moved, os.X_OK)
+    assert moved.read_text() == script and os.access(moved, os.X_OK)
     assert f"hadolint ignore=SC2016\nRUN {step.lines[0]}" in rendered(name, "docker")
     assert f"    {step.lines[0]}\n" in rendered(name, "singularity")
 
