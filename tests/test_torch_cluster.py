@@ -80,5 +80,6 @@ def test_torchrun_agents_on_three_nodes_meet_at_an_address_and_their_workers_red
     assert {(world, total) for _, world, _, _, total in ranks} == {("6", "21")}
     assert len({master for *_, master, _ in ranks}) == 1 and {master for *_, master, _ in ranks} <= data_addresses
     assert sorted(int(local) for _, _, local, _, _ in ranks) == [0, 0, 0, 1, 1, 1]
-    assert {run for _, run in RUN.findall(res.stdout)} == {"hpcbundle"}  # one rendezvous
+    (run,) = {run for _, run in RUN.findall(res.stdout)}  # one rendezvous, this run's own
+    assert re.fullmatch(r"hpcbundle-[0-9a-f]{12}", run), run
     assert no_leftovers(cluster, timeout=10)

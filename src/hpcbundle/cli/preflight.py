@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +28,12 @@ def placed_hosts(plan: LaunchPlan) -> tuple[tuple[str, int], ...]:
 def torch_planned(plan: LaunchPlan, wiring: Wiring, execute: bool) -> LaunchPlan:
     """`plan` with its wiring; a torch job's head as the command line tells: 127.0.0.1 when every rank runs
     on this node, else the first host's name for a printed line (rule torch-head-by-name warns), or None
-    until --exec asks that host for its address on the data interface."""
+    until --exec asks that host for its address on the data interface. A torchrun job run here (--exec) gets
+    a rendezvous id of its own."""
     if wiring == "horovod":
         return replace(plan, wiring=wiring)
+    if execute:
+        plan = replace(plan, run_id=f"hpcbundle-{secrets.token_hex(6)}")
     placed = placed_hosts(plan)
     if len(placed) == 1 and placed[0][0] in (plan.here, "localhost"):
         return replace(plan, wiring=wiring, head="127.0.0.1", head_source="every rank on this node")
@@ -41,7 +45,7 @@ def torch_planned(plan: LaunchPlan, wiring: Wiring, execute: bool) -> LaunchPlan
 def torch_head(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> HeadProbe | None:
     """What doctor observes of a torch job's head: the first of `hosts`, the interface its address is on, the
     port, the address where already read (None for Horovod, a batch job, or no hosts)."""
-    wiring = plan.torch() if plan.wiring != "horovod" else None
+    wiring = plan.torch(agents=False) if plan.wiring != "horovod" else None
     if wiring is None or wiring.port is None or not hosts:
         return None
     address = wiring.head if wiring.head and is_address(wiring.head) else None

@@ -19,7 +19,7 @@ from .base import LAUNCHERS, RUNTIMES, Launcher, Runtime
 from .command import Command, Part, Parts
 from .layout import RankLayout
 from .placement import gpu_numa_placement
-from .torchwiring import RUN_ID, TorchWiring, agent_layout, gloo_interfaces, torchrun_words
+from .torchwiring import TorchWiring, agent_layout, gloo_interfaces, torchrun_words
 from .workdir import WorkDir
 
 _WRAPPER_WHY = {
@@ -210,7 +210,8 @@ def _torch_settings(site: Site, launcher: Launcher, torch: TorchWiring, main: Pa
         ("MASTER_PORT", port, "torch.port", reasons.MASTER_PORT),
     ]
     if torch.agents:
-        settings.append(("HPCBUNDLE_RUN_ID", None if torch.head is None else RUN_ID, "flag --torchrun", reasons.RUN_ID))
+        run_id = None if torch.head is None else torch.run_id
+        settings.append(("HPCBUNDLE_RUN_ID", run_id, "flag --torchrun", reasons.RUN_ID))
     for name, value, source, why in settings:
         if value is None:
             main.add(launcher.export(site, name), "the batch script", f"{name}: {reasons.FROM_SCRIPT}")

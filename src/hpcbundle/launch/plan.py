@@ -40,7 +40,7 @@ from .assemble import build_command
 from .base import LAUNCHERS
 from .command import Command
 from .layout import RankLayout
-from .torchwiring import Agents, TorchWiring
+from .torchwiring import RUN_ID, Agents, TorchWiring
 from .workdir import WorkDir
 
 
@@ -65,6 +65,7 @@ class LaunchPlan:
     head        a torch job's MASTER_ADDR, read at the edge (the first host's address on the data interface,
                 its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
                 it came from (`head_source`)
+    run_id      a torchrun job's rendezvous id: one per run for launch --exec (made at the edge), else fixed
     """
 
     site: Site
@@ -81,6 +82,7 @@ class LaunchPlan:
     head: str | None = None
     head_source: str = ""
     hosts: Mapping[str, int] | None = None
+    run_id: str = RUN_ID
 
     def request(self) -> LaunchRequest:
         """The launch request the rules read."""
@@ -162,7 +164,7 @@ class LaunchPlan:
         if self.wiring == "horovod":
             return None
         port = None if self.batch else self.site.torch.port
-        wiring = TorchWiring(self.head, port, self.head_source or "the first host")
+        wiring = TorchWiring(self.head, port, self.head_source or "the first host", run_id=self.run_id)
         return replace(wiring, agents=self.agents()) if agents and self.wiring == "torchrun" else wiring
 
     def agents(self) -> Agents:

@@ -143,8 +143,8 @@ NO_NUMA_TORCHRUN = (
     "the first GPU's NUMA node (--torch binds each rank to its own GPU's)"
 )
 RUN_ID = (
-    "the rendezvous id the agents share (the store lives in the head's agent and ends with the job; a batch "
-    "job takes JOBID.RESTARTS)"
+    "the rendezvous id the agents share: launch --exec makes one per run, so an agent still shutting down from "
+    "the run before never joins this one (a batch job takes JOBID.RESTARTS)"
 )
 DERIVED = ", derived from network.interfaces"
 OVERRIDES = ", set by the site over network.interfaces"

@@ -31,8 +31,9 @@ BATCH_RUN_ID = '"$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}"'
 """A batch job's torchrun rendezvous id: its job id and its restarts, new for every requeued run."""
 
 RUN_ID = "hpcbundle"
-"""The rendezvous id of a torchrun job started by `launch`: the store lives in the head's agent and ends with the
-job, and one head:port holds one job at a time, so a fixed id suffices (a batch job takes JOBID.RESTARTS)."""
+"""The rendezvous id of a printed torchrun line; `launch --exec` gives each run its own (LaunchPlan.run_id), so an
+agent still shutting down from the run before never joins the next one at the same head:port (a batch job takes
+JOBID.RESTARTS)."""
 
 SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """What torchrun forwards to its workers under faults.signal_before_end: its defaults and SLURM's USR1."""
@@ -61,12 +62,14 @@ class TorchWiring:
     """Where the ranks of one torch job meet: `head` (MASTER_ADDR: an IPv4 address, or a host name for a
     line printed to run elsewhere) and `port`; both None in a batch job, whose script finds them on its
     first node and exports them (the launcher forwards them by name). `head_source` says where the head
-    came from, for --explain. `agents`: the torchrun agents (--torchrun), None for env:// ranks (--torch)."""
+    came from, for --explain. `agents`: the torchrun agents (--torchrun), None for env:// ranks (--torch), and
+    `run_id` their rendezvous id (a batch job's script sets its own)."""
 
     head: str | None
     port: int | None
     head_source: str = "the first host"
     agents: Agents | None = None
+    run_id: str = RUN_ID
 
 
 def agent_layout(site: Site, layout: RankLayout, agents: Agents) -> RankLayout:
