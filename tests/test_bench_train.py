@@ -15,7 +15,9 @@ BENCH = ROOT / "bench" / "train.py"
 
 
 @pytest.mark.cluster
-def test_horovod_untuned_tuned_and_ddp_each_train_on_every_node_through_the_same_site(cluster_tools, tmp_path):
+def test_horovod_untuned_tuned_and_ddp_both_wirings_each_train_on_every_node_through_the_same_site(
+    cluster_tools, tmp_path
+):
     tuned = tmp_path / "tuned.json"  # as bench/allreduce.py --tuned-out writes it
     tuned.write_text(json.dumps({"metric": "tuned_settings", "clusters": {"2": {"env.HOROVOD_CYCLE_TIME": "0.1"}}}))
     argv = [sys.executable, str(BENCH), "--nodes", "2", "--models", "cnn", "--rounds", "2", "--iters", "1"]
@@ -23,10 +25,11 @@ def test_horovod_untuned_tuned_and_ddp_each_train_on_every_node_through_the_same
     report, out, err = run_bench(argv, 900)
     assert report["metric"] == "train_bench" and not report["failed"]
     (cluster,) = report["clusters"]
-    assert cluster["ranks"] == {"horovod": [2], "horovod-tuned": [2], "ddp": [2]}, cluster
+    variants = ("horovod", "horovod-tuned", "ddp", "ddp-torchrun")
+    assert cluster["ranks"] == dict.fromkeys(variants, [2]), cluster
     rounds = cluster["per_round"]["cnn"]
-    assert {variant: len(rates) for variant, rates in rounds.items()} == {"horovod": 2, "horovod-tuned": 2, "ddp": 2}
-    for variant in ("horovod", "horovod-tuned"):
+    assert {variant: len(rates) for variant, rates in rounds.items()} == dict.fromkeys(variants, 2)
+    for variant in ("horovod", "horovod-tuned", "ddp-torchrun"):
         ratio = cluster["summary"]["cnn"]["ratios"][f"{variant}/ddp"]
         per_round = [h / d for h, d in zip(rounds[variant], rounds["ddp"], strict=True)]
         assert (ratio["min"], ratio["max"]) == (min(per_round), max(per_round))
