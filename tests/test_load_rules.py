@@ -64,6 +64,8 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [
+    ("without-horovod", "cpu-ddp", ("frameworks",), {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}}),
+    ("without-horovod", "cpu-local", ("mpi",), None),
     ("mpi-install", "cuda11.8-tf2.14-torch2.1", ("mpi", "install"), "distro"),
     ("build-env-derived", "cpu-local", ("horovod", "build_env"), {"HOROVOD_WITH_MXNET": "1"}),
     ("ucx-open-mpi", "cuda12.2-tf2.15-torch2.1-ucx", ("mpi", "flavour"), "mpich"),
