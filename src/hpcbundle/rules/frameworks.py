@@ -1,11 +1,12 @@
-"""Rules for the frameworks and Horovod: TensorFlow and PyTorch builds vs CUDA, cuDNN and Python; Horovod vs both."""
+"""Rules for the frameworks and Horovod: TensorFlow and PyTorch vs CUDA, cuDNN and Python; Horovod vs both and the launch."""
 
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
 from ..config.recipes import Horovod, PyTorch, Recipe, TensorFlow
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, refusal, rule
+from ..knowledge.labels import NONE
+from .engine import Facts, Verdict, refusal, request_refusal, rule
 from .gpu import CPU_ONLY, not_known, recipe_rule
 
 NO_PYTORCH, NO_TENSORFLOW = Verdict("SKIP", "no PyTorch"), Verdict("SKIP", "no TensorFlow")
@@ -239,3 +240,22 @@ def horovod_ops(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
             "FAIL", "GPU recipe without NCCL tensor operations would allreduce through host memory; add nccl"
         )
     return Verdict("PASS", "tensor operations: " + ", ".join(ops))
+
+
+@rule("horovod-image", needs=("image", "site"))
+def horovod_image(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A Horovod launch (--horovod, or the site's default wiring) needs Horovod in the image; a torch.distributed
+    image (recipe without horovod, label horovod: none) is launched with --torch or --torchrun."""
+    wiring = facts.request.wiring if facts.request else facts.site.torch.wiring
+    built = facts.image.get("horovod")
+    if wiring != "horovod":
+        return Verdict("SKIP", f"--{wiring}: the ranks meet through torch.distributed, not Horovod")
+    if built is None:
+        return Verdict("SKIP", "the image does not say whether it has Horovod (see image-metadata)")
+    if built == NONE:
+        return request_refusal(
+            "--horovod",
+            f"{facts.image_source or 'the image'} has no Horovod (a torch.distributed image)",
+            "launch it with --torch or --torchrun",
+        )
+    return Verdict("PASS", f"the image has Horovod {built}")

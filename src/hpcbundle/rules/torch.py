@@ -12,7 +12,6 @@ from pathlib import PurePosixPath
 from typing import Mapping
 
 from ..knowledge.compat import KnowledgeBase
-from ..knowledge.labels import NONE
 from ..knowledge.launching import LAUNCHERS_KNOWN
 from ..knowledge.torchenv import is_address
 from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
@@ -60,25 +59,6 @@ def node_shape(hosts: Mapping[str, int] | None, request: LaunchRequest) -> tuple
     if nodes and np_ % nodes == 0:
         return nodes, np_ // nodes
     return None
-
-
-@rule("horovod-image", needs=("image", "site"))
-def horovod_image(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """A Horovod launch (--horovod, or the site's default wiring) needs Horovod in the image; a torch.distributed
-    image (recipe without horovod, label horovod: none) is launched with --torch or --torchrun."""
-    wiring = facts.request.wiring if facts.request else facts.site.torch.wiring
-    built = facts.image.get("horovod")
-    if wiring != "horovod":
-        return Verdict("SKIP", f"--{wiring}: the ranks meet through torch.distributed, not Horovod")
-    if built is None:
-        return Verdict("SKIP", "the image does not say whether it has Horovod (see image-metadata)")
-    if built == NONE:
-        return request_refusal(
-            "--horovod",
-            f"{facts.image_source or 'the image'} has no Horovod (a torch.distributed image)",
-            "launch it with --torch or --torchrun",
-        )
-    return Verdict("PASS", f"the image has Horovod {built}")
 
 
 @rule("torch-launcher", needs=REQUEST, on_load=True, superseded_by=("launcher-known",))
