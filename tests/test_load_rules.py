@@ -101,6 +101,17 @@ def test_a_bad_site_is_refused_by_its_rule(tmp_path, rule, base, edit):
     _refused_by(caught, path, Facts(site=sites.read_site(str(path), SITES)), rule)
 
 
+@pytest.mark.parametrize("section", ["horovod", "mpi"])
+def test_a_section_written_as_none_is_refused_saying_to_leave_it_out(tmp_path, section):
+    file = _bad_recipe(tmp_path, "cpu-ddp", (section,), "none")
+    with pytest.raises(UserError) as caught:
+        load_recipe(str(file), RECIPES)
+    assert list(caught.value.lines) == [
+        f"{file}: {section}: none is not a section: an image without {section} leaves the {section} section out "
+        "(delete the line)"
+    ]
+
+
 @pytest.mark.parametrize("rule, base, path, value", BAD_RECIPES, ids=[case[0] for case in BAD_RECIPES])
 def test_a_bad_recipe_is_refused_by_its_rule(tmp_path, rule, base, path, value):
     file = _bad_recipe(tmp_path, base, path, value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from .errors import UserError
 from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, Sha256, Url, Version
@@ -209,6 +209,14 @@ class Recipe(StrictModel):
         "(no -r, -c, -e or other options)",
     )
     _file_packages: tuple[str, ...] = PrivateAttr(default=())
+
+    @field_validator("horovod", "mpi", mode="before")
+    @classmethod
+    def _absent_not_none(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str) and value.lower() == "none":
+            name = info.field_name
+            raise ValueError(f"none is not a section: an image without {name} leaves the {name} section out (delete the line)")
+        return value
 
     @property
     def is_gpu(self) -> bool:

@@ -1,4 +1,4 @@
-"""Rules for the frameworks and Horovod: TensorFlow and PyTorch vs CUDA, cuDNN and Python; Horovod vs both and the launch."""
+"""Rules for the frameworks and Horovod: the frameworks vs CUDA, cuDNN and Python; Horovod vs both and the launch."""
 
 from __future__ import annotations
 

@@ -28,7 +28,13 @@ def without_horovod(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             )
         ]
     if recipe.horovod is not None and recipe.mpi is None:
-        return [refusal("mpi", "Horovod builds against the image's MPI", "add an mpi section, or remove horovod (DDP)")]
+        return [
+            refusal(
+                "mpi",
+                "Horovod builds against the image's MPI",
+                "add an mpi section, or remove horovod for a torch.distributed image",
+            )
+        ]
     return []
 
 
