@@ -148,7 +148,7 @@ def test_images_ship_the_examples_and_check_themselves(name: str) -> None:
     assert "\n%test\n    set -e\n    " + verify.replace("\n", "\n    ") + "\n" in singularity
     if recipe(name).horovod is None:  # a torch.distributed image: the build checks torch.distributed and Gloo
         assert "is_gloo_available()" in verify and "horovodrun" not in docker
-        assert steps(name).build[-1].lines == steps(name).verify.lines
+        assert steps(name).verify.lines in [step.lines for step in steps(name).build]
         return
     assert "horovodrun --check-build" in verify and "python -c 'import horovod." in verify
     horovod_step = steps(name).build[-1].lines
@@ -181,7 +181,10 @@ def test_every_pip_call_reads_the_wheelhouse_and_no_index_host_is_written(name: 
         "\nARG PIP_NO_INDEX=0\nARG PIP_EXTRA_INDEX_URL=\n" in docker and "\nCOPY wheelhouse/ /wheelhouse/\n" in docker
     )
     pip_lines = [
-        line for step in steps(name).all() for line in step.lines if " -m pip " in line and " uninstall " not in line
+        line
+        for step in steps(name).all()
+        for line in step.lines
+        if " -m pip " in line and not any(word in line for word in (" uninstall ", " list "))
     ]
     assert pip_lines and all("--find-links /wheelhouse" in line for line in pip_lines)
     for fmt in FORMATS:
@@ -516,7 +519,8 @@ def test_install_script_runs_the_image_steps_on_the_host_in_order(name: str) -> 
     script = rendered(name, "shell").splitlines()
     position = 0
     shown = [step for step in host_steps(name).build if step.snippet not in ("apt", "autotools")]
-    assert [step.snippet for step in shown][-1] == ("horovod" if recipe(name).horovod else "verify")
+    snippets = [step.snippet for step in shown]
+    assert (snippets[-1] == "horovod") if recipe(name).horovod else ("verify" in snippets)
     for step in shown:
         position = script.index(step.lines[0], position)
         assert script[position : position + len(step.lines)] == list(step.lines), step.title

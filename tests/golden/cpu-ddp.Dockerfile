@@ -33,6 +33,12 @@ RUN if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; 
 # torch.distributed is available, with Gloo
 RUN "/opt/venv/bin/python" -c 'import sys, torch, torch.distributed as dist; ok = dist.is_available() and dist.is_gloo_available(); print("torch", torch.__version__, "torch.distributed with gloo:", ok); sys.exit(not ok)'
 
+# your own Python packages (1), the stack held fixed
+RUN if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi && \
+    printf '%s\n' torch==2.13.0+cpu > "/opt/venv/hpcbundle-constraints.txt" && \
+    /opt/venv/bin/python -m pip list --format=freeze >> "/opt/venv/hpcbundle-constraints.txt" && \
+    if ! /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse -c "/opt/venv/hpcbundle-constraints.txt" ${frozen:+-c "$frozen"} numpy==1.26.4; then echo "python_packages/requirements_file: a pin conflicts with the stack in /opt/venv/hpcbundle-constraints.txt (pip names both above): change or remove that pin" >&2; exit 1; fi
+
 # ---- slim: the build's results without what only building needs (the runtime copies from here) ----
 FROM build AS slim
 
@@ -58,7 +64,7 @@ RUN printf '%s\n' '#!/bin/sh' '# hpcbundle-bind MAP PROGRAM [ARG...]: run one ra
 
 # the recipe as JSON at /etc/hpcbundle/manifest.json
 RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
-    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-ddp", "description": "Debian 12, PyTorch 2.13 CPU, torch.distributed (Gloo) without Horovod or MPI", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": null, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.13.0", "variant": "cpu", "torchvision": false, "torchaudio": null}}, "horovod": null}, "layout": {"venv": "/opt/venv", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-ddp", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "none", "org.hpcbundle.horovod": "none", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "none", "org.hpcbundle.fabric-libs": "none", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-ddp", "description": "Debian 12, PyTorch 2.13 CPU, torch.distributed (Gloo) without Horovod or MPI", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": null, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.13.0", "variant": "cpu", "torchvision": false, "torchaudio": null}}, "horovod": null, "python_packages": ["numpy==1.26.4"]}, "layout": {"venv": "/opt/venv", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-ddp", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "none", "org.hpcbundle.horovod": "none", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "none", "org.hpcbundle.fabric-libs": "none", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
 COPY --from=slim /opt/venv /opt/venv
 COPY examples/ /examples/
 ENV PATH="/opt/venv/bin:${PATH}"
