@@ -215,7 +215,9 @@ class Recipe(StrictModel):
     def _absent_not_none(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str) and value.lower() == "none":
             name = info.field_name
-            raise ValueError(f"none is not a section: an image without {name} leaves the {name} section out (delete the line)")
+            raise ValueError(
+                f"none is not a section: an image without {name} leaves the {name} section out (delete the line)"
+            )
         return value
 
     @property
