@@ -61,6 +61,7 @@ def test_make_build_sif_passes_the_chosen_flags_unless_sif_flags_is_given():
 def test_the_readme_workflow_builds_a_shipped_recipe_and_the_users_own():
     assert readme_workflow_lines("make build-sif ") == [
         "make build-sif RECIPE=cuda11.8-tf2.14-torch2.1",
+        "make build-sif RECIPE=cpu-ddp",
         "make build-sif RECIPE=tests/data/recipes/cpu-packages.yaml",
     ]
 

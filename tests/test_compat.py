@@ -83,6 +83,11 @@ BAD_RECIPES: dict[str, tuple[str, Callable[[dict[str, Any]], None], str]] = {
         _set("gpu.archs", ["9.0", "11.0"]),
         "the PyTorch 2.11.0 cu130 wheel has no kernels for compute capability 11.0",
     ),
+    "without-horovod": (
+        "cpu-ddp",
+        _set("frameworks", {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}}),
+        "a recipe without horovod is a torch.distributed image, which needs PyTorch",
+    ),
     "horovod-tensorflow": (
         "cpu-local",
         _set("frameworks.tensorflow.version", "2.16.1"),

@@ -20,7 +20,7 @@ def test_a_recipe_that_is_not_there_is_one_line_naming_recipe(tmp_path: Path, ca
     assert main(["no-such-recipe", "--python", "3.11", "--out", str(tmp_path / "wh")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-wheelhouse: error: RECIPE=no-such-recipe: ") and err.count("\n") == 1, err
-    assert "known recipes: cpu-local" in err
+    assert "known recipes: cpu-ddp, cpu-local" in err
     assert list(tmp_path.iterdir()) == []
 
 

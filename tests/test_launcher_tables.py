@@ -22,6 +22,7 @@ OTHER_MEANINGS = {
     ("rules/fabric.py", "BRIDGE_PREFIXES", "docker"): "Docker's bridge interfaces, docker0",
     ("rules/fabric.py", "pml_ucx", "none"): "shown for an empty list of UCX transports",
     ("rules/gpu.py", "declared_gpus", "none"): "shown for an empty list of GPU names",
+    ("knowledge/labels.py", "NONE", "none"): "the horovod and mpi.flavour labels of an image built without them",
     ("knowledge/labels.py", "_listing", "none"): "a list label's value when the list is empty",
     ("knowledge/labels.py", "listed", "none"): "a list label's value when the list is empty",
     ("diagnose/probes.py", "host_mpi", "mpirun"): "the host MPI's own command, asked for its version",

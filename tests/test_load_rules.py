@@ -64,6 +64,8 @@ BAD_SITES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 # One bad recipe per on_load recipe rule: (rule, shipped base recipe, key path, value).
 BAD_RECIPES: list[tuple[str, str, tuple[str, ...], Any]] = [
+    ("without-horovod", "cpu-ddp", ("frameworks",), {"tensorflow": {"version": "2.15.1", "package": "tensorflow-cpu"}}),
+    ("without-horovod", "cpu-local", ("mpi",), None),
     ("mpi-install", "cuda11.8-tf2.14-torch2.1", ("mpi", "install"), "distro"),
     ("build-env-derived", "cpu-local", ("horovod", "build_env"), {"HOROVOD_WITH_MXNET": "1"}),
     ("ucx-open-mpi", "cuda12.2-tf2.15-torch2.1-ucx", ("mpi", "flavour"), "mpich"),
@@ -97,6 +99,17 @@ def test_a_bad_site_is_refused_by_its_rule(tmp_path, rule, base, edit):
     with pytest.raises(UserError) as caught:
         load_site(str(path), SITES)
     _refused_by(caught, path, Facts(site=sites.read_site(str(path), SITES)), rule)
+
+
+@pytest.mark.parametrize("section", ["horovod", "mpi"])
+def test_a_section_written_as_none_is_refused_saying_to_leave_it_out(tmp_path, section):
+    file = _bad_recipe(tmp_path, "cpu-ddp", (section,), "none")
+    with pytest.raises(UserError) as caught:
+        load_recipe(str(file), RECIPES)
+    assert list(caught.value.lines) == [
+        f"{file}: {section}: none is not a section: an image without {section} leaves the {section} section out "
+        "(delete the line)"
+    ]
 
 
 @pytest.mark.parametrize("rule, base, path, value", BAD_RECIPES, ids=[case[0] for case in BAD_RECIPES])

@@ -48,6 +48,14 @@ OPENIB = {"btl": "openib,vader,self", "btl_openib_allow_ib": "1"}
 
 CASES = [
     # rule, recipe, site, expected status, words in the message
+    ("horovod-image", _recipe("cpu-local"), _site("local"), "PASS", "the image has Horovod 0.28.1"),
+    (
+        "horovod-image",
+        _recipe("cpu-ddp"),
+        _site("local"),
+        "FAIL",
+        "torch.distributed image); launch it with --torch or --torchrun",
+    ),
     ("driver-cuda", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "PASS", ">= 520.61.05"),
     ("driver-cuda", _recipe("cuda12.6-torch2.9"), _site("ib-v100"), "WARN", "minor version compatibility"),
     (

@@ -166,19 +166,24 @@ def test_users_program_runs_from_their_working_directory_in_the_sif_on_three_nod
 TORCH_RANK = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=3 LOCAL_RANK=0 MASTER_ADDR=(\S+) sum=6 run=(\S+)")
 
 
+@pytest.mark.apptainer
 @pytest.mark.parametrize("wiring", ["torch", "torchrun"])
-def test_a_torch_program_reduces_in_the_cpu_local_sif_on_three_ssh_nodes_with_both_torch_wirings(
-    cluster: SshCluster, cpu_local_sif: SifBuild, wiring: str, tmp_path: Path
+@pytest.mark.parametrize("sif", ["cpu_local_sif", "cpu_ddp_sif"])
+def test_a_torch_program_reduces_in_a_cpu_sif_on_three_ssh_nodes_with_both_torch_wirings(
+    cluster: SshCluster, request: pytest.FixtureRequest, sif: str, wiring: str, tmp_path: Path
 ) -> None:
     """A plain torch.distributed program in the user's working directory, run by the SIF's Python and torch on
     three nodes over real ssh: --torch (one apptainer per rank, env://) and --torchrun (one apptainer per node
-    running torchrun, c10d), meeting at an address on the data interface."""
+    running torchrun, c10d), meeting at an address on the data interface. The site's mpirun starts the
+    containers (the hybrid model) in both images: cpu-local's (Horovod, Open MPI) and cpu-ddp's, which holds
+    neither, since torch ranks meet over Gloo, not MPI."""
+    image: SifBuild = request.getfixturevalue(sif)
     work = tmp_path / "work"
     work.mkdir()
     (work / "torch_allreduce.py").write_text((ROOT / "tests" / "data" / "torch_allreduce.py").read_text())
     site = sif_site(tmp_path, cluster, f"sif-{wiring}", export=["PATH"])
     argv = hpcbundle_argv(
-        "launch", "--site", str(site), "--image", str(cpu_local_sif.path), "--np", str(RANKS), "--hosts", HOSTS,
+        "launch", "--site", str(site), "--image", str(image.path), "--np", str(RANKS), "--hosts", HOSTS,
         f"--{wiring}", "--exec", "--", "python3", "torch_allreduce.py",
     )  # fmt: skip
     res = cluster.run("node1", argv, timeout=600, env=shell(), cwd=work)
@@ -190,6 +195,23 @@ def test_a_torch_program_reduces_in_the_cpu_local_sif_on_three_ssh_nodes_with_bo
     assert len(masters) == 1 and masters <= {cluster.address(node) for node in cluster.nodes}, masters
     runs = {run for *_, run in ranks}  # under torchrun one rendezvous, this run's own
     assert len(runs) == 1 and re.fullmatch(r"hpcbundle-[0-9a-f]{12}" if wiring == "torchrun" else "-", runs.pop())
+
+
+@pytest.mark.apptainer
+def test_a_horovod_launch_of_the_cpu_ddp_sif_is_refused_in_one_line_naming_the_torch_wirings(
+    cluster: SshCluster, cpu_ddp_sif: SifBuild, tmp_path: Path
+) -> None:
+    """The image says it has no Horovod (label horovod: none): the doctor that runs before --exec reads it back
+    on the nodes, and rule horovod-image refuses the Horovod wiring before any rank starts, naming the fix."""
+    site = sif_site(tmp_path, cluster, "sif-horovod", export=["PATH"])
+    argv = hpcbundle_argv(
+        "launch", "--site", str(site), "--image", str(cpu_ddp_sif.path), "--np", str(RANKS), "--hosts", HOSTS,
+        "--horovod", "--exec", "--", "python3", "-c", "print('started')",
+    )  # fmt: skip
+    res = cluster.run("node1", argv, timeout=600, env=shell(), cwd=tmp_path)
+    refused = [line for line in res.stderr.splitlines() if "horovod-image" in line]
+    assert res.returncode == 2 and "started" not in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+    assert len(refused) == 1 and "has no Horovod" in refused[0] and "--torch or --torchrun" in refused[0], res.stderr
 
 
 @pytest.mark.docker

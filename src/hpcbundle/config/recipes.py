@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from .errors import UserError
 from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, Sha256, Url, Version
@@ -180,14 +180,24 @@ class Recipe(StrictModel):
     base: Base
     python: Version = Field(description="the Python of base.os, e.g. 3.11 (the venv's site-packages path)")
     gpu: Gpu | None = None
-    mpi: Mpi
+    mpi: Mpi | None = Field(
+        None,
+        description="Absent: no MPI in the image (a recipe without horovod only); its torch.distributed ranks meet "
+        "over Gloo, started by `launch --torch` or `--torchrun` (the site's mpirun or srun still starts the "
+        "containers)",
+    )
     ucx: Ucx | None = None
     fabric_libs: list[FabricLib] = Field(
         default_factory=list,
         description="fabric user space in the runtime image: verbs (InfiniBand/RoCE), psm2 (Omni-Path)",
     )
     frameworks: Frameworks
-    horovod: Horovod
+    horovod: Horovod | None = Field(
+        None,
+        description="Absent: a torch.distributed (DDP) image without Horovod: nothing compiles, the image checks "
+        "torch.distributed and Gloo instead, its label says `horovod: none`, and it launches with --torch or "
+        "--torchrun. Absent, not `horovod: none`, as gpu and ucx are absent where an image has none",
+    )
     python_packages: list[PackageSpec] = Field(
         default_factory=list,
         description="your program's own Python packages, exact pins (name==VERSION), installed into the venv "
@@ -200,9 +210,23 @@ class Recipe(StrictModel):
     )
     _file_packages: tuple[str, ...] = PrivateAttr(default=())
 
+    @field_validator("horovod", "mpi", mode="before")
+    @classmethod
+    def _absent_not_none(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, str) and value.lower() == "none":
+            name = info.field_name
+            raise ValueError(
+                f"none is not a section: an image without {name} leaves the {name} section out (delete the line)"
+            )
+        return value
+
     @property
     def is_gpu(self) -> bool:
         return self.gpu is not None
+
+    @property
+    def has_horovod(self) -> bool:
+        return self.horovod is not None
 
     @property
     def user_packages(self) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,7 @@ from ..knowledge.compat import KnowledgeBase
 from ..quoting import quoted, shell_quote
 from ..templating import strict_environment
 from .blocks import BLOCKS, Snippet, apt_packages, source_builds
-from .blocks.horovod import horovod_build, verify
+from .blocks.horovod import default_command, horovod_build, verify
 from .bootstrap import Bootstrap
 from .derive import image_spec, runtime_stage
 from .spec import ImageSpec
@@ -92,6 +92,7 @@ def render_image(
         steps=render_steps(spec, env),
         runtime=runtime_stage(spec),
         horovod=horovod_build(spec),
+        command=default_command(recipe),
         packages=apt_packages(spec).install,
         source_builds=source_builds(spec),
         hpcbundle_version=__version__,

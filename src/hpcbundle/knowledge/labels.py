@@ -34,18 +34,14 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     psm2: the fabric user space; `none` when there is none), and a digest-pinned base image.
     Images of the wheels route (a plain OS base) record the NVIDIA_CONTAINER_ENV they set.
     """
-    fw, gpu, mpi = recipe.frameworks, recipe.gpu, recipe.mpi
+    fw, gpu = recipe.frameworks, recipe.gpu
     labels = {
         "recipe": recipe.name,
         "hpcbundle-version": __version__,
         "os": recipe.base.os,
         "python": recipe.python,
-        "mpi.flavour": mpi.flavour,
-        "mpi.version": mpi.version,
-        "mpi.install": mpi.install,
-        "horovod": recipe.horovod.version,
-        "horovod.controllers": ",".join(recipe.horovod.controllers),
-        "horovod.tensor-operations": ",".join(recipe.horovod.tensor_operations),
+        **_mpi_labels(recipe),
+        **_horovod_labels(recipe),
         "frameworks": ",".join(fw.names),
         "manifest": MANIFEST,
     }
@@ -73,9 +69,36 @@ def image_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     return {f"{LABEL_PREFIX}{key}": value for key, value in labels.items()}
 
 
+NONE = "none"
+"""The value of the `mpi.flavour` and `horovod` labels of an image built without that part (a torch.distributed
+image): an image that says so, unlike one built before the label, whose parts are unknown."""
+
+
+def _mpi_labels(recipe: Recipe) -> dict[str, str]:
+    """mpi.flavour, mpi.version, mpi.install; `mpi.flavour: none` for an image without MPI."""
+    mpi = recipe.mpi
+    if mpi is None:
+        return {"mpi.flavour": NONE}
+    return {"mpi.flavour": mpi.flavour, "mpi.version": mpi.version, "mpi.install": mpi.install}
+
+
+def _horovod_labels(recipe: Recipe) -> dict[str, str]:
+    """horovod (its version), its controllers and tensor operations; `horovod: none` for an image without it."""
+    hvd = recipe.horovod
+    if hvd is None:
+        return {"horovod": NONE}
+    return {
+        "horovod": hvd.version,
+        "horovod.controllers": ",".join(hvd.controllers),
+        "horovod.tensor-operations": ",".join(hvd.tensor_operations),
+    }
+
+
 def _fabric_labels(recipe: Recipe, kb: KnowledgeBase) -> dict[str, str]:
     """mpi.transports, ucx.transports and fabric-libs, from the recipe's builds and its distro MPI's package."""
     mpi = recipe.mpi
+    if mpi is None:
+        return {"mpi.transports": NONE, "fabric-libs": _listing(set(recipe.fabric_libs))}
     distro = kb.distro_mpi.get(recipe.base.os, {}).get(mpi.flavour) if mpi.install == "distro" else None
     transports, ucx, libs = set(), set(), set(recipe.fabric_libs)
     if distro is not None:

@@ -34,7 +34,7 @@ class StackPin(NamedTuple):
 
 
 def stack_pins(recipe: Recipe, kb: KnowledgeBase) -> dict[str, StackPin]:
-    """The recipe's exact pins by canonical name: the frameworks (in recipe order), then Horovod."""
+    """The recipe's exact pins by canonical name: the frameworks (in recipe order), then Horovod (where it has one)."""
     fw, pins = recipe.frameworks, {}
     if fw.tensorflow:
         pins[fw.tensorflow.package] = StackPin(
@@ -42,7 +42,8 @@ def stack_pins(recipe: Recipe, kb: KnowledgeBase) -> dict[str, StackPin]:
         )
     if fw.pytorch:
         pins.update(_pytorch_pins(fw.pytorch, kb))
-    pins["horovod"] = StackPin(f"horovod=={recipe.horovod.version}", "horovod.version")
+    if recipe.horovod:
+        pins["horovod"] = StackPin(f"horovod=={recipe.horovod.version}", "horovod.version")
     return pins
 
 

@@ -1,14 +1,21 @@
-"""Rules for the frameworks and Horovod: TensorFlow and PyTorch builds vs CUDA, cuDNN and Python; Horovod vs both."""
+"""Rules for the frameworks and Horovod: the frameworks vs CUDA, cuDNN and Python; Horovod vs both and the launch."""
 
 from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
-from ..config.recipes import PyTorch, Recipe, TensorFlow
+from ..config.recipes import Horovod, PyTorch, Recipe, TensorFlow
 from ..knowledge.compat import KnowledgeBase
-from .engine import Facts, Verdict, refusal, rule
+from ..knowledge.labels import NONE
+from .engine import Facts, Verdict, refusal, request_refusal, rule
 from .gpu import CPU_ONLY, not_known, recipe_rule
 
 NO_PYTORCH, NO_TENSORFLOW = Verdict("SKIP", "no PyTorch"), Verdict("SKIP", "no TensorFlow")
+NO_HOROVOD = Verdict("SKIP", "the recipe builds no Horovod")
+
+
+def horovod_of(recipe: Recipe) -> Horovod | None:
+    """The recipe's Horovod; None without one (a torch.distributed image)."""
+    return recipe.horovod
 
 
 def pytorch_of(recipe: Recipe) -> PyTorch | None:
@@ -136,96 +143,94 @@ def pytorch_archs(recipe: Recipe, pt: PyTorch, kb: KnowledgeBase) -> Verdict:
     return Verdict("PASS", f"PyTorch {pt.variant} wheel covers {', '.join(recipe.gpu.archs)}")
 
 
-@rule("horovod-tensorflow", needs=("recipe",))
-def horovod_tensorflow(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-tensorflow", horovod_of, NO_HOROVOD)
+def horovod_tensorflow(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
     """Horovod 0.28.1 supports Keras 2 only, so TensorFlow <= 2.15."""
-    recipe = facts.recipe
-    tf, hvd = recipe.frameworks.tensorflow, kb.horovod.get(recipe.horovod.version)
+    tf, hvd = recipe.frameworks.tensorflow, kb.horovod.get(horovod.version)
     if hvd is None:
-        return not_known(f"Horovod {recipe.horovod.version}", "horovod")
+        return not_known(f"Horovod {horovod.version}", "horovod")
     if tf is None:
         return NO_TENSORFLOW
     if parse_version(major_minor(tf.version)) > parse_version(hvd.tensorflow_max):
         return Verdict(
             "FAIL",
             (
-                f"Horovod {recipe.horovod.version} supports TensorFlow <= {hvd.tensorflow_max}; "
+                f"Horovod {horovod.version} supports TensorFlow <= {hvd.tensorflow_max}; "
                 f"TensorFlow {tf.version} ships Keras 3, which horovod.keras does not support (horovod#4040)"
             ),
         )
-    return Verdict("PASS", f"Horovod {recipe.horovod.version} supports TensorFlow {tf.version} (Keras 2)")
+    return Verdict("PASS", f"Horovod {horovod.version} supports TensorFlow {tf.version} (Keras 2)")
 
 
-@recipe_rule("horovod-pytorch", pytorch_of, NO_PYTORCH)
-def horovod_pytorch(recipe: Recipe, pt: PyTorch, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-pytorch", horovod_of, NO_HOROVOD)
+def horovod_pytorch(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
     """PyTorch >= 2.1 needs C++17, which the Horovod 0.28.1 sdist only gets with the cxx17 patch."""
-    hvd = kb.horovod.get(recipe.horovod.version)
+    pt, hvd = recipe.frameworks.pytorch, kb.horovod.get(horovod.version)
+    if pt is None:
+        return NO_PYTORCH
     if hvd is None:
         return Verdict("SKIP", "Horovod unknown (see horovod-tensorflow)")
     if parse_version(pt.version) < parse_version(hvd.pytorch_min):
-        return Verdict("FAIL", f"Horovod {recipe.horovod.version} needs PyTorch >= {hvd.pytorch_min}")
+        return Verdict("FAIL", f"Horovod {horovod.version} needs PyTorch >= {hvd.pytorch_min}")
     if (
         parse_version(major_minor(pt.version)) >= parse_version(hvd.pytorch_cxx17_from)
-        and "cxx17" not in recipe.horovod.patches
+        and "cxx17" not in horovod.patches
     ):
         return Verdict(
             "FAIL",
             (
-                f"PyTorch {pt.version} needs C++17 but Horovod {recipe.horovod.version} builds as C++14; "
+                f"PyTorch {pt.version} needs C++17 but Horovod {horovod.version} builds as C++14; "
                 "add cxx17 to horovod.patches"
             ),
         )
     return Verdict(
         "PASS",
-        f"Horovod {recipe.horovod.version} builds with PyTorch {pt.version}"
-        + (" (C++17 patch)" if "cxx17" in recipe.horovod.patches else ""),
+        f"Horovod {horovod.version} builds with PyTorch {pt.version}"
+        + (" (C++17 patch)" if "cxx17" in horovod.patches else ""),
     )
 
 
-def _horovod_patch(recipe: Recipe, patch: str, found: str, version: str, first_broken: str, why: str) -> Verdict:
-    """FAIL unless the recipe has Horovod `patch` where `version` (of what is `found`) >= `first_broken`.
+def _horovod_patch(horovod: Horovod, patch: str, found: str, version: str, first_broken: str, why: str) -> Verdict:
+    """FAIL unless `horovod` has `patch` where `version` (of what is `found`) >= `first_broken`.
 
     `why` says what breaks; the PASS line names `found` and whether the patch is on.
     """
-    patched = patch in recipe.horovod.patches
+    patched = patch in horovod.patches
     if parse_version(version) >= parse_version(first_broken) and not patched:
         return Verdict("FAIL", why, f"add {patch} to horovod.patches")
     return Verdict("PASS", found + (f" ({patch} patch)" if patched else ""))
 
 
-@rule("horovod-gcc13", needs=("recipe",))
-def horovod_gcc13(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-gcc13", horovod_of, NO_HOROVOD)
+def horovod_gcc13(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
     """GCC >= 13 stops including <string>/<stdexcept> transitively: Horovod 0.28.1 needs the gcc13 patch there."""
-    recipe = facts.recipe
-    hvd, gcc = kb.horovod.get(recipe.horovod.version), kb.os_gcc.get(recipe.base.os)
+    hvd, gcc = kb.horovod.get(horovod.version), kb.os_gcc.get(recipe.base.os)
     if hvd is None or hvd.gcc13_patch_from is None or gcc is None:
         return Verdict("SKIP", "no GCC 13 rule for this Horovod, or the GCC of the base OS is unknown")
     why = (
-        f"{recipe.base.os} builds with GCC {gcc}; Horovod {recipe.horovod.version} does not compile with "
+        f"{recipe.base.os} builds with GCC {gcc}; Horovod {horovod.version} does not compile with "
         f"GCC >= {hvd.gcc13_patch_from} (common.h, group_table.h, handle_manager.cc lack <string>, <stdexcept>)"
     )
-    return _horovod_patch(recipe, "gcc13", f"GCC {gcc} of {recipe.base.os}", gcc, hvd.gcc13_patch_from, why)
+    return _horovod_patch(horovod, "gcc13", f"GCC {gcc} of {recipe.base.os}", gcc, hvd.gcc13_patch_from, why)
 
 
-@rule("horovod-py312", needs=("recipe",))
-def horovod_py312(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-py312", horovod_of, NO_HOROVOD)
+def horovod_py312(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
     """Python >= 3.12 has no distutils, which Horovod 0.28.1's torch build and horovodrun import: the py312 patch."""
-    recipe = facts.recipe
-    hvd = kb.horovod.get(recipe.horovod.version)
+    hvd = kb.horovod.get(horovod.version)
     if hvd is None or hvd.py312_patch_from is None:
         return Verdict("SKIP", "no Python 3.12 rule for this Horovod")
     why = (
-        f"Python {recipe.python} has no distutils; Horovod {recipe.horovod.version}'s torch build and horovodrun "
+        f"Python {recipe.python} has no distutils; Horovod {horovod.version}'s torch build and horovodrun "
         f"import it (Python >= {hvd.py312_patch_from})"
     )
-    return _horovod_patch(recipe, "py312", f"Python {recipe.python}", recipe.python, hvd.py312_patch_from, why)
+    return _horovod_patch(horovod, "py312", f"Python {recipe.python}", recipe.python, hvd.py312_patch_from, why)
 
 
-@rule("horovod-ops", needs=("recipe",))
-def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
+@recipe_rule("horovod-ops", horovod_of, NO_HOROVOD)
+def horovod_ops(recipe: Recipe, horovod: Horovod, kb: KnowledgeBase) -> Verdict:
     """GPU stacks allreduce through NCCL; CPU stacks cannot build NCCL operations."""
-    recipe = facts.recipe
-    ops = recipe.horovod.tensor_operations
+    ops = horovod.tensor_operations
     if recipe.gpu is None and "nccl" in ops:
         return Verdict(
             "FAIL", "CPU-only recipe asks for NCCL tensor operations; drop nccl from horovod.tensor_operations"
@@ -235,3 +240,22 @@ def horovod_ops(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "FAIL", "GPU recipe without NCCL tensor operations would allreduce through host memory; add nccl"
         )
     return Verdict("PASS", "tensor operations: " + ", ".join(ops))
+
+
+@rule("horovod-image", needs=("image", "site"))
+def horovod_image(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A Horovod launch (--horovod, or the site's default wiring) needs Horovod in the image; a torch.distributed
+    image (recipe without horovod, label horovod: none) is launched with --torch or --torchrun."""
+    wiring = facts.request.wiring if facts.request else facts.site.torch.wiring
+    built = facts.image.get("horovod")
+    if wiring != "horovod":
+        return Verdict("SKIP", f"--{wiring}: the ranks meet through torch.distributed, not Horovod")
+    if built is None:
+        return Verdict("SKIP", "the image does not say whether it has Horovod (see image-metadata)")
+    if built == NONE:
+        return request_refusal(
+            "--horovod",
+            f"{facts.image_source or 'the image'} has no Horovod (a torch.distributed image)",
+            "launch it with --torch or --torchrun",
+        )
+    return Verdict("PASS", f"the image has Horovod {built}")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ..config.fields import major_minor, parse_version
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.labels import NONE
 from ..knowledge.launching import ranks_use_mpi
 from .engine import Facts, Verdict, rule
+
+NO_MPI_IMAGE = Verdict("SKIP", "the image has no MPI: its ranks must start with launch --torch or --torchrun")
 
 
 def without_mpi(facts: Facts) -> Verdict | None:
@@ -21,8 +24,9 @@ def without_mpi(facts: Facts) -> Verdict | None:
 @rule("mpi-abi", needs=("recipe",))
 def mpi_abi(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """The image's MPI must belong to a known ABI family so a host MPI can be matched to it."""
-    recipe = facts.recipe
-    mpi = recipe.mpi
+    mpi = facts.recipe.mpi
+    if mpi is None:
+        return NO_MPI_IMAGE
     abi = kb.mpi_abi.get(mpi.flavour)
     if abi is None:
         return Verdict("FAIL", f"MPI flavour {mpi.flavour} has no ABI family in compat.yaml")
@@ -49,6 +53,8 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
         return skip
     if not image.get("mpi.flavour"):
         return Verdict("SKIP", "image MPI unknown (see image-metadata)")
+    if image["mpi.flavour"] == NONE:
+        return NO_MPI_IMAGE
     seen = [n["mpi"] for n in facts.ok_nodes().values() if n.get("mpi")]
     host = seen[0] if seen else {"flavour": facts.site.mpi.flavour, "version": facts.site.mpi.version}
     hflavour, hversion, iflavour, iversion = (

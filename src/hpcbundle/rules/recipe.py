@@ -12,11 +12,38 @@ from ..knowledge.stack import owned_by, stack_pins
 from .engine import Facts, Verdict, refusal, rule
 from .gpu import CPU_ONLY
 
+NO_MPI = Verdict("SKIP", "the recipe puts no MPI in the image")
+
+
+@rule("without-horovod", needs=("recipe",), on_load=True)
+def without_horovod(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A recipe without horovod is a torch.distributed image (it needs PyTorch); Horovod needs an MPI to build on."""
+    recipe = facts.recipe
+    if recipe.horovod is None and recipe.frameworks.pytorch is None:
+        return [
+            refusal(
+                "frameworks",
+                "a recipe without horovod is a torch.distributed image, which needs PyTorch",
+                "add frameworks.pytorch, or a horovod section",
+            )
+        ]
+    if recipe.horovod is not None and recipe.mpi is None:
+        return [
+            refusal(
+                "mpi",
+                "Horovod builds against the image's MPI",
+                "add an mpi section, or remove horovod for a torch.distributed image",
+            )
+        ]
+    return []
+
 
 @rule("mpi-install", needs=("recipe",), on_load=True)
 def mpi_install(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """mpi.install fits the flavour and the keys given: a source build has a tarball, pip is Intel MPI's."""
     mpi = facts.recipe.mpi
+    if mpi is None:
+        return [NO_MPI]
     if mpi.install == "source" and mpi.source is None:
         return [refusal("mpi", "install: source needs source.url and source.sha256 (or use install: distro)")]
     if mpi.install != "source" and (mpi.source is not None or mpi.configure):
@@ -31,7 +58,8 @@ def mpi_install(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 @rule("build-env-derived", needs=("recipe",), on_load=True)
 def build_env_derived(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """horovod.build_env adds build variables, never one derived from the recipe (frameworks, controllers, gpu)."""
-    if not facts.recipe.horovod.build_env:
+    hvd = facts.recipe.horovod
+    if hvd is None or not hvd.build_env:
         return [Verdict("SKIP", "the recipe sets no horovod.build_env")]
     return [
         refusal(
@@ -39,7 +67,7 @@ def build_env_derived(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             "is derived from the recipe",
             "remove it; set frameworks, controllers or gpu instead",
         )
-        for name in sorted(facts.recipe.horovod.build_env)
+        for name in sorted(hvd.build_env)
         if derived(name)
     ]
 
@@ -50,7 +78,7 @@ def ucx_open_mpi(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     recipe = facts.recipe
     if recipe.ucx is None:
         return [Verdict("SKIP", "the recipe sets no ucx")]
-    if not (recipe.mpi.flavour == "openmpi" and recipe.mpi.install == "source"):
+    if recipe.mpi is None or not (recipe.mpi.flavour == "openmpi" and recipe.mpi.install == "source"):
         return [refusal("", "ucx is built only for an Open MPI built from source (mpi.install: source)")]
     return []
 
@@ -100,7 +128,10 @@ def verbs_runtime(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     recipe = facts.recipe
     verbs_builds = [
         f"{key}.configure {option}"
-        for key, options in (("ucx", recipe.ucx.configure if recipe.ucx else []), ("mpi", recipe.mpi.configure))
+        for key, options in (
+            ("ucx", recipe.ucx.configure if recipe.ucx else []),
+            ("mpi", recipe.mpi.configure if recipe.mpi else []),
+        )
         for option in options
         if option in ("--with-verbs", "--with-rdmacm")
     ]

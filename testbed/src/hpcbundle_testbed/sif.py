@@ -208,7 +208,10 @@ def build_sif(
 
 def cached_horovod_wheel(recipe: Recipe, cache: Path | None = None) -> Path | None:
     """The directory of a cached Horovod wheel built for exactly this recipe's versions: the install
-    script's (``horovod/<horovod_key>-py<python>/``), else the set-up's (`setup_horovod_wheel`)."""
+    script's (``horovod/<horovod_key>-py<python>/``), else the set-up's (`setup_horovod_wheel`); None for a
+    recipe without Horovod too."""
+    if recipe.horovod is None:
+        return None
     spec = image_spec(recipe, knowledge_base())
     script = (cache or cache_dir()) / "horovod" / f"{horovod_key(recipe)}-py{recipe.python}"
     if any(script.glob("horovod-*.whl")):
@@ -224,6 +227,9 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 3 and argv[0] == "horovod":
         recipe = load_recipe(argv[1], find_bundle(None, Path.cwd()).recipes_dir)
+        if recipe.horovod is None:
+            print(f"{recipe.name} builds no Horovod: no wheel to link", file=sys.stderr)
+            return 0
         wheels = cached_horovod_wheel(recipe)
         if wheels is None:
             print(f"no cached Horovod wheel for {recipe.name}: the build compiles it", file=sys.stderr)

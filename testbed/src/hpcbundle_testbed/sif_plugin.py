@@ -118,6 +118,7 @@ def sif_image(
         pytest.fail(f"SIF {recipe.name}: {exc}", pytrace=False)
     how = "cached" if built.cached else f"built in {built.seconds:.0f} s"
     reuse = f"Horovod wheel from {horovod.name}" if horovod else "Horovod compiled (no cached wheel)"
+    reuse = reuse if recipe.horovod else "no Horovod"
     _REPORT.append(f"{built.path.name}: {how}, {built.path.stat().st_size / 1e9:.2f} GB; {reuse}")
     return built
 
@@ -129,6 +130,14 @@ def cpu_local_sif(bundle_under_test: Bundle, apptainer: str, wheelhouse: Path) -
     recipe = load_recipe("cpu-local", bundle_under_test.recipes_dir)
     horovod = setup_horovod_wheel(recipe, image_spec(recipe, knowledge_base()))
     return sif_image(bundle_under_test, recipe, apptainer, (wheelhouse,), horovod)
+
+
+@pytest.fixture(scope="session")
+def cpu_ddp_sif(bundle_under_test: Bundle, apptainer: str, wheelhouse: Path) -> SifBuild:
+    """The cpu-ddp recipe's rendered .def (torch.distributed, no Horovod, no MPI) built into a SIF from the
+    debootstrapped base with the cached torch+cpu wheel: nothing compiles."""
+    recipe = load_recipe("cpu-ddp", bundle_under_test.recipes_dir)
+    return sif_image(bundle_under_test, recipe, apptainer, (wheelhouse,), None)
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,8 @@ from __future__ import annotations
 from ..spec import ImageSpec
 from .base import BLOCKS, Apt, Block, Packages, Snippet, apt_packages
 
-BASE_PACKAGES = Packages(
-    ("build-essential", "cmake", "python3-dev", "python3-venv"), ("libgomp1", "openssh-client", "python3")
-)
-"""What every image needs: compilers and Python's headers to build, Python and ssh to run."""
+BASE_PACKAGES = Packages(("python3-venv",), ("libgomp1", "openssh-client", "python3"))
+"""What every image needs: Python's venv to build, Python and ssh to run (what compiles brings its compilers)."""
 
 
 @BLOCKS.register

@@ -93,8 +93,8 @@ class Paths:
 MPI_PREFIX = "/opt/openmpi"
 """Where a source-built MPI goes (Open MPI's or MPICH's: one MPI per image)."""
 
-FETCH_PACKAGES = Packages(("bzip2", "ca-certificates", "curl"))
-"""What a source build needs to fetch and unpack its tarball."""
+FETCH_PACKAGES = Packages(("build-essential", "bzip2", "ca-certificates", "curl"))
+"""What a source build needs to fetch, unpack and compile its tarball."""
 
 
 class Block:
@@ -184,24 +184,28 @@ class MpiBlock(SourceBlock):
 
     def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
         """mpi_prefix, where the recipe's MPI is this one (None: the distribution's)."""
-        return {"mpi_prefix": self.prefix(spec)} if spec.recipe.mpi.flavour == self.flavour else {}
+        return {"mpi_prefix": self.prefix(spec)} if self.is_ours(spec) else {}
+
+    def is_ours(self, spec: ImageSpec) -> bool:
+        """Whether the recipe's MPI is this flavour (a recipe without mpi has none)."""
+        return spec.recipe.mpi is not None and spec.recipe.mpi.flavour == self.flavour
 
     def options(self, spec: ImageSpec) -> tuple[str, ...]:
         """The configure options: the recipe's mpi.configure."""
-        return tuple(spec.recipe.mpi.configure)
+        return tuple(spec.recipe.mpi.configure) if spec.recipe.mpi else ()
 
     def source(self, spec: ImageSpec) -> SourceBuild | None:
         mpi = spec.recipe.mpi
-        if mpi.flavour != self.flavour or mpi.install != "source":
+        if mpi is None or mpi.flavour != self.flavour or mpi.install != "source":
             return None
-        assert mpi.source is not None  # guaranteed by the recipe model
+        assert mpi.source is not None  # guaranteed by the mpi-install rule
         return SourceBuild(
             mpi.flavour, mpi.source.url, mpi.source.sha256, "./configure", self.options(spec), MPI_PREFIX
         )
 
     def apt(self, spec: ImageSpec) -> Apt:
         mpi = spec.recipe.mpi
-        if mpi.flavour == self.flavour and mpi.install == "distro":
+        if mpi is not None and mpi.flavour == self.flavour and mpi.install == "distro":
             return Apt(self.distro_packages)
         return super().apt(spec)
 

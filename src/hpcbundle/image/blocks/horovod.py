@@ -9,11 +9,16 @@ from dataclasses import dataclass
 from ...config.fields import major_minor
 from ...config.recipes import Recipe
 from ..spec import WHEELHOUSE, ImageSpec
-from .base import BLOCKS, Block, Snippet, search_env
+from .base import BLOCKS, Apt, Block, Packages, Snippet, search_env
 from .nccl import torch_nccl
 
 HOROVOD_CACHE = f"{WHEELHOUSE}/horovod"
 """Prebuilt Horovod wheels, one directory per versions key (`horovod_key`): installed instead of building."""
+TORCH_CHECK = (
+    "import sys, torch, torch.distributed as dist; ok = dist.is_available() and dist.is_gloo_available(); "
+    'print("torch", torch.__version__, "torch.distributed with gloo:", ok); sys.exit(not ok)'
+)
+"""The check of an image without Horovod (python -c): torch imports and torch.distributed has Gloo."""
 CHECK_BUILD_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL"}
 """How `horovodrun --check-build` names each framework, controller and tensor operation."""
 
@@ -61,9 +66,11 @@ class HorovodBuild:
     py312_from: str | None
 
 
-def horovod_build(spec: ImageSpec) -> HorovodBuild:
-    """The cache and the host's bounds for `spec`'s Horovod and CUDA, from the knowledge base."""
+def horovod_build(spec: ImageSpec) -> HorovodBuild | None:
+    """The cache and the host's bounds for `spec`'s Horovod and CUDA, from the knowledge base (None: no Horovod)."""
     recipe, kb = spec.recipe, spec.kb
+    if recipe.horovod is None:
+        return None
     hvd = kb.horovod.get(recipe.horovod.version)
     return HorovodBuild(
         cache=horovod_cache(recipe, spec.layout.host),
@@ -76,6 +83,7 @@ def horovod_build(spec: ImageSpec) -> HorovodBuild:
 def check_build(recipe: Recipe) -> tuple[str, ...]:
     """`horovodrun --check-build` lines that must be [X], as 'Section: Name' (e.g. 'Controllers: MPI')."""
     hvd = recipe.horovod
+    assert hvd is not None, "only a recipe with horovod builds it"
     wanted = [
         ("Frameworks", recipe.frameworks.names),
         ("Controllers", hvd.controllers),
@@ -93,6 +101,7 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
     """
     recipe, layout, cuda_home = spec.recipe, spec.layout, spec.cuda_home
     fw, hvd, gpu = recipe.frameworks, recipe.horovod, recipe.gpu
+    assert hvd is not None, "only a recipe with horovod builds it"
     wheels = gpu is not None and gpu.source == "wheels"
     # libcuda.so.1 -> the toolkit's stub, only while Horovod builds (build hosts have no GPU driver).
     stub = (f"{layout.build_dir}/cuda-stubs",) if gpu and not wheels else ()
@@ -122,8 +131,18 @@ def horovod_env(spec: ImageSpec) -> dict[str, str]:
 
 
 def verify(spec: ImageSpec) -> Snippet:
-    """The check the build runs after installing Horovod and the .def runs again as %test."""
+    """The check the build runs after installing Horovod and the .def runs again as %test; in an image without
+    Horovod, that torch imports and its torch.distributed has the Gloo back end (what --torch ranks use on CPUs)."""
+    if spec.recipe.horovod is None:
+        return Snippet(
+            "torch.distributed is available, with Gloo", "verify", {"check_build": (), "torch_check": TORCH_CHECK}
+        )
     return Snippet("Horovod has every framework, controller and operation", "verify", _verify_values(spec))
+
+
+def default_command(recipe: Recipe) -> tuple[str, ...]:
+    """What an image runs without arguments: `horovodrun --check-build`, or the torch check without Horovod."""
+    return ("horovodrun", "--check-build") if recipe.horovod else ("python", "-c", TORCH_CHECK)
 
 
 def _verify_values(spec: ImageSpec) -> dict[str, object]:
@@ -136,6 +155,8 @@ class Horovod(Block):
     """Horovod's sdist (sha256-checked, patched), built into a wheel with `horovod_env` and installed;
     a wheel already cached for these versions (`horovod_key`) is installed instead. Then
     `horovodrun --check-build` must mark every framework, controller and operation [X].
+    A recipe without `horovod` (a torch.distributed image) builds nothing here: its build checks that torch
+    imports and torch.distributed has Gloo (`TORCH_CHECK`), as its .def's %test does.
 
     Parameters: `horovod.version`, `horovod.sdist_sha256`, `horovod.patches` (cxx17, gcc13, py312),
     `horovod.controllers`, `horovod.tensor_operations`, `horovod.build_env`, `frameworks`,
@@ -150,7 +171,13 @@ class Horovod(Block):
     name, position = "horovod", 70
     shell = ("horovod", "verify")
 
+    def apt(self, spec: ImageSpec) -> Apt:
+        """The compilers, cmake and Python's headers its build needs (a recipe without horovod compiles nothing)."""
+        return Apt(Packages(("build-essential", "cmake", "python3-dev"))) if spec.recipe.horovod else Apt()
+
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        if spec.recipe.horovod is None:
+            return (verify(spec),)
         title = (
             f"Horovod {spec.recipe.horovod.version} (the cached wheel for these versions, or built from its sdist), "
             "then horovodrun --check-build"

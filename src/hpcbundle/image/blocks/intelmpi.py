@@ -25,7 +25,7 @@ class IntelMpi(Block):
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
         mpi = spec.recipe.mpi
-        if mpi.install != "pip":
+        if mpi is None or mpi.install != "pip":
             return ()
         wheels = (f"impi-devel=={mpi.version}", f"impi-rt=={mpi.version}")
         return (
@@ -34,7 +34,7 @@ class IntelMpi(Block):
 
     def paths(self, spec: ImageSpec) -> Paths:
         """The venv's lib/ and libfabric, I_MPI_ROOT and the providers (the host's venv holds them too)."""
-        if spec.recipe.mpi.install != "pip":
+        if spec.recipe.mpi is None or spec.recipe.mpi.install != "pip":
             return Paths()
         venv = spec.venv
         env = {"I_MPI_ROOT": venv, "FI_PROVIDER_PATH": f"{venv}/lib/libfabric/prov"}
@@ -42,4 +42,5 @@ class IntelMpi(Block):
 
     def manifest(self, spec: ImageSpec) -> Mapping[str, str | None]:
         """mpi_prefix None: the wheels sit in the venv."""
-        return {"mpi_prefix": None} if spec.recipe.mpi.flavour == "intelmpi" else {}
+        mpi = spec.recipe.mpi
+        return {"mpi_prefix": None} if mpi is not None and mpi.flavour == "intelmpi" else {}

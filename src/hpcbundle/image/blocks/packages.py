@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from ...config.packages import package_name
-from ...knowledge.stack import HELD_AS_BUILT, owned_by
+from ...knowledge.stack import HELD_AS_BUILT, owned_by, stack_pins
 from ..spec import ImageSpec
 from .base import BLOCKS, Block, Snippet
-from .frameworks import framework_requirements
 
 CONSTRAINTS = "hpcbundle-constraints.txt"
 """The stack's exact pins, in the venv (a later `pip install -c` of the user's own keeps them too)."""
@@ -16,8 +15,8 @@ CONSTRAINTS = "hpcbundle-constraints.txt"
 class Packages(Block):
     """pip installs the recipe's `python_packages` and `requirements_file` pins into the same venv, after the
     frameworks and Horovod, with `-c` a constraints file written first: the recipe's pins of the frameworks
-    and Horovod, then every package the venv holds at that point (numpy, the NVIDIA wheels, Horovod's
-    helpers; the user's own names left out but for numpy and the stack's own, so that a re-run of the
+    and Horovod (where the recipe has it), then every package the venv holds at that point (numpy, the NVIDIA
+    wheels, Horovod's helpers; the user's own names left out but for numpy and the stack's own, so that a re-run of the
     install script may change them).
     A pin the stack cannot take stops pip, which names both; the `user-packages` rule refuses the ones
     the recipe alone shows. On a base that freezes its packages (NGC's /etc/pip/constraint.txt) they
@@ -41,7 +40,7 @@ class Packages(Block):
             return ()
         names = sorted({name.replace("-", "[-_.]+") for pin in pins if not _held(name := package_name(pin))})
         values = {
-            "stack": (*framework_requirements(spec.recipe, spec.kb), f"horovod=={spec.recipe.horovod.version}"),
+            "stack": tuple(pin.pin for pin in stack_pins(spec.recipe, spec.kb).values()),
             "constraints": f"{spec.venv}/{CONSTRAINTS}",
             "own": f"^({'|'.join(names)})==" if names else "",
             "packages": pins,

@@ -26,10 +26,15 @@ def build_requirements(spec: ImageSpec) -> tuple[str, ...]:
     return (CMAKE_FOR_WHEELS,) if spec.cuda_tree else ()
 
 
+_NOTHING: dict[str, tuple[str, ...]] = {"requirements": (), "build_requirements": ()}
+"""A recipe without Horovod: a bare venv (pip installs the frameworks next)."""
+
+
 @BLOCKS.register
 class Venv(Block):
     """A venv from the distribution's python3 (the install script: the host's, reused on a re-run),
-    plus Horovod's pinned build helpers and, for gpu.source: wheels, pip's cmake.
+    plus Horovod's pinned build helpers and, for gpu.source: wheels, pip's cmake (a recipe without
+    horovod gets the bare venv).
 
     Parameters: `python` (the venv's site-packages path), `gpu.source`.
 
@@ -43,6 +48,8 @@ class Venv(Block):
     shell = ("venv",)
 
     def build(self, spec: ImageSpec) -> tuple[Snippet, ...]:
+        if spec.recipe.horovod is None:
+            return (Snippet(f"Python {spec.recipe.python} venv at {spec.venv}", "venv", _NOTHING),)
         title = f"Python {spec.recipe.python} venv at {spec.venv} with Horovod's build helpers"
         tools = build_requirements(spec)
         values = {"requirements": (*HOROVOD_HELPERS, *tools), "build_requirements": tools}

@@ -1,0 +1,82 @@
+# Rendered by hpcbundle 0.1.0 from recipe cpu-ddp; do not edit, re-render:
+#   hpcbundle render cpu-ddp --format docker
+# Debian 12, PyTorch 2.13 CPU, torch.distributed (Gloo) without Horovod or MPI
+#
+# Build context: a directory with examples/ and wheelhouse/ (maybe empty; wheels found there are
+# used before the network). No Horovod: launch it with --torch or --torchrun. Build arguments:
+#   BUILD_IMAGE / RUNTIME_IMAGE  another (e.g. locally imported) base image of the same OS
+#   PIP_NO_INDEX=1               fully offline: pip installs only from wheelhouse/
+#   PIP_EXTRA_INDEX_URL=URL      a wheel index for framework builds that are not on PyPI
+ARG BUILD_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm
+
+# ---- build: frameworks ----
+FROM ${BUILD_IMAGE} AS build
+ARG PIP_NO_INDEX=0
+ARG PIP_EXTRA_INDEX_URL=
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+COPY wheelhouse/ /wheelhouse/
+
+# OS packages for building
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# Python 3.11 venv at /opt/venv
+RUN python3 -m venv /opt/venv
+
+# frameworks
+RUN if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi && \
+    /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse ${frozen:+-c "$frozen"} torch==2.13.0+cpu
+
+# torch.distributed is available, with Gloo
+RUN "/opt/venv/bin/python" -c 'import sys, torch, torch.distributed as dist; ok = dist.is_available() and dist.is_gloo_available(); print("torch", torch.__version__, "torch.distributed with gloo:", ok); sys.exit(not ok)'
+
+# your own Python packages (1), the stack held fixed
+RUN if [ -f "/etc/pip/constraint.txt" ]; then frozen="/etc/pip/constraint.txt"; else frozen=""; fi && \
+    printf '%s\n' torch==2.13.0+cpu > "/opt/venv/hpcbundle-constraints.txt" && \
+    /opt/venv/bin/python -m pip list --format=freeze >> "/opt/venv/hpcbundle-constraints.txt" && \
+    if ! /opt/venv/bin/python -m pip install --no-cache-dir --find-links /wheelhouse -c "/opt/venv/hpcbundle-constraints.txt" ${frozen:+-c "$frozen"} numpy==1.26.4; then echo "python_packages/requirements_file: a pin conflicts with the stack in /opt/venv/hpcbundle-constraints.txt (pip names both above): change or remove that pin" >&2; exit 1; fi
+
+# ---- slim: the build's results without what only building needs (the runtime copies from here) ----
+FROM build AS slim
+
+# drop what only building needs from the venv
+RUN rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test && \
+    rm -f /opt/venv/lib/python3.11/site-packages/torch/bin/test_* && \
+    du -sh /opt/venv
+
+# ---- runtime: only what runs ----
+FROM ${RUNTIME_IMAGE} AS runtime
+SHELL ["/bin/bash", "-euo", "pipefail", "-c"]
+
+# OS packages to run
+RUN apt-get update && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libgomp1 openssh-client python3 && \
+    apt-get clean && \
+    rm -rf /var/lib/apt/lists/*
+
+# hpcbundle-bind, the gpu-numa placement script, at /usr/local/bin/hpcbundle-bind
+# hadolint ignore=SC2016
+RUN printf '%s\n' '#!/bin/sh' '# hpcbundle-bind MAP PROGRAM [ARG...]: run one rank on the cores and memory of the NUMA node of its GPU.' '#' '# MAP is node.gpu_numa of the site: GPU index -> NUMA node, comma-separated (e.g. 0,0,1,1: GPUs 0-1' '# on node 0, GPUs 2-3 on node 1). The local rank comes from whatever launcher started the rank:' '# OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID or PMI_LOCAL_RANK (hydra), SLURM_LOCALID' '# (SLURM), in that order: mpirun and hydra inside a batch job still inherit SLURM_LOCALID.' '# The GPU of the rank is the one Horovod programs use (device local_rank): entry local_rank of' '# CUDA_VISIBLE_DEVICES when it lists several, the one it names when the launcher chose one, else' '# GPU local_rank. For that GPU on NUMA node N it execs PROGRAM under' '# `numactl --cpunodebind=N --membind=N` or, where numactl is missing (slim images), under' '# `taskset -c` over the CPUs of node N (memory then follows first touch). CUDA_VISIBLE_DEVICES is' '# left as it is, so `torch.cuda.set_device(hvd.local_rank())` still finds the GPU.' '#' '# Images built by hpcbundle carry it at /usr/local/bin/hpcbundle-bind; on a host, `make install-bind`' '# puts it there. In images built elsewhere (site key container.foreign_image) launch lines run this' '# text inline, `sh -c TEXT hpcbundle-bind MAP PROGRAM...`, its commands joined with "; ": so every' '# line below is one complete command.' '# Exit status 2: no MAP or PROGRAM, no local rank, or no GPU of the map for the rank.' 'if [ "$#" -lt 2 ]; then echo "usage: hpcbundle-bind MAP PROGRAM [ARG...] (MAP: GPU index -> NUMA node, e.g. 0,0,1,1)" >&2; exit 2; fi' 'map=$1' shift '# nth LIST N: the N-th (from 0) entry of a comma-separated LIST, nothing past its end.' 'nth() { rest=$1, i=0; while [ -n "$rest" ]; do if [ "$i" -eq "$2" ]; then echo "${rest%%,*}"; return; fi; rest=${rest#*,}; i=$((i + 1)); done; }' 'rank=${OMPI_COMM_WORLD_LOCAL_RANK:-${MPI_LOCALRANKID:-${PMI_LOCAL_RANK:-${SLURM_LOCALID:-}}}}' 'case $rank in "" | *[!0-9]* | ??????*) echo "hpcbundle-bind: no local rank from Open MPI, hydra or SLURM (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, PMI_LOCAL_RANK, SLURM_LOCALID)" >&2; exit 2 ;; esac' 'case ${CUDA_VISIBLE_DEVICES:-} in *,*) gpu=$(nth "$CUDA_VISIBLE_DEVICES" "$rank") ;; "") gpu=$rank ;; *) gpu=$CUDA_VISIBLE_DEVICES ;; esac' 'case $gpu in "" | *[!0-9]* | ??????*) numa="" ;; *) numa=$(nth "$map" "$gpu") ;; esac' 'if [ -z "$numa" ]; then echo "hpcbundle-bind: local rank $rank has no GPU in the map (node.gpu_numa: $map; CUDA_VISIBLE_DEVICES: ${CUDA_VISIBLE_DEVICES:-unset})" >&2; exit 2; fi' 'if command -v numactl >/dev/null 2>&1; then exec numactl --cpunodebind="$numa" --membind="$numa" "$@"; fi' 'exec taskset -c "$(cat "/sys/devices/system/node/node$numa/cpulist")" "$@"' > /usr/local/bin/hpcbundle-bind && \
+    chmod 0755 /usr/local/bin/hpcbundle-bind
+
+# the recipe as JSON at /etc/hpcbundle/manifest.json
+RUN mkdir -p "$(dirname /etc/hpcbundle/manifest.json)" && \
+    printf '%s\n' '{"hpcbundle_version": "0.1.0", "recipe": {"name": "cpu-ddp", "description": "Debian 12, PyTorch 2.13 CPU, torch.distributed (Gloo) without Horovod or MPI", "base": {"os": "debian12", "build_image": "debian:bookworm", "runtime_image": "debian:bookworm"}, "python": "3.11", "gpu": null, "mpi": null, "ucx": null, "fabric_libs": [], "frameworks": {"tensorflow": null, "pytorch": {"version": "2.13.0", "variant": "cpu", "torchvision": false, "torchaudio": null}}, "horovod": null, "python_packages": ["numpy==1.26.4"]}, "layout": {"venv": "/opt/venv", "ucx_prefix": null, "examples": "/examples"}, "labels": {"org.hpcbundle.recipe": "cpu-ddp", "org.hpcbundle.hpcbundle-version": "0.1.0", "org.hpcbundle.os": "debian12", "org.hpcbundle.python": "3.11", "org.hpcbundle.mpi.flavour": "none", "org.hpcbundle.horovod": "none", "org.hpcbundle.frameworks": "pytorch", "org.hpcbundle.manifest": "/etc/hpcbundle/manifest.json", "org.hpcbundle.mpi.transports": "none", "org.hpcbundle.fabric-libs": "none", "org.hpcbundle.pytorch": "2.13.0+cpu"}}' > /etc/hpcbundle/manifest.json
+COPY --from=slim /opt/venv /opt/venv
+COPY examples/ /examples/
+ENV PATH="/opt/venv/bin:${PATH}"
+LABEL org.hpcbundle.recipe="cpu-ddp" \
+    org.hpcbundle.hpcbundle-version="0.1.0" \
+    org.hpcbundle.os="debian12" \
+    org.hpcbundle.python="3.11" \
+    org.hpcbundle.mpi.flavour="none" \
+    org.hpcbundle.horovod="none" \
+    org.hpcbundle.frameworks="pytorch" \
+    org.hpcbundle.manifest="/etc/hpcbundle/manifest.json" \
+    org.hpcbundle.mpi.transports="none" \
+    org.hpcbundle.fabric-libs="none" \
+    org.hpcbundle.pytorch="2.13.0+cpu"
+CMD ["python", "-c", "import sys, torch, torch.distributed as dist; ok = dist.is_available() and dist.is_gloo_available(); print(\"torch\", torch.__version__, \"torch.distributed with gloo:\", ok); sys.exit(not ok)"]
