@@ -118,7 +118,7 @@ lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles
 	$(BIN)/ruff check src tests examples bench testbed
 	$(BIN)/ruff format --check src tests examples bench testbed
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) scripts/setup/*.sh scripts/device/*.sh scripts/sif-build-flags.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) src/hpcbundle/data/hpcbundle-torchenv scripts/setup/*.sh scripts/device/*.sh scripts/sif-build-flags.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
