@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, StrictStr
 
 from .errors import UserError, clip
 from .loading import read_text
@@ -65,7 +65,7 @@ def package_version(spec: str) -> str:
     return next(iter(Requirement(spec).specifier)).version
 
 
-PackageSpec = Annotated[str, BeforeValidator(package_spec)]
+PackageSpec = Annotated[StrictStr, AfterValidator(package_spec)]
 """One exact pin, `name[extras]==version` (pip reads it, never a shell: the templates quote it)."""
 
 
