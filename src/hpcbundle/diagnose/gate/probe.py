@@ -162,7 +162,33 @@ class Mpi4pyBackend(Backend):
         return self.comm.allgather(item)
 
 
-class HorovodBackend(Backend):
+class TensorBackend(Backend):
+    """A library that all-reduces PyTorch tensors on `device` (the rank's GPU, or the CPU): timed alike."""
+
+    torch: Any
+    device = "cpu"
+
+    def summed(self, tensor: Any) -> None:
+        """Sum `tensor` over every rank, in place."""
+        raise NotImplementedError
+
+    def _sync(self) -> None:
+        if self.device != "cpu":
+            self.torch.cuda.synchronize()
+
+    def timed(self, nbytes: int) -> tuple[float, bool]:
+        tensor = self.torch.zeros(nbytes // 4, dtype=self.torch.float32, device=self.device)
+        tensor[0] = 1.0
+        self.slowest(0.0)  # a barrier: ranks start together
+        self._sync()
+        start = time.perf_counter()
+        self.summed(tensor)
+        self._sync()
+        elapsed = time.perf_counter() - start
+        return elapsed, float(tensor[0].item()) == float(self.size)
+
+
+class HorovodBackend(TensorBackend):
     """hvd.allreduce of a float32 PyTorch tensor: on the rank's GPU (NCCL) when `gpu`, else on the CPU."""
 
     name = "horovod"
@@ -179,24 +205,12 @@ class HorovodBackend(Backend):
             torch.cuda.set_device(hvd.local_rank())
             self.device = f"cuda:{hvd.local_rank()}"
 
-    def _sync(self) -> None:
-        if self.device != "cpu":
-            self.torch.cuda.synchronize()
-
     def _name(self) -> str:
         self.calls += 1
         return f"hpcbundle.gate.{self.calls}"
 
-    def timed(self, nbytes: int) -> tuple[float, bool]:
-        tensor = self.torch.zeros(nbytes // 4, dtype=self.torch.float32, device=self.device)
-        tensor[0] = 1.0
-        self.slowest(0.0)  # a barrier: ranks start together
-        self._sync()
-        start = time.perf_counter()
+    def summed(self, tensor: Any) -> None:
         self.hvd.allreduce_(tensor, op=self.hvd.Sum, name=self._name())
-        self._sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, float(tensor[0].item()) == float(self.size)
 
     def slowest(self, seconds: float) -> float:
         value = self.torch.tensor([seconds], dtype=self.torch.float64)
@@ -206,7 +220,7 @@ class HorovodBackend(Backend):
         return list(self.hvd.allgather_object(item, name=self._name()))
 
 
-class TorchBackend(Backend):
+class TorchBackend(TensorBackend):
     """torch.distributed's all_reduce, met by env:// as the job's ranks meet: NCCL on the rank's GPU (cuda:LOCAL_RANK)
     when `gpu`, else Gloo on the CPU."""
 
@@ -223,20 +237,8 @@ class TorchBackend(Backend):
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.name = f"torch.distributed {'nccl' if gpu else 'gloo'}"
 
-    def _sync(self) -> None:
-        if self.device != "cpu":
-            self.torch.cuda.synchronize()
-
-    def timed(self, nbytes: int) -> tuple[float, bool]:
-        tensor = self.torch.zeros(nbytes // 4, dtype=self.torch.float32, device=self.device)
-        tensor[0] = 1.0
-        self.slowest(0.0)  # a barrier: ranks start together
-        self._sync()
-        start = time.perf_counter()
+    def summed(self, tensor: Any) -> None:
         self.dist.all_reduce(tensor)
-        self._sync()
-        elapsed = time.perf_counter() - start
-        return elapsed, float(tensor[0].item()) == float(self.size)
 
     def slowest(self, seconds: float) -> float:
         value = self.torch.tensor([seconds], dtype=self.torch.float64, device=self.device)
