@@ -335,15 +335,16 @@ def wait_exit(proc: Popen[bytes], timeout: float, log: Path) -> int:
 
 
 def program_pids(cluster: NetnsCluster, node: str, script: Path) -> list[int]:
-    """PIDs on `node` of the venv's Python running `script` (the ranks; not mpirun or hpcbundle, which name
-    it too)."""
+    """PIDs on `node` of the venv's Python running `script` (the ranks, or torchrun's workers, which run it as
+    `PYTHON -u SCRIPT`; not mpirun, hpcbundle or a torchrun agent, which name it too)."""
     found = []
     for pid in cluster.pids(node):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if len(argv) > 1 and argv[0] == os.fsencode(VENV_PYTHON) and argv[1] == os.fsencode(script):
+        words = argv[2:] if argv[1:2] == [b"-u"] else argv[1:]
+        if len(argv) > 1 and argv[0] == os.fsencode(VENV_PYTHON) and words[:1] == [os.fsencode(script)]:
             found.append(pid)
     return found
 

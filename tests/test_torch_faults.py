@@ -69,8 +69,11 @@ def ssh3(horovod: None) -> Iterator[SshCluster]:
         yield cluster
 
 
-def torch_job(cluster: SshCluster, tmp_path: Path, epochs: int, stall: int | None = None) -> list[str]:
-    """`hpcbundle launch --torch --exec` of the example on the 3 nodes, one rank each, checkpointing in tmp_path."""
+def torch_job(
+    cluster: SshCluster, tmp_path: Path, epochs: int, stall: int | None = None, wiring: str = "torch"
+) -> list[str]:
+    """`hpcbundle launch --torch --exec` (or `--torchrun`) of the example on the 3 nodes, one rank (worker) each,
+    checkpointing in tmp_path."""
     site = ssh_site(tmp_path, cluster, "ssh-torch")
     if stall:
         data = yaml.safe_load(site.read_text())
@@ -80,7 +83,7 @@ def torch_job(cluster: SshCluster, tmp_path: Path, epochs: int, stall: int | Non
     hosts = ",".join(f"{node}:1" for node in cluster.nodes)
     program = train("--epochs", str(epochs), "--batch-size", "16", "--checkpoint", str(tmp_path / "ck.pt"))
     return hpcbundle_argv(
-        "launch", "--site", str(site), "--np", "3", "--hosts", hosts, "--torch", "--exec", "--", *program
+        "launch", "--site", str(site), "--np", "3", "--hosts", hosts, f"--{wiring}", "--exec", "--", *program
     )
 
 
@@ -95,14 +98,16 @@ def start_until_epoch_2(cluster: SshCluster, argv: list[str], log: Path) -> subp
     return job
 
 
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
 def test_a_torch_rank_killed_on_node2_ends_the_job_and_the_same_command_resumes(
-    ssh3: SshCluster, tmp_path: Path
+    ssh3: SshCluster, tmp_path: Path, wiring: str
 ) -> None:
-    """Rank 1's Python SIGKILLed on node2 mid-training: mpirun ends the job within 30 s, non-zero, with no
-    process left on any node; the same command then resumes after the last checkpoint (the last epoch the
-    killed run printed: rank 0 writes it before printing) and trains the rest, no epoch repeated."""
+    """Rank 1's Python SIGKILLed on node2 mid-training (under --torchrun: the worker, whose agent then fails):
+    mpirun ends the job within 30 s, non-zero, with no process left on any node; the same command then resumes
+    after the last checkpoint (the last epoch the killed run printed: rank 0 writes it before printing) and
+    trains the rest, no epoch repeated."""
     epochs = 12
-    argv = torch_job(ssh3, tmp_path, epochs)
+    argv = torch_job(ssh3, tmp_path, epochs, wiring=wiring)
     log = tmp_path / "killed.log"
     job = start_until_epoch_2(ssh3, argv, log)
     os.kill(program_pids(ssh3, "node2", TRAIN)[0], signal.SIGKILL)
