@@ -77,8 +77,8 @@ def user_files(tmp_path: Path, program: str) -> tuple[Path, Path]:
 
 # No ^ anchors: mpirun forwards each rank's output in chunks, and one rank's line may follow another's
 # unfinished one (measured: `saved .../ckpt-2.ptrank 2/3: read ...`, `cwd=.../workrank 2/3: ...`), so a
-# line ends at the end of a line or where the next rank's line starts.
-LINE_END = r"(?=$|rank \d+/)"
+# line ends at the end of a line or where the next rank's line (or rank 0's `saved` line) starts.
+LINE_END = r"(?=$|rank \d+/|saved )"
 
 
 def assert_keras_trained(out: str, work: Path, ranks: int) -> None:
