@@ -89,6 +89,11 @@ def torch_interface(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [refusal("network.interfaces", problem, "name the data interface, e.g. network.interfaces: [ib0]")]
 
 
+def _is_python(word: str) -> bool:
+    """Whether `word` names a Python interpreter (python, python3, /opt/venv/bin/python3.11)."""
+    return re.fullmatch(r"python[0-9.]*", PurePosixPath(word).name) is not None
+
+
 def _double_launcher(program: tuple[str, ...]) -> str | None:
     """The launcher of torch workers `program` runs (torchrun, python -m torch.distributed.run, accelerate launch,
     deepspeed), else None."""
@@ -97,7 +102,7 @@ def _double_launcher(program: tuple[str, ...]) -> str | None:
         return first
     if first == "accelerate" and program[1:2] == ("launch",):
         return "accelerate launch"
-    if not re.fullmatch(r"python[0-9.]*", first):
+    if not _is_python(first):
         return None
     words = iter(program[1:])
     for word in words:
@@ -119,7 +124,7 @@ def python_program(program: tuple[str, ...]) -> bool:
     >>> python_program(("python", "-u", "train.py")), python_program(("./train.sh",))
     (False, False)
     """
-    if len(program) < 2 or not re.fullmatch(r"python[0-9.]*", PurePosixPath(program[0]).name):
+    if len(program) < 2 or not _is_python(program[0]):
         return False
     return program[1] == "-m" and len(program) > 2 or not program[1].startswith("-")
 
