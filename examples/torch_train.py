@@ -162,7 +162,7 @@ def main() -> None:
     # Python resets its handlers on the way out, and the signal's default action is to end the process.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if stop is None:
-        say(f"done: {args.epochs} epochs on {dist.get_world_size()} ranks")
+        say(f"done: {args.epochs} epochs on {dist.get_world_size()} ranks, rank 0 on {device}")
     else:  # every rank stopped after the same step; rank 0 saves it, all exit 0 (the batch script requeues)
         if rank == 0 and args.checkpoint:
             save(args.checkpoint, model, optimizer, *stop)

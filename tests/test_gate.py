@@ -322,6 +322,18 @@ def test_a_torch_gate_passes_gloo_over_the_data_interface_with_every_rank_once()
     assert verdict.facts["ranks_table"] == [[0, "node1", 0, "cpu"], [1, "node2", 0, "cpu"], [2, "node3", 0, "cpu"]]
 
 
+def test_a_torch_gate_on_one_gpu_rank_says_nccl_and_no_gloo() -> None:
+    """NCCL at one rank opens no transport, so its log names none: the line must still not say Gloo."""
+    gpu = Expect(where="gpunode.yaml", fabric="ethernet", interfaces=("eth0",), gpu=True, torch=True)
+    one = [RankReport("vm", (), tuple(log("nccl-h200-one-rank.log")), {}, 0, 0, "cuda:0")]
+    verdict = judge(gpu, one, Measured(nbytes=1 << 20, seconds=0.001, backend="torch.distributed nccl"))
+    assert (verdict.status, verdict.line) == (
+        "PASS",
+        "hpcbundle gate: PASS (one node: the network was not exercised); 1 ranks on 1 nodes, torch.distributed "
+        "nccl, RANK 0 to 0 once each, busbw 0 Gbit/s at 1048576 bytes",
+    )
+
+
 def test_a_torch_gate_fails_gloo_bytes_over_another_interface() -> None:
     verdict = judge(TORCH, torch_ranks({"data0": 10, "mgmt0": 23_000_000}), TORCH_FAST)
     assert verdict.status == "FAIL" and verdict.line.startswith(

@@ -15,6 +15,9 @@
 #                                         (its GPU work: 300 training steps of 64 images at ~2000 img/s, ~10 s)
 #   scripts/device/gpu-lane.sh --dry-run  here, short of the GPU: checks the carry and installs all of
 #                                         it offline into a scratch venv (carry-wheels.sh runs it)
+#   scripts/device/gpu-lane.sh --torch    the torch.distributed tests alone (tests/test_gpu_torch.py): the
+#                                         machine's own python3 and torch run the ranks, so the carry needs
+#                                         no Horovod wheel (carry-wheels.sh --torch); no bench
 #
 # Before anything else the carry is checked: the Horovod wheel for this python3 under the install
 # script's cache key, and every carried wheel installed offline (--no-index, --no-deps) into a scratch
@@ -26,16 +29,26 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 carry=$PWD/.carry/wheels
-dry_run=0
-if [[ ${1:-} == --dry-run ]]; then dry_run=1; fi
+dry_run=0 torch_only=0
+for arg in "$@"; do
+    case $arg in
+    --dry-run) dry_run=1 ;;
+    --torch) torch_only=1 ;;
+    *) echo "gpu-lane: unknown option '$arg' (--dry-run, --torch)" >&2; exit 2 ;;
+    esac
+done
 budget=${LANE_BUDGET_S:-220}
 stop() { echo "gpu-lane: $*" >&2; exit 2; }
 
-# The carry's Horovod wheel: .carry/wheels/horovod/<key>-pyX.Y/horovod-*.whl.
-horovod=("$carry"/horovod/*/horovod-*.whl)
-[[ -f ${horovod[0]} ]] || stop "the carry is incomplete: no Horovod wheel in .carry/wheels/horovod/ (run scripts/device/carry-wheels.sh where pip can download)"
-key=$(basename "$(dirname "${horovod[0]}")")
-pyver=${key##*-py}
+# The carry's Horovod wheel: .carry/wheels/horovod/<key>-pyX.Y/horovod-*.whl (none for the torch lane).
+horovod=()
+key=none pyver=3.12
+if (( ! torch_only )); then
+    horovod=("$carry"/horovod/*/horovod-*.whl)
+    [[ -f ${horovod[0]} ]] || stop "the carry is incomplete: no Horovod wheel in .carry/wheels/horovod/ (run scripts/device/carry-wheels.sh where pip can download)"
+    key=$(basename "$(dirname "${horovod[0]}")")
+    pyver=${key##*-py}
+fi
 python=python3
 if (( dry_run )); then python=python$pyver; fi
 have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) \
@@ -46,7 +59,7 @@ have=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/n
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 "$python" -m venv "$scratch/venv" || stop "$python -m venv failed (install python$pyver-venv)"
-wheels=("$carry"/*.whl "${horovod[0]}")
+wheels=("$carry"/*.whl "${horovod[@]}")
 "$scratch/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps "${wheels[@]}" \
     >"$scratch/pip.log" 2>&1 || stop "the carry's wheels do not install offline: $(grep -m1 ERROR "$scratch/pip.log")"
 system=()
@@ -74,8 +87,10 @@ export HPCBUNDLE_GPU_LANE_DIR=${HPCBUNDLE_GPU_LANE_DIR:-/tmp/hpcbundle-gpu-lane}
 export PIP_NO_INDEX=1 PIP_FIND_LINKS=$carry PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 lane=$HPCBUNDLE_GPU_LANE_DIR
 # The install script's cache (HPCBUNDLE_CACHE=$lane/cache, hpcbundle_testbed.gpu_device): the carried wheel.
-mkdir -p "$lane/cache/horovod"
-cp -r "$(dirname "${horovod[0]}")" "$lane/cache/horovod/"
+if (( ! torch_only )); then
+    mkdir -p "$lane/cache/horovod"
+    cp -r "$(dirname "${horovod[0]}")" "$lane/cache/horovod/"
+fi
 
 if ! command -v make >/dev/null; then
     dpkg-deb -x "$carry"/make_*.deb "$lane/make" || exit 1
@@ -111,8 +126,10 @@ fi
 
 left=$((budget - SECONDS))
 limit=$((left > 90 ? left - 60 : 30))  # bench/gpu.py keeps a minute
-echo "gpu-lane: make test-gpu (at most $limit s, then bench/gpu.py in what is left of $budget s)"
-timeout "$limit" make test-gpu VENV=.venv-gpu PYTEST_ARGS="-v -rs -p no:cacheprovider" 2>&1 | tee "$out/test-gpu.log"
+tests=()
+if (( torch_only )); then tests=(tests/test_gpu_torch.py) limit=$left; fi
+echo "gpu-lane: make test-gpu ${tests[*]} (at most $limit s, then bench/gpu.py in what is left of $budget s)"
+timeout "$limit" make test-gpu VENV=.venv-gpu PYTEST_ARGS="-v -rs -p no:cacheprovider ${tests[*]}" 2>&1 | tee "$out/test-gpu.log"
 status=${PIPESTATUS[0]}
 cp "$lane/install.log" "$out/install.log" 2>/dev/null
 logs=("$lane"/nccl-*.log)

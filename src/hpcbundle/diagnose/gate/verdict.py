@@ -340,7 +340,8 @@ def _seen(facts: dict[str, Any]) -> str:
     devices = f" ({','.join(facts['nccl_devices'])})" if facts["nccl_devices"] else ""
     mpi = "MPI transport not reported" if facts["openmpi"] == "unknown" else f"Open MPI {facts['openmpi']}"
     if "ranks_table" in facts:  # torch: no MPI between the ranks; Gloo on CPUs
-        mpi = f"RANK 0 to {facts['ranks'] - 1} once each" + ("" if facts["nccl"] else ", Gloo over TCP")
+        gloo = facts["backend"].endswith("gloo")  # NCCL at one rank names no transport: it opened none
+        mpi = f"RANK 0 to {facts['ranks'] - 1} once each" + (", Gloo over TCP" if gloo else "")
     sockets = f" with {facts['nccl_sockets']}" if facts["nccl_sockets"] else ""
     layers = [mpi] + ([f"NCCL NET/{facts['nccl']}{devices}{sockets}"] if facts["nccl"] else [])
     via = f" via {facts['interface']}" if facts["interface"] else ""
