@@ -13,6 +13,7 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,12 +51,18 @@ def torch_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def gpu_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`hpcbundle site detect` on this GPU node, used as it is."""
-    draft = tmp_path_factory.mktemp("gpu-torch-site") / "gpunode.yaml"
+def gpu_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`hpcbundle site detect` on this GPU node, used as it is; hpcbundle-bind installed as docs/sites.md says
+    for a site with node.gpu_numa and ranks on the host (`make install-bind`, here into a folder on PATH)."""
+    work = tmp_path_factory.mktemp("gpu-torch-site")
+    draft = work / "gpunode.yaml"
     run = subprocess.run([*HPCBUNDLE, "site", "detect", "-o", str(draft)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    return draft
+    bind = subprocess.run(["make", "-C", str(ROOT), "install-bind", f"PREFIX={work}"], capture_output=True, text=True)
+    assert bind.returncode == 0, bind.stdout + bind.stderr
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}")
+        yield draft
 
 
 @pytest.fixture

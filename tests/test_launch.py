@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -547,23 +548,28 @@ def test_more_ranks_than_the_nodes_gpus_is_refused_before_anything_starts(tmp_pa
     assert "at most 1 ranks per node, one per GPU" in res.stderr and not marker.exists()
 
 
-def test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts(tmp_path):
-    """The GPU lane's case (tests/test_gpu_device.py) on a CPU host: a site declaring one GPU, --hosts THIS:2.
-    Rule ranks-per-node refuses it on load, before the doctor probes a GPU, so the line is the same here."""
+@pytest.mark.parametrize("wiring", ["--horovod", "--torch", "--torchrun"])
+def test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts(tmp_path, wiring):
+    """The GPU lanes' case (tests/test_gpu_device.py, tests/test_gpu_torch.py) on a CPU host: a site declaring one
+    GPU, --hosts THIS:2. Rule ranks-per-node refuses it on load, before the doctor probes a GPU, so the line is the
+    same here; one node is no torch job over several nodes (torch-interface: the drafted site has no interface)."""
     site = write_site(
         tmp_path,
         "local",
-        {"node": {"cores": 16, "gpus": 1, "gpu_model": "H200", "driver": "580.159.04"}},
+        {"node": {"cores": 16, "gpus": 1, "gpu_model": "H200", "driver": "580.159.04"}, "network": {"interfaces": []}},
         name="gpunode",
     )
     marker, host = tmp_path / "started", socket.gethostname()
+    script = tmp_path / "touch.py"
+    script.write_text(f"open({str(marker)!r}, 'w')\n")
     res = hpcbundle(
-        "launch", "--site", str(site), "--np", "2", "--hosts", f"{host}:2", "--exec", "--", "touch", str(marker)
-    )
+        "launch", "--site", str(site), wiring, "--np", "2", "--hosts", f"{host}:2", "--exec", "--",
+        sys.executable, str(script),
+    )  # fmt: skip
     assert (res.returncode, res.stdout) == (2, ""), res.stdout + res.stderr
     assert res.stderr == (
         f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs: "
-        "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage) "
+        "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") "
         "(give at most 1 ranks per node, one per GPU)\n"
     )
     assert not marker.exists()
@@ -574,7 +580,7 @@ def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewe
     assert refused.exit_code == 2 and refused.stdout == ""
     assert refused.stderr == (
         "hpcbundle: error: --hosts f1:3,f2:3: 3 ranks on f1, 3 ranks on f2 but site ib-v100 nodes have 2 GPUs: "
-        "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage) "
+        "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") "
         "(give at most 2 ranks per node, one per GPU)\n"
     )
     fewer = launch("--site", "ib-v100", "--np", "2", "--hosts", "f1:1,f2:1", "--", "python", "t.py")

@@ -73,7 +73,7 @@ CASES: list[Case] = [
     ("ranks-per-node", "ib-v100", {}, RankLayout(4, (("f1", 2), ("f1", 2))), "h.sif", PROGRAM, None,
      ["--np", "4", "--hosts", "f1:2,f1:2", "--image", "h.sif"], {},
      "--hosts f1:2,f1:2: 4 ranks on f1 but site req nodes have 2 GPUs: NCCL refuses two ranks on one GPU "
-     "(ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)"),
+     "(invalid usage: \"Duplicate GPU detected\") (give at most 2 ranks per node, one per GPU)"),
     ("ranks-per-node", "stampede2-knl", {}, RankLayout(100, (("k1", 100),)), None, PROGRAM, None,
      ["--np", "100", "--hosts", "k1:100"], {},
      "--hosts k1:100: 100 ranks on k1 but site req runs node.ranks_per_node 1: more ranks than the node takes "
@@ -174,14 +174,14 @@ def test_hostfile_slots_over_the_gpus_are_refused_in_one_line_and_start_nothing(
     failures = [r for r in LaunchPlan(site, layout, PROGRAM).evaluate() if r.status == "FAIL"]
     assert [(f.rule, f.key, f.evidence) for f in failures] == [
         ("ranks-per-node", "--hostfile h", f"16 ranks on g1 but site {site.name} nodes have 8 GPUs: "
-         "NCCL refuses two ranks on one GPU (ncclCommInitRank: invalid usage)")
+         "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\")")
     ]  # fmt: skip
     ib = ["--site", "ib-v100", *args[2:]]
     result = CliRunner().invoke(main, ["--bundle", str(ROOT), "launch", *ib], env={"SLURM_JOB_ID": None})
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
         f"hpcbundle: error: --hostfile {hostfile}: 8 ranks on f1 but site ib-v100 nodes have 2 GPUs: NCCL refuses "
-        "two ranks on one GPU (ncclCommInitRank: invalid usage) (give at most 2 ranks per node, one per GPU)\n"
+        "two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") (give at most 2 ranks per node, one per GPU)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
 

@@ -283,10 +283,12 @@ def np_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 
 def spans_nodes(site: Site, request: LaunchRequest) -> bool:
-    """Whether the request's ranks need more than one node: several hosts, a hostfile, or more ranks than one
-    node's slots (never with launcher.oversubscribe, which puts them all on one)."""
-    many = (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
-    return len(request.hosts) > 1 or bool(request.hostfile) or many
+    """Whether the request's ranks need more than one node: several hosts, a hostfile, or, where no host is
+    named, more ranks than one node's slots (never with launcher.oversubscribe, which puts them all on one).
+    `--hosts vm:2` is one node whatever its slots: ranks-per-node judges the count there."""
+    if request.hosts or request.hostfile:
+        return len(request.hosts) > 1 or bool(request.hostfile)
+    return (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
 
 
 @rule("export-image-env", needs=REQUEST, on_load=True)
