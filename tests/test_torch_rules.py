@@ -14,8 +14,9 @@ from click.testing import CliRunner
 from hpcbundle.cli import main
 from hpcbundle.config.errors import UserError
 from hpcbundle.config.sites import read_site
+from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import LaunchPlan, RankLayout
-from hpcbundle.rules.engine import registered
+from hpcbundle.rules.engine import Facts, LaunchRequest, evaluate, registered
 from hpcbundle.rules.loading import problem_line
 
 from .helpers import ROOT
@@ -111,15 +112,20 @@ CASES: list[Case] = [
 TORCHRUN_RULES = {"torch-world", "torchrun-program"}
 IDS = [f"{case[0]}-{i}" for i, case in enumerate(CASES)]
 TORCH_RULES = {
-    r.name for r in registered() if r.function.__module__ == "hpcbundle.rules.torch" and "head" not in r.needs
+    r.name
+    for r in registered()
+    if r.function.__module__ == "hpcbundle.rules.torch" and not {"head", "program"} & set(r.needs)
 }
-"""The torch rules a plan's judgement runs (those over doctor's observed head: tests/test_torch_head.py)."""
+"""The torch rules a plan's judgement runs (those over doctor's observed head: tests/test_torch_head.py; over the
+program's probe: torch-lightning, below)."""
 IN_CHECK = {r.name for r in registered() if r.name in TORCH_RULES and "image" in r.needs}
 """Judged where the image's torch is known: check (the recipe's labels), doctor (read back); tested below."""
 ON_REQUEST = {
     r.name
     for r in registered()
-    if r.function.__module__ == "hpcbundle.rules.torch" and "request" in r.needs and "image" not in r.needs
+    if r.function.__module__ == "hpcbundle.rules.torch"
+    and "request" in r.needs
+    and not {"image", "program"} & set(r.needs)
 }
 
 
@@ -287,3 +293,30 @@ def test_doctors_plan_over_several_hosts_needs_the_data_interface():
     """doctor --torch --hosts f1,f2 asks for no ranks, but its hosts span nodes: torch-interface judges them."""
     plan = LaunchPlan(read_site("seed-v100", SITES), None, PROGRAM, wiring="torch", hosts={"f1": 1, "f2": 1})
     assert [r.status for r in plan.evaluate(observing=True) if r.rule == "torch-interface"] == ["FAIL"]
+
+
+@pytest.mark.parametrize(
+    "site, wiring, imports, line",
+    [("ib-v100", "torch", ["lightning", "numpy"],
+      "WARN  torch-lightning      train.py imports lightning, which under mpirun picks MPIEnvironment where mpi4py "
+      "imports (rank 0's host name and a free port, not MASTER_ADDR on network.interfaces), else sees node rank 0 "
+      "on every node; launch it with --torchrun: Lightning then takes torchrun's world"),
+     ("eth-a100-slurm", "torch", ["pytorch_lightning"],
+      "PASS  torch-lightning      pytorch_lightning under srun takes SLURM's world and MASTER_ADDR (SLURMEnvironment)"),
+     ("ib-v100", "torchrun", ["lightning"],
+      "SKIP  torch-lightning      --torchrun: Lightning takes torchrun's world"),
+     ("ib-v100", "torch", ["torch"], "SKIP  torch-lightning      the program does not import Lightning")],
+)  # fmt: skip
+def test_a_lightning_program_under_torch_warns_where_mpirun_starts_it(site, wiring, imports, line):
+    """Lightning chooses its own cluster environment: MPI's meets at a host name (measured: MPIEnvironment under
+    mpirun with mpi4py; TorchElasticEnvironment under --torchrun on the H200, tests/test_gpu_torch.py)."""
+    here = {"kind": "python", "host": "f1", "executable": "/usr/bin/python3", "prefix": "/usr", "modules": {}}
+    found = {"program": "train.py", "required": imports, "optional": [], "problem": ""}
+    probe = {"argv0": "python3", "launching": here, "nodes": {"f1": here}, "imports": found}
+    facts = Facts(
+        site=read_site(site, SITES),
+        request=LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2)), program=PROGRAM, wiring=wiring),
+        observed=True,
+        program=probe,
+    )
+    assert [r.line() for r in evaluate(facts, knowledge_base()) if r.rule == "torch-lightning"] == [line]

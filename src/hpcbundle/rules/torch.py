@@ -397,3 +397,36 @@ def torch_head_reach(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         )
         for host, why in failed.items()
     ]
+
+
+LIGHTNING = ("lightning", "pytorch_lightning")
+"""PyTorch Lightning's import names: it picks its own cluster environment from what it finds at start."""
+
+
+@rule("torch-lightning", needs=(*REQUEST, "program", "observed"))
+def torch_lightning(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A Lightning program under --torch is started by srun, or run with --torchrun (WARN otherwise).
+
+    Lightning takes its world from torchrun's variables (TorchElasticEnvironment) or SLURM's (SLURMEnvironment,
+    which reads MASTER_ADDR). Started by mpirun or mpiexec it picks MPIEnvironment where mpi4py imports, which
+    meets at rank 0's host name on a free port, not at MASTER_ADDR on network.interfaces; else it reads the node
+    rank from NODE_RANK/GROUP_RANK, which nothing sets there, so every node thinks it is node 0.
+    """
+    request, site = facts.request, facts.site
+    if skip := _horovod(request):
+        return [skip]
+    if request.wiring != "torch":
+        return [Verdict("SKIP", f"--{request.wiring}: Lightning takes torchrun's world")]
+    source = LAUNCHERS_KNOWN[site.launcher.name].torch_ranks
+    imports = (facts.program or {}).get("imports") or {}
+    found = sorted(set(LIGHTNING) & {*imports.get("required", ()), *imports.get("optional", ())})
+    if not found:
+        return [Verdict("SKIP", "the program does not import Lightning")]
+    if source == "slurm":
+        return [Verdict("PASS", f"{found[0]} under srun takes SLURM's world and MASTER_ADDR (SLURMEnvironment)")]
+    problem = (
+        f"{imports.get('program', 'the program')} imports {found[0]}, which under {site.launcher.name} picks "
+        "MPIEnvironment where mpi4py imports (rank 0's host name and a free port, not MASTER_ADDR on "
+        "network.interfaces), else sees node rank 0 on every node"
+    )
+    return [Verdict("WARN", problem, "launch it with --torchrun: Lightning then takes torchrun's world")]
