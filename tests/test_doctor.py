@@ -571,3 +571,21 @@ def test_stopped_ranks_finds_a_torchrun_worker_which_runs_the_script_with_python
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_doctor_warns_of_the_cma_trap_where_singularity_is_apptainers_compatibility_name():
+    """`singularity --version` answering `apptainer version ...`: Apptainer runs the ranks in user namespaces."""
+    singularity = site(container={"runtime": "singularity"})
+    apptainer = {**node("n1"), "runtimes": {"singularity": "apptainer version 1.3.4"}}
+    found = by_rule(diagnose(singularity, {"n1": apptainer}))["userns-vader"]
+    assert (found.status, found.fix) == ("WARN", "add `btl_vader_single_copy_mechanism: none` to the site's mca")
+    assert found.evidence.startswith(
+        "singularity (apptainer's compatibility name: `singularity --version` says apptainer version 1.3.4) runs "
+        "ranks in user namespaces"
+    )
+    ce = {**node("n1"), "runtimes": {"singularity": "singularity-ce version 4.1.0"}}
+    found = by_rule(diagnose(singularity, {"n1": ce}))["userns-vader"]
+    assert (found.status, found.evidence) == (
+        "SKIP",
+        "no Open MPI 4 inside a user-namespace runtime or a Docker/podman container",
+    )

@@ -204,6 +204,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 def test_every_request_rule_has_a_bad_case():
     covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time"}  # test_workdir, test_batch
+    covered |= {"image-built-once"}  # it only WARNs: test_a_docker_uri_for_many_apptainer_ranks_warns_...
     covered |= _torch_rules()  # tests/test_torch_rules.py
     assert covered == {r.name for r in registered() if "request" in r.needs} | {"ranks-per-node"}
     assert all(r.on_load for r in registered() if "request" in r.needs)
@@ -313,3 +314,58 @@ def test_doctor_judges_its_image_and_program_as_a_launch_request():
     assert "FAIL  image-on-host        --image: site local runs programs on the host" in result.stdout
     assert "FAIL  program-first        PROGRAM: '--help' starts with '-'" in result.stdout
     assert "SKIP  np-slots             no --np in this request" in lines
+
+
+DOCKER_URI = "docker://registry.example.org/team/horovod:cuda11.8"
+
+
+def test_a_docker_uri_for_many_apptainer_ranks_warns_to_build_the_sif_once_and_still_builds_the_line():
+    site = load_site("ib-v100", SITES)
+    layout = RankLayout(4, (("f1", 2), ("f2", 2)))
+    shell = {"PATH": "", "LD_LIBRARY_PATH": ""}
+    plan = LaunchPlan(site, layout, PROGRAM, DOCKER_URI, environment=shell)
+    found = {r.rule: r for r in plan.judge()}["image-built-once"]
+    assert (found.status, problem_line(found, site.where)) == (
+        "WARN",
+        f"--image: {DOCKER_URI}: 4 ranks would each build a SIF from docker:// at once, into one singularity cache "
+        f"(build the SIF once (`singularity build horovod.sif {DOCKER_URI}`) and pass --image horovod.sif)",
+    )
+    assert DOCKER_URI in plan.command().argv
+    built = {r.rule: r for r in LaunchPlan(site, layout, PROGRAM, "h.sif", environment=shell).judge()}
+    assert built["image-built-once"].status == "PASS"
+    one = {r.rule: r for r in LaunchPlan(site, RankLayout(1), PROGRAM, DOCKER_URI, environment=shell).judge()}
+    assert (one["image-built-once"].status, one["image-built-once"].evidence) == (
+        "PASS",
+        "one rank converts docker:// once",
+    )
+
+
+def test_the_cli_prints_the_docker_uri_warning_beside_the_line():
+    args = ["--np", "4", "--hosts", "f1:2,f2:2", "--image", DOCKER_URI, "--", "python3", "t.py"]
+    result = CliRunner().invoke(
+        main, ["--bundle", str(ROOT), "launch", "--site", "ib-v100", *args], env={"SLURM_JOB_ID": None}
+    )
+    assert result.exit_code == 0, result.output
+    assert "WARN  image-built-once     --image: " in result.stderr and DOCKER_URI in result.stdout
+
+
+def test_an_unset_export_the_image_brings_its_own_of_warns_and_one_the_program_needs_is_refused(tmp_path):
+    """`-x LD_LIBRARY_PATH` into Singularity: the image's own reaches the ranks (mpirun -x only warns), so WARN;
+    on the host (runtime none) the program's PATH or VIRTUAL_ENV is what it runs with, so the refusal stays."""
+    site = load_site("ib-v100", SITES)
+    layout = RankLayout(4, (("f1", 2), ("f2", 2)))
+    results = LaunchPlan(site, layout, PROGRAM, "h.sif", environment={"PATH": "/usr/bin"}).judge()
+    found = [r for r in results if r.rule == "export-set"]
+    assert [(r.status, problem_line(r, site.where)) for r in found] == [
+        (
+            "WARN",
+            f"{site.where}: export[0]: LD_LIBRARY_PATH is not set in the launching shell; singularity gives the "
+            "ranks the image's own (drop LD_LIBRARY_PATH from export)",
+        )
+    ]
+    host = load_site(str(_edited_site(tmp_path, "local", {"export": ["PATH", "VIRTUAL_ENV"]})), SITES)
+    refused = [r for r in LaunchPlan(host, RankLayout(1), PROGRAM, environment={}).evaluate() if r.status == "FAIL"]
+    assert [(r.rule, r.key, r.evidence) for r in refused] == [
+        ("export-set", "export[0]", "PATH is not set in the launching shell"),
+        ("export-set", "export[1]", "VIRTUAL_ENV is not set in the launching shell"),
+    ]

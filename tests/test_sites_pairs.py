@@ -91,7 +91,15 @@ CASES = [
     ),
     ("mpi-abi-host", _recipe("cuda12.2-tf2.15-torch2.1-ucx"), _site("roce-h100-ompi5"), "FAIL", "different series"),
     ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("ib-v100"), "FAIL", "another ABI family"),
-    ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("stampede2-knl"), "PASS", "share an ABI"),
+    # Hydra of Intel MPI 18 starting Intel MPI 2021's ranks: one ABI, but a launcher no manual pairs with them.
+    ("mpi-abi-host", _recipe("knl-intelmpi-tf2.15"), _site("stampede2-knl"), "WARN", "is in no manual, so it is not"),
+    (
+        "mpi-abi-host",
+        _recipe("knl-intelmpi-tf2.15"),
+        _site("stampede2-knl", mpi={"version": "2021.10.0"}),
+        "PASS",
+        "host intelmpi 2021.10.0 and image intelmpi 2021.13.1 share an ABI",
+    ),
     ("gpu-presence", _recipe("cuda11.8-tf2.14-torch2.1"), _site("local"), "FAIL", "has no GPUs"),
     ("gpu-presence", _recipe("cpu-local"), _site("eth-a100-slurm"), "WARN", "stay idle"),
     (
@@ -116,7 +124,21 @@ CASES = [
         "WARN",
         "singularity runs ranks in user namespaces",
     ),
-    ("userns-vader", _recipe("cuda11.8-tf2.14-torch2.1"), _site("ib-v100"), "SKIP", ""),
+    # `singularity` may be Apptainer's compatibility name: only doctor's `singularity --version` tells.
+    (
+        "userns-vader",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100"),
+        "SKIP",
+        "not known here whether singularity is apptainer's compatibility name",
+    ),
+    (
+        "userns-vader",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("ib-v100", container={"userns": False}),
+        "SKIP",
+        "no Open MPI 4 inside a user-namespace runtime",
+    ),
     # Docker/podman: the ranks of a node share one container without CAP_SYS_PTRACE, so CMA is refused.
     ("userns-vader", _recipe("cpu-local"), _site("local", container={"runtime": "docker"}), "WARN", "errno = 1"),
     (
@@ -408,7 +430,37 @@ CASES = [
         "WARN",
         "NCCL on RoCE with no traffic class (NCCL_IB_TC, default 0)",
     ),
-    ("roce-traffic-class", _recipe("cuda13.0-torch2.11-ompi5"), _site("roce-h100-ompi5"), "PASS", "NCCL_IB_TC=106"),
+    (
+        "roce-traffic-class",
+        _recipe("cuda13.0-torch2.11-ompi5"),
+        _site("roce-h100-ompi5", env={"UCX_IB_SL": "0"}),
+        "WARN",
+        "MPI's RDMA over UCX (pml ucx) is not in NCCL's class (NCCL_IB_TC=106, NCCL_IB_SL=3): "
+        "UCX_IB_TRAFFIC_CLASS=106, UCX_IB_SL=0; set env UCX_IB_TRAFFIC_CLASS: 106 and UCX_IB_SL: 3",
+    ),
+    (
+        "roce-traffic-class",
+        _recipe("cuda13.0-torch2.11-ompi5"),
+        _site("roce-h100-ompi5"),
+        "PASS",
+        "NCCL_IB_TC=106, NCCL_IB_SL=3, and UCX (pml ucx) the same",
+    ),
+    # The drafted HOROVOD_CYCLE_TIME rests on one rank on one H200: it stays marked to re-tune, with that evidence.
+    (
+        "cycle-time-evidence",
+        _recipe("cuda11.8-tf2.14-torch2.1"),
+        _site("seed-v100", env={"HOROVOD_CYCLE_TIME": "0.1"}),
+        "WARN",
+        "HOROVOD_CYCLE_TIME=0.1 with no why: nothing says what it was measured on",
+    ),
+    (
+        "cycle-time-evidence",
+        _recipe("cuda13.0-torch2.11-ompi5"),
+        _site("roce-h100-ompi5"),
+        "PASS",
+        "the draft measured with 1 rank on one H200, marked to re-tune on these nodes",
+    ),
+    ("cycle-time-evidence", _recipe("cpu-local"), _site("local"), "SKIP", "no GPU site"),
     (
         "ethernet-gpu-interface",
         _recipe("cuda12.6-torch2.9"),
@@ -494,6 +546,15 @@ def test_good_pairs_pass_and_print_their_golden_verdicts(recipe, site):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout
     assert_golden(GOLDEN / "check" / f"{site}.txt", result.stdout)
+
+
+def test_mpi_over_ucx_left_to_ucxs_defaults_on_roce_is_not_in_ncclss_class():
+    data = yaml.safe_load((SITES / "roce-h100-ompi5.yaml").read_text())
+    for key in ("UCX_IB_TRAFFIC_CLASS", "UCX_IB_SL"):
+        del data["env"][key], data["why"][f"env.{key}"]
+    finding = _finding(_recipe("cuda13.0-torch2.11-ompi5"), validate(Site, data, "pair.yaml"), "roce-traffic-class")
+    assert (finding.status, finding.fix) == ("WARN", "set env UCX_IB_TRAFFIC_CLASS: 106 and UCX_IB_SL: 3")
+    assert "UCX_IB_TRAFFIC_CLASS and UCX_IB_SL unset, left to UCX's defaults" in finding.evidence
 
 
 def test_unknown_site_in_check_is_a_one_line_error():

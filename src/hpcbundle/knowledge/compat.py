@@ -56,9 +56,13 @@ class TorchWheel(StrictModel):
 
 
 class MpiAbi(StrictModel):
+    """One MPI's ABI family; `launcher_from`: the release whose launcher and process manager replaced the older
+    ones, so a host launcher on one side starting an image's ranks on the other is a pair no manual covers."""
+
     family: str
     known: list[Version] = Field(default_factory=list)
     min: Version | None = None
+    launcher_from: Version | None = None
 
 
 class DistroMpi(StrictModel):

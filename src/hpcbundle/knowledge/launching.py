@@ -101,6 +101,10 @@ class RuntimeKnown:
     enroot               it runs enroot's images: --image is an absolute squashfs path or an enroot reference, and
                          enroot's PMIx hook (or container.pmix_spool_mount) mounts the PMIx server's directory
     named_images         --image may name an image in its engine's own store rather than a file on the nodes
+    converts             the --image sources it converts into an image of its own on every start, in one cache
+                         (Apptainer/Singularity build a SIF from docker://, oci: and the like)
+    alias_of             the runtime that may install this one's command as its compatibility name (Apptainer
+                         installs `singularity`): doctor tells them apart by the first word of `COMMAND --version`
     """
 
     command: str
@@ -121,6 +125,8 @@ class RuntimeKnown:
     mount_separators: str = ""
     enroot: bool = False
     named_images: bool = False
+    converts: tuple[str, ...] = ()
+    alias_of: str = ""
 
 
 MPIRUN = LauncherKnown(
@@ -189,6 +195,9 @@ SINGULARITY_KEEPS = frozenset({"PATH", "LD_LIBRARY_PATH"})
 SINGULARITY_USERNS = frozenset({"--userns", "-u", "--fakeroot", "-f"})
 # exec --contain (-c), --containall (-C): no host file systems but the binds named (Apptainer: Bind Paths and Mounts).
 SINGULARITY_CONTAIN = frozenset({"--contain", "-c", "--containall", "-C"})
+# The OCI sources `exec` builds a SIF from, in the user's cache, before it runs (Apptainer: Support for Docker and
+# OCI Containers); library:// and oras:// fetch a SIF as it is.
+SINGULARITY_CONVERTS = ("docker://", "docker-daemon:", "docker-archive:", "oci:", "oci-archive:")
 DOCKER = RuntimeKnown(
     "docker",
     wraps_launcher=True,
@@ -206,6 +215,7 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         image_keeps=SINGULARITY_KEEPS,
         userns_args=SINGULARITY_USERNS,
         contain_args=SINGULARITY_CONTAIN,
+        converts=SINGULARITY_CONVERTS,
     ),
     # ch-run passes the host environment; --set-env then applies the image's (its PATH at least).
     "charliecloud": RuntimeKnown(
@@ -234,8 +244,14 @@ RUNTIMES_KNOWN: dict[str, RuntimeKnown] = {
         enroot=True,
     ),
     "podman": replace(DOCKER, command="podman"),
+    # Apptainer installs `singularity` as its compatibility name; SingularityCE's answers `singularity-ce version`.
     "singularity": RuntimeKnown(
-        "singularity", image_keeps=SINGULARITY_KEEPS, userns_args=SINGULARITY_USERNS, contain_args=SINGULARITY_CONTAIN
+        "singularity",
+        image_keeps=SINGULARITY_KEEPS,
+        userns_args=SINGULARITY_USERNS,
+        contain_args=SINGULARITY_CONTAIN,
+        converts=SINGULARITY_CONVERTS,
+        alias_of="apptainer",
     ),
 }
 
@@ -287,12 +303,26 @@ def in_container(site: Site) -> bool:
     return known is None or known.needs_image
 
 
-def in_user_namespace(site: Site) -> bool:
+def runtime_behind(name: str, version: str) -> str:
+    """The runtime that answers to `name`, given the first line of its `--version` (what doctor reads): the one
+    whose compatibility name it is where that line names it, else `name` itself.
+
+    >>> runtime_behind("singularity", "apptainer version 1.3.4")
+    'apptainer'
+    >>> runtime_behind("singularity", "singularity-ce version 4.1.0")
+    'singularity'
+    """
+    alias_of = getattr(RUNTIMES_KNOWN.get(name), "alias_of", "")
+    return alias_of if alias_of and version.split()[:1] == [RUNTIMES_KNOWN[alias_of].command] else name
+
+
+def in_user_namespace(site: Site, version: str = "") -> bool:
     """Whether the site's containers run in a user namespace: container.userns, else an option in
-    container.args that asks for one (`singularity exec --userns`), else the runtime's default."""
+    container.args that asks for one (`singularity exec --userns`), else the default of the runtime that answers
+    (runtime_behind: Apptainer's, where `singularity --version` printed `version`)."""
     if site.container.userns is not None:
         return site.container.userns
-    known = RUNTIMES_KNOWN.get(site.container.runtime)
+    known = RUNTIMES_KNOWN.get(runtime_behind(site.container.runtime, version))
     if known is None:
         return False
     return known.userns or any(arg.split("=", 1)[0] in known.userns_args for arg in site.container.args)

@@ -62,8 +62,8 @@ NO_CHDIR = (
 
 # CPUs per rank in batch jobs (node.cpus_per_rank, else node.cores over the ranks per node).
 SRUN_CPUS = (
-    "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun no longer inherits it from the batch "
-    "job (SLURM >= 22.05), so without -c each rank would get one CPU"
+    "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun of SLURM 22.05 to 23.02 does not inherit it "
+    "from the batch job (23.11 reads SLURM_CPUS_PER_TASK again), so without -c each rank would get one CPU there"
 )
 SRUN_PER_GPU = (
     "one rank per GPU on each node: without it SLURM spreads the ranks by CPUs, and two ranks on one GPU "

@@ -14,6 +14,7 @@ from ..knowledge.launching import (
     in_container,
     in_user_namespace,
     ptrace_refused,
+    runtime_behind,
 )
 from .engine import Facts, Verdict, rule
 from .mpi import without_mpi
@@ -166,20 +167,31 @@ def userns_vader(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """Open MPI 4's vader single-copy (CMA) fails across user namespaces and in Docker/podman unless switched off.
 
     A user namespace hangs large messages; Docker's and podman's containers lack CAP_SYS_PTRACE, so the ranks in
-    one container have their process_vm_readv refused (`Read -1, expected N, errno = 1`)."""
+    one container have their process_vm_readv refused (`Read -1, expected N, errno = 1`). `singularity` may be
+    Apptainer's compatibility name, whose containers run in user namespaces: doctor reads `singularity --version`."""
     site = facts.site
-    runtime = site.container.runtime
     image = facts.image or {}
     flavour = image.get("mpi.flavour") or site.mpi.flavour
     version = image.get("mpi.version") or site.mpi.version
     if skip := without_mpi(facts):
         return skip
-    userns, no_ptrace = in_user_namespace(site), ptrace_refused(site)
+    runtime, answered = site.container.runtime, _answered_by_another(facts)
+    known = RUNTIMES_KNOWN.get(runtime)
+    userns, no_ptrace = in_user_namespace(site, answered), ptrace_refused(site)
     open_mpi_4 = flavour == "openmpi" and parse_version(version).major < 5
-    if open_mpi_4 and not (userns or no_ptrace) and getattr(RUNTIMES_KNOWN.get(runtime), "no_ptrace", False):
+    if open_mpi_4 and not (userns or no_ptrace) and getattr(known, "no_ptrace", False):
         return Verdict("PASS", f"container.args give {runtime}'s containers CAP_SYS_PTRACE, which CMA needs")
+    alias_of = getattr(known, "alias_of", "")
+    if open_mpi_4 and alias_of and not userns and site.container.userns is None and not facts.observed:
+        return Verdict(
+            "SKIP",
+            f"not known here whether {runtime} is {alias_of}'s compatibility name, whose containers run in user "
+            f"namespaces: doctor reads `{runtime} --version` (or set container.userns)",
+        )
     if not open_mpi_4 or not (userns or no_ptrace):
         return Verdict("SKIP", "no Open MPI 4 inside a user-namespace runtime or a Docker/podman container")
+    if answered:
+        runtime = f"{runtime} ({alias_of}'s compatibility name: `{runtime} --version` says {answered})"
     if site.node.slots == 1:
         return Verdict("SKIP", "one rank per node (node.slots): vader's single copy never runs")
     btl = site.mca.get("btl", "")
@@ -272,6 +284,14 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
             "PASS", f"PMIX_MCA_gds=hash, and {how} mounts the PMIx server's directory ({site.container.runtime})"
         )
     return Verdict("PASS", f"PMIX_MCA_gds=hash and {spool} bound into {site.container.runtime}")
+
+
+def _answered_by_another(facts: Facts) -> str:
+    """The first line of `RUNTIME --version` that doctor read on a node where another runtime answers to the site's
+    runtime's command (Apptainer's `singularity`: `apptainer version 1.3.4`), else ''."""
+    runtime = facts.site.container.runtime
+    seen = sorted({n.get("runtimes", {}).get(runtime, "") for n in facts.ok_nodes().values()} - {""})
+    return next((line for line in seen if runtime_behind(runtime, line) != runtime), "")
 
 
 def _per_host(seen: dict[str, dict[str, Any]], key: str) -> str:

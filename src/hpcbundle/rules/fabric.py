@@ -480,17 +480,34 @@ def nccl_hca_names(facts: Facts, kb: KnowledgeBase) -> Verdict:
 
 @rule("roce-traffic-class", needs=("site",))
 def roce_traffic_class(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """NCCL on RoCE names its traffic class (NCCL_IB_TC, NCCL_IB_SL): NCCL's default 0 puts RDMA in the lossy
-    best-effort class, where a congested switch drops packets and every drop costs a retransmit timeout."""
+    """NCCL on RoCE names its traffic class (NCCL_IB_TC, NCCL_IB_SL), and MPI over UCX uses the same one.
+
+    NCCL's default 0 puts RDMA in the lossy best-effort class, where a congested switch drops packets and every drop
+    costs a retransmit timeout. UCX writes UCX_IB_TRAFFIC_CLASS into the same header field (the GRH traffic class,
+    as NCCL_IB_TC) and UCX_IB_SL as NCCL_IB_SL: left to UCX's defaults (SL 0; class 0, or 106 where it picks by
+    itself) MPI's RDMA can sit in another class, with no PFC behind it."""
     site = facts.site
     if site.network.fabric != "roce" or not site.node.gpus or site.env.get("NCCL_IB_DISABLE") == "1":
         return Verdict("SKIP", "no NCCL over RoCE")
-    if "NCCL_IB_TC" in site.env:
-        return Verdict("PASS", f"NCCL_IB_TC={site.env['NCCL_IB_TC']}, NCCL_IB_SL={site.env.get('NCCL_IB_SL', '0')}")
+    if "NCCL_IB_TC" not in site.env:
+        return Verdict(
+            "WARN",
+            "NCCL on RoCE with no traffic class (NCCL_IB_TC, default 0): its RDMA goes in the lossy best-effort class",
+            "set env NCCL_IB_TC (DSCP x 4, e.g. 106 for DSCP 26) and NCCL_IB_SL to the lossless class the switches use",
+        )
+    nccl = (site.env["NCCL_IB_TC"], site.env.get("NCCL_IB_SL", "0"))
+    shown = f"NCCL_IB_TC={nccl[0]}, NCCL_IB_SL={nccl[1]}"
+    if site.mca.get("pml") != "ucx":
+        return Verdict("PASS", shown)
+    ucx = (site.env.get("UCX_IB_TRAFFIC_CLASS"), site.env.get("UCX_IB_SL"))
+    if ucx == nccl:
+        return Verdict("PASS", f"{shown}, and UCX (pml ucx) the same")
+    unset = " and ".join(n for n, v in zip(("UCX_IB_TRAFFIC_CLASS", "UCX_IB_SL"), ucx, strict=True) if v is None)
     return Verdict(
         "WARN",
-        "NCCL on RoCE with no traffic class (NCCL_IB_TC, default 0): its RDMA goes in the lossy best-effort class",
-        "set env NCCL_IB_TC (DSCP x 4, e.g. 106 for DSCP 26) and NCCL_IB_SL to the lossless class the switches use",
+        f"MPI's RDMA over UCX (pml ucx) is not in NCCL's class ({shown}): "
+        + (f"{unset} unset, left to UCX's defaults" if unset else f"UCX_IB_TRAFFIC_CLASS={ucx[0]}, UCX_IB_SL={ucx[1]}"),
+        f"set env UCX_IB_TRAFFIC_CLASS: {nccl[0]} and UCX_IB_SL: {nccl[1]}",
     )
 
 

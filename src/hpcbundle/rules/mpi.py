@@ -92,7 +92,33 @@ def mpi_abi_host(facts: Facts, kb: KnowledgeBase) -> Verdict:
             f"rebuild the image with Open MPI {major_minor(hversion)}.x (recipe mpi.version) "
             f"or load Open MPI {major_minor(iversion)} on the host",
         )
+    if (
+        hflavour == iflavour
+        and host_abi.launcher_from
+        and (unjudged := _across(hflavour, hversion, iversion, host_abi.launcher_from))
+    ):
+        return unjudged
     return Verdict("PASS", f"host {hflavour} {hversion} and image {iflavour} {iversion} share an ABI")
+
+
+def _across(flavour: str, host: str, image: str, split: str) -> Verdict | None:
+    """A WARN where the host's `flavour` and the image's lie on two sides of the release `split` that replaced its
+    launcher and process manager (compat.yaml mpi_abi launcher_from): one ABI, but a pair no manual covers."""
+    host_older = parse_version(host) < parse_version(split)
+    if host_older == (parse_version(image) < parse_version(split)):
+        return None
+    newer = (
+        f"load {flavour} {split} or later on the host"
+        if host_older
+        else (f"build the image with {flavour} {split} or later (recipe mpi.version)")
+    )
+    return Verdict(
+        "WARN",
+        f"host {flavour} {host} and image {flavour} {image} share the MPICH ABI of the library, but {flavour} "
+        f"{split} replaced the launcher and its process manager: whether the host's launcher starts the image's "
+        "ranks is in no manual, so it is not judged here",
+        f"{newer}, or prove the pair with `hpcbundle doctor` and a two-node job",
+    )
 
 
 @rule("host-mpi", needs=("site", "nodes", "observed"))

@@ -136,6 +136,38 @@ def _pyxis_image_problem(image: str) -> tuple[str, str] | None:
     return f"{shown} is not an enroot image reference", fix
 
 
+@rule("image-built-once", needs=REQUEST, on_load=True)
+def image_built_once(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Several ranks run a built image (a SIF), not a docker:// or oci: source the runtime converts on every start.
+
+    Apptainer/Singularity build a SIF from such a source before each `exec`: every rank of the job does it at once,
+    into one cache (the user's home, shared by the nodes), pulling every layer once per rank and racing on the cache.
+    """
+    request = facts.request
+    image = _image(request)
+    if image is None:
+        return [_skip("--image")]
+    runtime = facts.site.container.runtime
+    sources = getattr(RUNTIMES_KNOWN.get(runtime), "converts", ())
+    source = next((prefix for prefix in sources if image.startswith(prefix)), None)
+    if source is None:
+        if not sources:
+            return [Verdict("SKIP", f"{runtime} converts no image source on every start")]
+        return [Verdict("PASS", f"{runtime} runs {image[:80]} as it is (no docker:// or oci: source to convert)")]
+    if request.np is not None and request.np < 2:
+        return [Verdict("PASS", f"one rank converts {source} once")]
+    ranks = f"{request.np} ranks" if request.np else "every rank"
+    return [
+        Verdict(
+            "WARN",
+            f"{image[:80]}: {ranks} would each build a SIF from {source} at once, into one {runtime} cache",
+            f"build the SIF once (`{runtime} build horovod.sif {image[:80]}`) and pass --image horovod.sif",
+            key="--image",
+            flag=True,
+        )
+    ]
+
+
 @rule("image-on-host", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """No --image on a site whose programs run on the host (container.runtime: none)."""
@@ -335,17 +367,30 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every variable the site exports is set in the launching shell (launch --exec, doctor).
 
-    Else the ranks would miss it, or the launcher refuse the whole line.
+    Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
+    keeps the image's PATH and LD_LIBRARY_PATH, e.g. `-x LD_LIBRARY_PATH` into Apptainer) it only WARNs: the ranks
+    get the image's value, and a launcher that forwards it by name (mpirun -x) only warns that it is missing.
     """
-    site, environment = facts.site, facts.request.environment
-    if environment is None:
+    site, request = facts.site, facts.request
+    if request.environment is None:
         return [_skip("launching shell")]
-    return _exports_refused(
-        site,
-        lambda name: name not in environment,
-        lambda name: f"{name} is not set in the launching shell",
-        lambda name: f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export",
-    )
+    kept = image_env_kept(site) if _image(request) is not None else frozenset()
+    missing = [(i, name) for i, name in enumerate(site.export) if name not in request.environment]
+    return [
+        Verdict(
+            "WARN",
+            f"{name} is not set in the launching shell; {site.container.runtime} gives the ranks the image's own",
+            f"drop {name} from export",
+            key=f"export[{i}]",
+        )
+        if name in kept
+        else refusal(
+            f"export[{i}]",
+            f"{name} is not set in the launching shell",
+            f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export",
+        )
+        for i, name in missing
+    ]
 
 
 @rule("elastic-hosts", needs=REQUEST, on_load=True)

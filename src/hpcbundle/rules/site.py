@@ -10,6 +10,7 @@ from typing import Any
 from ..config.errors import clip
 from ..config.sites import slurm_seconds
 from ..knowledge.compat import KnowledgeBase
+from ..knowledge.knobs import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from .engine import Facts, Verdict, refusal, request_refusal, rule
 
 
@@ -258,3 +259,33 @@ def batch_memory(facts: Facts, kb: KnowledgeBase) -> Verdict:
         "add --exclusive to slurm.options (the script then asks --mem=0, all of each node's memory) or set slurm.mem",
         key="slurm.mem",
     )
+
+
+@rule("cycle-time-evidence", needs=("site",))
+def cycle_time_evidence(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """A GPU site's HOROVOD_CYCLE_TIME says what it rests on (its why): the drafted 0.1 ms stays marked to re-tune.
+
+    The draft (knowledge/knobs.py GPU_CYCLE_TIME) was measured with one rank on one GPU; what it does to a
+    multi-node job's allreduce is measured only by `hpcbundle tune --knobs cycle` on the site's nodes."""
+    site = facts.site
+    value = site.env.get("HOROVOD_CYCLE_TIME")
+    if not site.node.gpus:
+        return Verdict("SKIP", "no GPU site (the draft is for GPU nodes)")
+    if value is None:
+        return Verdict("SKIP", "the site leaves HOROVOD_CYCLE_TIME at Horovod's 1 ms default")
+    why = site.why.get("env.HOROVOD_CYCLE_TIME")
+    if why is None:
+        return Verdict(
+            "WARN",
+            f"HOROVOD_CYCLE_TIME={value} with no why: nothing says what it was measured on",
+            "run `hpcbundle tune --knobs cycle` on these nodes and write what it chose and measured under "
+            "why env.HOROVOD_CYCLE_TIME",
+            key="env.HOROVOD_CYCLE_TIME",
+        )
+    if (value, why) == (GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY):
+        return Verdict(
+            "PASS",
+            f"HOROVOD_CYCLE_TIME={value} is the draft measured with 1 rank on one H200, marked to re-tune on these "
+            "nodes (hpcbundle tune --knobs cycle)",
+        )
+    return Verdict("PASS", f"HOROVOD_CYCLE_TIME={value}: {why}")

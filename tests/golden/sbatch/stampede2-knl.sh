@@ -1,5 +1,5 @@
 #!/bin/bash
-# stampede2-knl: TACC Stampede2 KNL flat-quadrant (68-core Xeon Phi 7250, no GPU), Intel MPI 18 mpiexec.hydra, 1 rank/node, taskset + numactl
+# stampede2-knl: historical (Stampede2 is retired) TACC Stampede2 KNL flat-quadrant (68-core Xeon Phi 7250, no GPU), Intel MPI 18 mpiexec.hydra, 1 rank/node, taskset + numactl
 # Written by hpcbundle 0.1.0 (`hpcbundle sbatch`); regenerate it rather than edit it.
 #SBATCH --job-name=horovod
 #SBATCH --nodes=2

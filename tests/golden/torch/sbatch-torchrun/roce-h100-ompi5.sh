@@ -36,6 +36,6 @@ export HPCBUNDLE_RUN_ID
 # 16 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
-mpirun -n 2 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7 -x NCCL_IB_TC=106 -x NCCL_IB_SL=3 -x UCX_NET_DEVICES=mlx5_0:1 -x HOROVOD_CYCLE_TIME=0.1 --mca pml ucx -x OMP_NUM_THREADS=12 --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=eth0 -x MASTER_ADDR -x MASTER_PORT -x HPCBUNDLE_RUN_ID \
+mpirun -n 2 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7 -x NCCL_IB_TC=106 -x NCCL_IB_SL=3 -x UCX_NET_DEVICES=mlx5_0:1 -x UCX_IB_TRAFFIC_CLASS=106 -x UCX_IB_SL=3 -x HOROVOD_CYCLE_TIME=0.1 --mca pml ucx -x OMP_NUM_THREADS=12 --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=eth0 -x MASTER_ADDR -x MASTER_PORT -x HPCBUNDLE_RUN_ID \
     apptainer exec --nv horovod.sif \
     hpcbundle-torchenv agent eth0 join_timeout=300 python -m torch.distributed.run --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --max-restarts=0 train.py
