@@ -206,8 +206,8 @@ def test_every_request_rule_has_a_bad_case():
     covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time"}  # test_workdir, test_batch
     covered |= {"image-built-once"}  # it only WARNs: test_a_docker_uri_for_many_apptainer_ranks_warns_...
     covered |= _torch_rules()  # tests/test_torch_rules.py
-    assert covered == {r.name for r in registered() if "request" in r.needs} | {"ranks-per-node"}
-    assert all(r.on_load for r in registered() if "request" in r.needs)
+    assert covered == _request_rules() | {"ranks-per-node"}
+    assert all(r.on_load for r in registered() if r.name in _request_rules())
 
 
 def test_without_the_request_rules_every_bad_request_builds_a_line(tmp_path, monkeypatch):
@@ -246,8 +246,14 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
     assert {r.status for r in unknown if r.rule in _request_rules()} == {"SKIP"}
 
 
+def _registered_request_rules() -> list:
+    """The rules over the request alone, judged on load (torch-lightning also reads doctor's program probe: it is
+    tested in tests/test_torch_rules.py)."""
+    return [r for r in registered() if "request" in r.needs and "observed" not in r.needs]
+
+
 def _request_rules() -> set[str]:
-    return {r.name for r in registered() if "request" in r.needs}
+    return {r.name for r in _registered_request_rules()}
 
 
 IMAGE_RULES = {r.name for r in registered() if "image" in r.needs}
@@ -256,7 +262,7 @@ IMAGE_RULES = {r.name for r in registered() if "image" in r.needs}
 
 def _torch_rules() -> set[str]:
     """The rules over a torch request (rules/torch.py): a Horovod request SKIPs them."""
-    return {r.name for r in registered() if "request" in r.needs and r.function.__module__.endswith(".torch")}
+    return {r.name for r in _registered_request_rules() if r.function.__module__.endswith(".torch")}
 
 
 def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule():
