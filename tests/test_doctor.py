@@ -402,7 +402,7 @@ def test_two_ranks_on_the_one_gpu_of_an_h100_host_fail_before_launch():
     assert results["ranks-per-node"] == Result(
         "ranks-per-node",
         "FAIL",
-        "2 ranks on n1 but 1 GPUs there: NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\")",
+        '2 ranks on n1 but 1 GPUs there: NCCL refuses two ranks on one GPU (invalid usage: "Duplicate GPU detected")',
         "give at most 1 ranks per node, one per GPU",
     )
 

@@ -102,7 +102,7 @@ def test_two_ranks_on_one_gpu_are_refused_before_launch(gpu_venv: Path, drafted_
     # on a CPU host (tests/test_launch.py::test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts)
     assert run.stderr == (
         f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs: "
-        "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") "
+        'NCCL refuses two ranks on one GPU (invalid usage: "Duplicate GPU detected") '
         "(give at most 1 ranks per node, one per GPU)\n"
     )
     assert not marker.exists(), "a rank started although the launch was refused"

@@ -569,7 +569,7 @@ def test_two_slots_on_a_one_gpu_node_are_refused_before_anything_starts(tmp_path
     assert (res.returncode, res.stdout) == (2, ""), res.stdout + res.stderr
     assert res.stderr == (
         f"hpcbundle: error: --hosts {host}:2: 2 ranks on {host} but site gpunode nodes have 1 GPUs: "
-        "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") "
+        'NCCL refuses two ranks on one GPU (invalid usage: "Duplicate GPU detected") '
         "(give at most 1 ranks per node, one per GPU)\n"
     )
     assert not marker.exists()
@@ -580,7 +580,7 @@ def test_more_ranks_per_node_than_the_sites_gpus_is_refused_in_one_line_and_fewe
     assert refused.exit_code == 2 and refused.stdout == ""
     assert refused.stderr == (
         "hpcbundle: error: --hosts f1:3,f2:3: 3 ranks on f1, 3 ranks on f2 but site ib-v100 nodes have 2 GPUs: "
-        "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") "
+        'NCCL refuses two ranks on one GPU (invalid usage: "Duplicate GPU detected") '
         "(give at most 2 ranks per node, one per GPU)\n"
     )
     fewer = launch("--site", "ib-v100", "--np", "2", "--hosts", "f1:1,f2:1", "--", "python", "t.py")

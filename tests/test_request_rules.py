@@ -181,7 +181,8 @@ def test_hostfile_slots_over_the_gpus_are_refused_in_one_line_and_start_nothing(
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
         f"hpcbundle: error: --hostfile {hostfile}: 8 ranks on f1 but site ib-v100 nodes have 2 GPUs: NCCL refuses "
-        "two ranks on one GPU (invalid usage: \"Duplicate GPU detected\") (give at most 2 ranks per node, one per GPU)\n"
+        'two ranks on one GPU (invalid usage: "Duplicate GPU detected") '
+        "(give at most 2 ranks per node, one per GPU)\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts"]
 

@@ -63,7 +63,7 @@ def ranks_per_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     verdicts = []
     if over:
         most = min(gpus[h] for h, _, _ in over)
-        consequence = "NCCL refuses two ranks on one GPU (invalid usage: \"Duplicate GPU detected\")"
+        consequence = 'NCCL refuses two ranks on one GPU (invalid usage: "Duplicate GPU detected")'
         verdicts.append(_mismatch("FAIL", over, consequence, f"give at most {most} ranks per node, one per GPU", flag))
     if crowded and site.launcher.oversubscribe:
         verdicts.append(_mismatch("WARN", crowded, "launcher.oversubscribe is on", "fewer ranks per node run faster"))
