@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..knowledge.bind import BIND_NAME
+
 MANIFEST = "etc/hpcbundle/manifest.json"
 MANIFEST_BYTES = 1 << 20
 """The largest image manifest read (hpcbundle writes a few KiB)."""
@@ -415,6 +417,7 @@ def facts(
         "numa": numa_memory(),
         "gpu": gpus(),
         "gpu_numa": gpu_numa(),
+        "bind": shutil.which(BIND_NAME),
         "mpi": host_mpi(),
         "runtimes": found,
         "runtimes_missing": missing,
