@@ -45,8 +45,10 @@ def bind_place(site: Site, image: bool) -> BindPlace:
     ...         "version": "5.0.3"}, "launcher": {"name": "mpirun5"}, "container": {"runtime": runtime},
     ...         "node": {"cores": 8, "gpus": 2, "gpu_model": "H100", "gpu_numa": [0, 1], **node},
     ...         "network": {"fabric": "ethernet"}})
-    >>> bind_place(site("apptainer"), True), bind_place(site("none"), False), bind_place(site("apptainer", host_bind=True), True)
-    ('image', 'inline', 'host')
+    >>> bind_place(site("apptainer"), True), bind_place(site("none"), False)
+    ('image', 'inline')
+    >>> bind_place(site("apptainer", host_bind=True), True)
+    'host'
     >>> bind_place(site("docker", host_bind=True), True)  # the ranks start inside the one container
     'image'
     """

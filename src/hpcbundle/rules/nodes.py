@@ -213,9 +213,11 @@ def numa_memory(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("bind-tool", needs=("site", "nodes"))
 def bind_tool(facts: Facts, kb: KnowledgeBase) -> Verdict:
-    """hpcbundle-bind, node.gpu_numa's placement wrapper, exists where the line runs it: inside an image built here
-    (each carries it), as its own text inline (nothing installed), or on every node's host where node.host_bind
-    says so; there doctor looks on every node (the batch script on its first): a missing one fails every rank's exec.
+    """hpcbundle-bind (node.gpu_numa's wrapper) is where the line runs it: in the image, inline, or on each host.
+
+    Inside an image built here (each carries it), as its own text inline (nothing installed), or on every node's
+    host where node.host_bind says so: there doctor looks on every node (the batch script on its first), since a
+    missing one fails every rank's exec.
     """
     site = facts.site
     if not site.node.gpu_numa:
