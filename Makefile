@@ -110,7 +110,7 @@ gpu-wheelhouse: venv ## Wheels for an offline GPU node without compilers: build/
 PREFIX ?= /usr/local
 BIND_SCRIPT := src/hpcbundle/data/hpcbundle-bind
 
-install-bind: ## Install hpcbundle-bind on this host into $(PREFIX)/bin (run on every node of a site with node.gpu_numa)
+install-bind: ## Install hpcbundle-bind on this host into $(PREFIX)/bin (on every node of a site with node.host_bind)
 	install -D -m 0755 $(BIND_SCRIPT) $(DESTDIR)$(PREFIX)/bin/hpcbundle-bind
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/hpcbundle-bind"
 

@@ -93,3 +93,16 @@ def test_a_gpu_nodes_draft_sets_horovods_cycle_time_from_the_h200_figures_to_ret
     assert load_failures(Facts(site=site)) == []
     cpu = draft_site(observed(default_route="data0"), "cpu")
     assert "HOROVOD_CYCLE_TIME" not in cpu and "env:" not in cpu
+
+
+def test_a_dgx_h100_draft_has_its_cores_threads_and_gpu_numa_map_from_the_node():
+    """A DGX H100 as its probes see it: 224 CPUs of 2 threads each, 8 GPUs on 2 sockets (nvidia-smi topo -m)."""
+    topo = (GOLDEN.parent / "data" / "topo" / "dgx-h100-vllm-13855.txt").read_text().split("\n", 1)[1]
+    gpu = parse_gpus("NVIDIA H100 80GB HBM3, 580.159.04, 9.0, 81559 MiB\n" * 8)
+    threads = {"threads": 2, "evidence": "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"}
+    facts = observed(gpu=gpu, default_route="data0", cpus=224, threads_per_core=threads, gpu_topology=topo)
+    text = draft_site(facts, "dgx-h100", ["H100", "H200", "A100"])
+    assert_golden(GOLDEN / "detect" / "dgx-h100.yaml", text)
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert (site.node.cores, site.node.threads_per_core, site.node.gpu_numa) == (112, 2, [0, 0, 0, 0, 1, 1, 1, 1])
+    assert load_failures(Facts(site=site)) == []

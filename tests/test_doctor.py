@@ -589,3 +589,50 @@ def test_doctor_warns_of_the_cma_trap_where_singularity_is_apptainers_compatibil
         "SKIP",
         "no Open MPI 4 inside a user-namespace runtime or a Docker/podman container",
     )
+
+
+GPU_NUMA = {"node": {"cores": 8, "gpus": 2, "gpu_model": "A100", "gpu_numa": [0, 1], "host_bind": True}}
+
+
+def test_doctor_fails_a_host_bind_site_on_the_nodes_without_hpcbundle_bind_and_passes_where_it_is():
+    """node.host_bind runs the gpu-numa wrapper on the host: a node without it would fail every rank's exec."""
+    nodes = {"n1": {**node("n1"), "bind": "/usr/local/bin/hpcbundle-bind"}, "n2": {**node("n2"), "bind": None}}
+    found = by_rule(diagnose(make_site(SITE, GPU_NUMA), nodes))["bind-tool"]
+    assert (found.status, found.evidence) == (
+        "FAIL",
+        "hpcbundle-bind is not on PATH on n2, where node.host_bind runs it on the host: every rank there fails to exec",
+    )
+    assert found.fix.startswith(
+        "run `make install-bind PREFIX=/usr/local` as root on those nodes, or drop node.host_bind"
+    )
+    nodes["n2"]["bind"] = "/usr/local/bin/hpcbundle-bind"
+    found = by_rule(diagnose(make_site(SITE, GPU_NUMA), nodes))["bind-tool"]
+    assert (found.status, found.evidence) == (
+        "PASS",
+        "hpcbundle-bind on the host at /usr/local/bin/hpcbundle-bind on n1, n2",
+    )
+
+
+def test_doctor_looks_for_no_host_script_where_the_wrapper_runs_in_the_image_or_inline():
+    nodes = {"n1": {**node("n1"), "bind": None}}
+    image_site = make_site(
+        SITE, {"node": {**GPU_NUMA["node"], "host_bind": False}, "container": {"runtime": "apptainer"}}
+    )
+    in_image = by_rule(diagnose(image_site, nodes, image="/img/h.sif"))["bind-tool"]
+    assert (in_image.status, in_image.evidence) == (
+        "PASS",
+        "hpcbundle-bind runs inside the image, which carries it at /usr/local/bin/hpcbundle-bind: hosts need none",
+    )
+    inline = by_rule(diagnose(make_site(SITE, {"node": {**GPU_NUMA["node"], "host_bind": False}}), nodes))
+    assert inline["bind-tool"].status == "PASS" and "inline (sh -c): nothing to install" in inline["bind-tool"].evidence
+
+
+def test_the_probe_reports_where_hpcbundle_bind_is_on_path(tmp_path, monkeypatch):
+    from hpcbundle.diagnose.probes import facts
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert facts()["bind"] is None
+    script = tmp_path / "hpcbundle-bind"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    assert facts()["bind"] == str(script)

@@ -318,6 +318,7 @@ def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
         "-c",
         "16",
         "--ntasks-per-node=4",
+        "--distribution=block:block",
         "--label",
     ]
 

@@ -88,7 +88,7 @@ def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster
     (declared-gpus FAILs) on nodes that have none."""
     site = _netns_site(tmp_path, netns_cluster, "data0")
     data = yaml.safe_load(site.read_text())
-    data["node"] = {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0]}
+    data["node"] = {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0], "host_bind": True}
     data["export"] = ["CUDA_VISIBLE_DEVICES", "PATH"]
     site.write_text(yaml.safe_dump(data))
     installed = tmp_path / "bin"  # hpcbundle-bind installed on the hosts, as `make install-bind` does
@@ -112,4 +112,4 @@ def test_gpu_numa_wrapper_binds_every_rank_on_every_namespace_node(netns_cluster
         print(f"--- rank {rank}\n{text}", end="")
         assert f"rank {rank} host {host} local {local} CUDA_VISIBLE_DEVICES=1,0\n" in text
         assert f"Cpus_allowed_list:\t{cpus}\n" in text and "Mems_allowed_list:\t0\n" in text
-        assert "policy: bind\n" in text and "cpubind: 0 \n" in text and "membind: 0 \n" in text
+        assert "policy: preferred\n" in text and "preferred node: 0\n" in text and "cpubind: 0 \n" in text

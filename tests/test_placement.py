@@ -67,6 +67,42 @@ def test_interactive_lines_size_cpus_and_threads_as_sbatch_does(tmp_path):
     assert line.startswith("env FI_PROVIDER=psm2 OMP_NUM_THREADS=34 mpiexec.hydra ")  # 272 CPUs / 2 / 4 threads
 
 
+def test_srun_gpu_lines_fill_each_socket_with_the_ranks_of_its_gpus_in_order():
+    """SLURM deals a node's tasks to its sockets cyclically by default, while rank LOCAL_RANK takes GPU LOCAL_RANK."""
+    for site in ("eth-a100-slurm", "slurm-pyxis-h100"):
+        lines = hpcbundle("launch", "--site", site, "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t").stdout
+        assert " --distribution=block:block " in lines.splitlines()[0], site
+        why = next(line for line in lines.splitlines() if line.startswith("--distribution=block:block "))
+        assert f"<- site {site} node.gpus: each rank next to its GPU" in why
+    cpu = hpcbundle("launch", "--site", "eth-cpu-elastic", "--np", "4", "--", "t").stdout
+    assert "--distribution" not in cpu
+    agents = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--nodes", "2", "--torchrun", "--", "python", "t.py")
+    assert agents.returncode == 0, agents.stderr
+    assert "--ntasks-per-node=1" in agents.stdout and "--distribution" not in agents.stdout  # one agent per node
+
+
+def test_a_node_of_hardware_threads_doubles_srun_c_and_explain_says_it_is_whole_cores():
+    """A DGX H100 (slurm-pyxis-h100): SLURM counts 224 CPUs for 112 cores; 8 ranks ask for 28 each (14 cores)."""
+    lines = hpcbundle(
+        "launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t"
+    ).stdout.splitlines()
+    assert " OMP_NUM_THREADS=14 " in lines[0] and " -c 28 --ntasks-per-node=8 " in lines[0]
+    why = next(line for line in lines if line.startswith("-c 28 "))
+    assert "<- node.cores 112 x 2 threads / 8 ranks: " in why
+    assert (
+        "SLURM counts each of a core's 2 hardware threads as a CPU (node.threads_per_core), so -c 28 is 14 whole"
+        in (why)
+    )
+    script = hpcbundle("sbatch", "--site", "slurm-pyxis-h100", "--nodes", "1", "--", "t").stdout
+    assert "#SBATCH --cpus-per-task=28" in script.splitlines()
+
+
+def test_slurm_pyxis_h100_names_its_compute_adapters_exactly_leaving_the_storage_ports_out():
+    line = hpcbundle("launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--", "t").stdout
+    assert " NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11 " in line
+    assert "--container-env=PMIX_MCA_gds,NCCL_IB_HCA," in line
+
+
 def test_sbatch_asks_for_the_sites_memory_or_all_of_it_when_exclusive_and_knl_by_hardware_threads(tmp_path):
     exclusive = hpcbundle("sbatch", "--site", "eth-a100-slurm", "--nodes", "1", "--", "t").stdout.splitlines()
     assert "#SBATCH --mem=0" in exclusive
@@ -128,21 +164,43 @@ def test_a_bad_placement_key_is_one_line_exit_2_nothing_written(tmp_path, node, 
 BIND = ROOT / "src" / "hpcbundle" / "data" / BIND_NAME
 
 
-def test_a_site_with_a_gpu_numa_map_wraps_every_rank_outside_the_container_by_the_scripts_name():
+def test_a_gpu_numa_site_runs_the_wrapper_inside_the_image_where_it_exists_and_the_hosts_need_nothing():
+    """roce-h100-ompi5 (mpirun + apptainer, no node.host_bind): hpcbundle-bind by name inside the image."""
     result = hpcbundle(
         "launch", "--site", "roce-h100-ompi5", "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--explain", "--", "t"
     )
     assert result.returncode == 0, result.stderr
-    assert " hpcbundle-bind 0,0,0,0,1,1,1,1 apptainer exec --nv h.sif t\n" in result.stdout
+    assert " apptainer exec --nv h.sif hpcbundle-bind 0,0,0,0,1,1,1,1 t\n" in result.stdout
     assert "sh -c" not in result.stdout
-    assert "site roce-h100-ompi5 node.gpu_numa" in result.stdout and "per-rank placement by hpcbundle-bind MAP" in (
-        result.stdout
+    assert "site roce-h100-ompi5 node.gpu_numa, in the image" in result.stdout
+    assert "per-rank placement by hpcbundle-bind MAP inside the container" in result.stdout
+
+
+def test_only_a_site_whose_hosts_have_the_script_runs_it_on_the_host_before_the_container(tmp_path):
+    site = write_site(tmp_path, "roce-h100-ompi5", {"node": {"host_bind": True}}, name="roce-host-bind")
+    result = hpcbundle(
+        "launch", "--site", str(site), "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--explain", "--", "t"
     )
+    assert result.returncode == 0, result.stderr
+    assert " hpcbundle-bind 0,0,0,0,1,1,1,1 apptainer exec --nv h.sif t\n" in result.stdout
+    assert "node.gpu_numa, on the host: node.host_bind" in result.stdout
 
 
-def test_a_foreign_image_gets_the_script_inline_only_where_the_wrapper_runs_in_the_container(tmp_path):
-    """pyxis runs the wrappers inside the container (its srun plugin): an image built elsewhere has no
-    hpcbundle-bind, so the line carries its text; mpirun + apptainer runs them on the host, by name."""
+def test_ranks_on_the_host_get_the_scripts_text_inline_unless_the_site_says_the_hosts_have_it(tmp_path):
+    node = {"cores": 8, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 1]}
+    bare = write_site(tmp_path, "local", {"node": node}, name="bare")
+    result = hpcbundle("launch", "--site", str(bare), "--np", "2", "--", "t")
+    assert result.returncode == 0, result.stderr
+    assert f" sh -c {shlex.quote(BIND_INLINE)} hpcbundle-bind 0,1 t" in result.stdout
+    installed = write_site(tmp_path, "local", {"node": {**node, "host_bind": True}}, name="installed")
+    result = hpcbundle("launch", "--site", str(installed), "--np", "2", "--", "t")
+    assert result.returncode == 0, result.stderr
+    assert " hpcbundle-bind 0,1 t\n" in result.stdout and "sh -c" not in result.stdout
+
+
+def test_a_foreign_image_gets_the_script_inline_inside_the_container(tmp_path):
+    """An image built elsewhere has no hpcbundle-bind: the line carries its text, inside the container whether
+    srun's plugin (pyxis) or the launcher (mpirun + apptainer) starts it."""
     change = {"container": {"foreign_image": True}, "node": {"gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1]}}
     inside = write_site(tmp_path, "slurm-pyxis-h100", change, name="pyxis-ngc")
     result = hpcbundle(
@@ -153,7 +211,9 @@ def test_a_foreign_image_gets_the_script_inline_only_where_the_wrapper_runs_in_t
     outside = write_site(tmp_path, "roce-h100-ompi5", {"container": {"foreign_image": True}}, name="roce-ngc")
     result = hpcbundle("launch", "--site", str(outside), "--image", "h.sif", "--np", "8", "--hosts", "a:8", "--", "t")
     assert result.returncode == 0, result.stderr
-    assert " hpcbundle-bind 0,0,0,0,1,1,1,1 apptainer exec" in result.stdout and "sh -c" not in result.stdout
+    assert f" apptainer exec --nv h.sif sh -c {shlex.quote(BIND_INLINE)} hpcbundle-bind 0,0,0,0,1,1,1,1 t" in (
+        result.stdout
+    )
 
 
 def test_the_inline_form_is_the_scripts_commands_and_every_one_is_complete():
@@ -182,6 +242,41 @@ def test_make_install_bind_puts_the_script_on_a_host(tmp_path):
     assert result.returncode == 0, result.stderr
     installed = tmp_path / "bin" / BIND_NAME
     assert installed.read_text() == BIND_SCRIPT and os.access(installed, os.X_OK)
+
+
+def test_check_says_where_the_wrapper_runs_and_that_a_host_bind_site_needs_it_on_every_host(tmp_path):
+    shipped = hpcbundle("check", "cuda13.0-torch2.11-ompi5", "--site", "roce-h100-ompi5").stdout.splitlines()
+    assert (
+        "PASS  bind-tool            hpcbundle-bind runs inside the image, which carries it at "
+        "/usr/local/bin/hpcbundle-bind: hosts need none"
+    ) in shipped
+    site = write_site(tmp_path, "roce-h100-ompi5", {"node": {"host_bind": True}}, name="roce-host-bind")
+    host = hpcbundle("check", "cuda13.0-torch2.11-ompi5", "--site", str(site)).stdout.splitlines()
+    assert (
+        "PASS  bind-tool            hpcbundle-bind runs on the host, which the site says every node has "
+        "(node.host_bind): doctor looks on every node, the batch script on its first"
+    ) in host
+
+
+def test_a_host_bind_batch_script_stops_in_one_line_on_a_node_without_the_script(tmp_path):
+    site = write_site(tmp_path, "roce-h100-ompi5", {"node": {"host_bind": True}}, name="roce-host-bind")
+    job = tmp_path / "job.sh"
+    result = hpcbundle("sbatch", "--site", str(site), "--nodes", "1", "--image", "h.sif", "-o", str(job), "--", "t")
+    assert result.returncode == 0, result.stderr
+    text = job.read_text()
+    check = text.index("if ! command -v hpcbundle-bind >/dev/null; then")
+    assert check < text.index("\nmpirun ")
+    # Run the script's test alone, under bash, on this host where hpcbundle-bind is not on PATH.
+    test = text[check : text.index("fi\n", check) + 3]
+    ran = subprocess.run(
+        ["bash", "-c", test], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert ran.returncode == 2 and len(ran.stderr.splitlines()) == 1
+    assert "hpcbundle-bind is not on PATH on" in ran.stderr and "run `make install-bind` as root on every node" in (
+        ran.stderr
+    )
+    shipped = hpcbundle("sbatch", "--site", "roce-h100-ompi5", "--nodes", "1", "--image", "h.sif", "--", "t").stdout
+    assert "command -v hpcbundle-bind" not in shipped  # it runs inside the image
 
 
 FORMS = {"script": [str(BIND)], "inline": ["sh", "-c", BIND_INLINE, BIND_NAME]}
@@ -222,12 +317,13 @@ def _stubs(directory: Path, *tools: str) -> str:
     ],
     ids=["open-mpi", "hydra", "pmi", "srun-job-gpus", "srun-gpu-per-task"],
 )
-def test_bind_execs_numactl_on_the_node_of_the_ranks_gpu(tmp_path, env, node, form):
-    """GPUs 0-3 on NUMA nodes 1, 3, 5, 7: a stub numactl shows the argv hpcbundle-bind execs."""
+def test_bind_execs_numactl_on_the_node_of_the_ranks_gpu_with_its_memory_preferred(tmp_path, env, node, form):
+    """GPUs 0-3 on NUMA nodes 1, 3, 5, 7: a stub numactl shows the argv hpcbundle-bind execs (--preferred, not a
+    strict --membind: a full node spills over instead of killing the rank)."""
     path = _stubs(tmp_path / "bin", "numactl", "taskset")
     result = _wrapped(env, [1, 3, 5, 7], ["python", "train.py", "--epochs", "2 3"], form, path)
     assert result.returncode == 0, result.stderr
-    expected = ["numactl", f"--cpunodebind={node}", f"--membind={node}", "python", "train.py", "--epochs", "2 3"]
+    expected = ["numactl", f"--cpunodebind={node}", f"--preferred={node}", "python", "train.py", "--epochs", "2 3"]
     assert result.stdout.splitlines() == expected
 
 
@@ -274,7 +370,7 @@ def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_pa
     site = write_site(
         tmp_path,
         "local",
-        {"node": {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0]}},
+        {"node": {"cores": 2, "gpus": 2, "gpu_model": "V100", "gpu_numa": [0, 0], "host_bind": True}},
         name="local-gpu-numa",
     )
     report = (
@@ -296,7 +392,7 @@ def test_wrapper_binds_two_real_open_mpi_ranks_to_their_gpu_and_numa_node(tmp_pa
         print(text)
         assert f"rank {rank} local {rank} CUDA_VISIBLE_DEVICES=\n" in text
         assert f"Cpus_allowed_list:\t{cpus}\n" in text and "Mems_allowed_list:\t0\n" in text
-        assert "policy: bind\n" in text and "cpubind: 0 \n" in text and "membind: 0 \n" in text
+        assert "policy: preferred\n" in text and "preferred node: 0\n" in text and "cpubind: 0 \n" in text
 
 
 # --- nvidia-smi topo -m -> node.gpu_numa -------------------------------------------------------
@@ -332,6 +428,50 @@ def test_site_detect_drafts_the_map_from_topo_and_the_draft_loads():
         observed(gpu=gpu, default_route="data0", gpu_topology=_topo("dgx2-v100-nccl-tests-78.txt")), "v", []
     )
     assert "# gpu_numa: not drafted (this nvidia-smi prints no NUMA Affinity column" in old
+
+
+def test_site_detect_drafts_the_map_from_sysfs_where_nvidia_smi_topo_has_no_numa_column():
+    gpu = parse_gpus("Tesla V100-SXM2-32GB, 535.104.05, 7.0, 32768 MiB\n" * 16)
+    topo = _topo("dgx2-v100-nccl-tests-78.txt")
+    sysfs = {"nodes": [0] * 8 + [1] * 8, "note": ""}
+    text = draft_site(observed(gpu=gpu, default_route="data0", gpu_topology=topo, gpu_numa=sysfs), "v", ["V100"])
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert site.node.gpu_numa == [0] * 8 + [1] * 8
+    assert "# sysfs numa_node of each GPU's PCI device; CONFIRM" in text
+    unknown = {"nodes": [None] * 16, "note": ""}  # a VM: the kernel does not say
+    text = draft_site(observed(gpu=gpu, default_route="data0", gpu_topology=topo, gpu_numa=unknown), "v", ["V100"])
+    assert "# gpu_numa: not drafted (this nvidia-smi prints no NUMA Affinity column" in text
+
+
+def test_site_detect_drafts_cores_and_threads_per_core_from_a_node_of_hardware_threads():
+    threads = {"threads": 2, "evidence": "/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"}
+    text = draft_site(observed(default_route="data0", cpus=224, threads_per_core=threads), "dgx")
+    site = validate(Site, parse_yaml(text, "draft"), "draft")
+    assert (site.node.cores, site.node.threads_per_core, site.node.cpus_for(8)) == (112, 2, 28)
+    assert "threads_per_core: 2  # /sys/devices/system/cpu/cpu0/topology/thread_siblings_list; CONFIRM" in text
+    one = draft_site(observed(default_route="data0", cpus=16, threads_per_core={"threads": 1}), "one")
+    assert "threads_per_core" not in one and "  cores: 16  # CPUs seen here" in one
+
+
+@pytest.mark.parametrize(
+    "siblings, lscpu, found",
+    [
+        ("0,112\n", None, {"threads": 2, "evidence": "SIBLINGS"}),
+        ("4-7\n", None, {"threads": 4, "evidence": "SIBLINGS"}),
+        (None, "Thread(s) per core:  2\nCore(s) per socket:  56\n", {"threads": 2, "evidence": "lscpu"}),
+        (None, None, {"threads": None, "evidence": ""}),
+    ],
+)
+def test_the_probe_counts_a_cores_threads_from_sysfs_else_lscpu(tmp_path, monkeypatch, siblings, lscpu, found):
+    from hpcbundle.diagnose import probes
+
+    path = tmp_path / "thread_siblings_list"
+    if siblings is not None:
+        path.write_text(siblings)
+    monkeypatch.setattr(probes, "_out", lambda argv, timeout=10.0: lscpu if argv == ["lscpu"] else None)
+    if found["evidence"] == "SIBLINGS":
+        found = {**found, "evidence": str(path)}
+    assert probes.threads_per_core(path) == found
 
 
 # --- doctor: the map against the nodes ---------------------------------------------------------

@@ -235,6 +235,15 @@ class Node(StrictModel):
         "placement wrapper, `hpcbundle-bind MAP`: its local rank's GPU, and that GPU's NUMA node's cores and memory",
     )
 
+    host_bind: bool = Field(
+        False,
+        description="every node's host has hpcbundle-bind on PATH (`make install-bind` as root on each node): "
+        "the gpu-numa wrapper then runs on the host, before a per-rank container starts (apptainer, "
+        "singularity, ch-run) or in front of a program without one; unset, it runs inside the image (every image "
+        "built here carries it) or as its own text inline (container.foreign_image, no image), so nothing needs "
+        "installing; `doctor` looks for it on every node and the batch script on its first",
+    )
+
     @property
     def slots(self) -> int:
         """Ranks one node takes: ranks_per_node, else one per GPU, else one per core."""

@@ -177,14 +177,30 @@ def _container_lines(found: dict[str, str]) -> list[str]:
 def _node_lines(observed: dict[str, Any], known_gpus: list[str]) -> list[str]:
     """The draft's node: section: cores, and the GPUs nvidia-smi lists (model, driver, NUMA map)."""
     gpu = observed.get("gpu") or {}
-    lines = ["node:", f"  cores: {observed.get('cpus', 1)}  # CPUs seen here; CONFIRM for the compute nodes"]
+    lines = ["node:", *_core_lines(observed.get("cpus", 1), observed.get("threads_per_core") or {})]
     if not gpu.get("present"):
         return lines + [f"  gpus: 0  # {gpu.get('note') or 'no GPU'}"]
     model = _gpu_model(gpu["gpus"][0]["name"], known_gpus)
     lines += [f"  gpus: {len(gpu['gpus'])}", f"  gpu_model: {_q(model)}  # nvidia-smi: {gpu['gpus'][0]['name']}"]
     if gpu.get("driver") and re.match(r"^\d+(\.\d+){0,3}$", gpu["driver"]):
         lines.append(f"  driver: {_q(gpu['driver'])}")
-    return lines + [_gpu_numa_line(observed.get("gpu_topology"), len(gpu["gpus"]))]
+    sysfs = (observed.get("gpu_numa") or {}).get("nodes") or []
+    return lines + [_gpu_numa_line(observed.get("gpu_topology"), len(gpu["gpus"]), sysfs)]
+
+
+def _core_lines(cpus: int, threads: dict[str, Any]) -> list[str]:
+    """node.cores, and node.threads_per_core where a core has several hardware threads (the CPUs seen are threads)."""
+    per_core = threads.get("threads") or 1
+    if per_core == 1 or cpus % per_core:
+        return [f"  cores: {cpus}  # CPUs seen here; CONFIRM for the compute nodes"]
+    cores = cpus // per_core
+    return [
+        f"  cores: {cores}  # {cpus} CPUs seen here, {per_core} hardware threads per core; CONFIRM for the compute "
+        "nodes",
+        f"  threads_per_core: {per_core}  # {threads.get('evidence')}; CONFIRM: SLURM counts each thread as a CPU "
+        f"(slurm.conf ThreadsPerCore={per_core}): srun -c and --cpus-per-task then ask {per_core} per core, "
+        "OMP_NUM_THREADS counts cores",
+    ]
 
 
 def _network_lines(observed: dict[str, Any], iface: str | None, why: str) -> list[str]:
@@ -217,19 +233,26 @@ def _slurm_lines(slurm: dict[str, Any]) -> list[str]:
     return []
 
 
-def _gpu_numa_line(topology: str | None, gpus: int) -> str:
-    """node.gpu_numa from `nvidia-smi topo -m` when it maps every GPU, else a comment saying why not."""
+def _gpu_numa_line(topology: str | None, gpus: int, sysfs: list[int | None]) -> str:
+    """node.gpu_numa from `nvidia-smi topo -m` when it maps every GPU, else from sysfs numa_node of each GPU's PCI
+    device (`sysfs`, probes.gpu_numa) when the kernel names one for every GPU, else a comment saying why not."""
+    confirm = "CONFIRM: each rank then runs on its GPU's NUMA node (gpu-numa wrapper)"
+    if sysfs and len(sysfs) == gpus and all(node is not None for node in sysfs):
+        from_sysfs = (
+            f"  gpu_numa: [{', '.join(map(str, sysfs))}]  # sysfs numa_node of each GPU's PCI device; {confirm}"
+        )
+    else:
+        from_sysfs = None
     if not topology:
-        return "  # gpu_numa: not drafted (nvidia-smi topo -m printed nothing)"
+        return from_sysfs or "  # gpu_numa: not drafted (nvidia-smi topo -m printed nothing)"
     found = parse_topo(topology)
     if found.nodes is None:
-        return f"  # gpu_numa: not drafted ({found.why})"
+        return from_sysfs or f"  # gpu_numa: not drafted ({found.why})"
     if len(found.nodes) != gpus:
-        return f"  # gpu_numa: not drafted (nvidia-smi topo -m shows {len(found.nodes)} GPUs, nvidia-smi lists {gpus})"
-    nodes = ", ".join(map(str, found.nodes))
-    return (
-        f"  gpu_numa: [{nodes}]  # {found.why}; CONFIRM: each rank then runs on its GPU's NUMA node (gpu-numa wrapper)"
-    )
+        return from_sysfs or (
+            f"  # gpu_numa: not drafted (nvidia-smi topo -m shows {len(found.nodes)} GPUs, nvidia-smi lists {gpus})"
+        )
+    return f"  gpu_numa: [{', '.join(map(str, found.nodes))}]  # {found.why}; {confirm}"
 
 
 def _export_lines(program_env: dict[str, str], launcher: str) -> list[str]:

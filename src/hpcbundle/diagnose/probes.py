@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..knowledge.bind import BIND_NAME
+
 MANIFEST = "etc/hpcbundle/manifest.json"
 MANIFEST_BYTES = 1 << 20
 """The largest image manifest read (hpcbundle writes a few KiB)."""
@@ -179,6 +181,38 @@ def gpu_numa(devices: Path = Path("/sys/bus/pci/devices")) -> dict[str, Any]:
             value = ""
         nodes.append(int(value) if re.fullmatch(r"[0-9]{1,4}", value) else None)
     return {"nodes": nodes, "note": "" if nodes else "nvidia-smi lists no GPU"}
+
+
+CPU_SIBLINGS = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+
+
+def threads_per_core(siblings: Path = CPU_SIBLINGS) -> dict[str, Any]:
+    """{'threads': hardware threads of CPU 0's core (None: unknown), 'evidence'}: the kernel's thread siblings
+    list, else lscpu's `Thread(s) per core`."""
+    try:
+        count = cpu_list_length(siblings.read_text(encoding="ascii"))
+    except (OSError, UnicodeDecodeError):
+        count = None
+    if count:
+        return {"threads": count, "evidence": str(siblings)}
+    text = _out(["lscpu"]) or ""
+    match = re.search(r"^Thread\(s\) per core:\s*([0-9]{1,2})\s*$", text, re.MULTILINE)
+    return {"threads": int(match.group(1)), "evidence": "lscpu"} if match else {"threads": None, "evidence": ""}
+
+
+def cpu_list_length(text: str) -> int | None:
+    """The CPUs a kernel CPU list names ('0,112' or '0-1'), None for anything else.
+
+    >>> cpu_list_length("0,112\\n"), cpu_list_length("4-7"), cpu_list_length("x")
+    (2, 4, None)
+    """
+    count = 0
+    for part in text.strip().split(","):
+        match = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", part)
+        if not match:
+            return None
+        count += int(match.group(2) or match.group(1)) - int(match.group(1)) + 1
+    return count if 0 < count <= 64 else None
 
 
 def gpu_topology() -> str | None:
@@ -409,12 +443,14 @@ def facts(
     return {
         "host": socket.gethostname(),
         "cpus": os.cpu_count() or 1,
+        "threads_per_core": threads_per_core(),
         "uid": os.geteuid(),
         "interfaces": interfaces(),
         "infiniband": infiniband(),
         "numa": numa_memory(),
         "gpu": gpus(),
         "gpu_numa": gpu_numa(),
+        "bind": shutil.which(BIND_NAME),
         "mpi": host_mpi(),
         "runtimes": found,
         "runtimes_missing": missing,

@@ -110,14 +110,17 @@ def build_command(
     container = _container(site, runtime, image, env, workdir)
     in_container = bool(image) and runtime.wraps_launcher
     place = "inside" if in_container else "plugin" if image and runtime.srun_plugin else "outside" if image else "host"
-    wrappers = _wrappers(site, place, torchrun=bool(agents))
+    placement, on_host = _placement(site, bool(image), torchrun=bool(agents))
+    wrappers = _wrappers(site, place)
     body = _body(site, launcher, program, torch, inline=not image or site.container.foreign_image)
     if in_container:
-        order = [container, env, main, wrappers, body]
+        order = [container, env, main, placement, wrappers, body]
     elif runtime.srun_plugin:  # srun's own options: the wrappers run inside the container
-        order = [env, main, container, wrappers, body]
-    else:
-        order = [env, main, wrappers, container, body]
+        order = [env, main, container, placement, wrappers, body]
+    elif on_host:
+        order = [env, main, placement, wrappers, container, body]
+    else:  # the site's wrappers on the host, the placement inside the container (or inline) where it exists
+        order = [env, main, wrappers, container, placement, body]
     return Command(tuple(part for parts in order for part in parts.items))
 
 
@@ -249,16 +252,23 @@ def _container(site: Site, runtime: Runtime, image: str | None, env: Parts, work
     return container
 
 
-def _wrappers(site: Site, place: str, torchrun: bool = False) -> Parts:
-    """The per-rank wrappers (the GPU-NUMA placement, then the site's), explained for where they run; under
-    --torchrun no GPU-NUMA placement: it would bind the node's one agent, and with it every worker, to the
-    first GPU's NUMA node."""
-    wrappers = Parts(site, "wrapper")
+def _placement(site: Site, image: bool, torchrun: bool) -> tuple[Parts, bool]:
+    """The GPU-NUMA placement (node.gpu_numa) and whether it runs on the host in front of the container (the site
+    says the hosts have it: node.host_bind); under --torchrun none: it would bind the node's one agent, and with it
+    every worker, to the first GPU's NUMA node."""
+    placement = Parts(site, "wrapper")
     if site.node.gpu_numa and torchrun:
-        wrappers.add([], f"site {site.name} node.gpu_numa", reasons.NO_NUMA_TORCHRUN)
+        placement.add([], f"site {site.name} node.gpu_numa", reasons.NO_NUMA_TORCHRUN)
     elif site.node.gpu_numa:
-        tokens, source, why = gpu_numa_placement(site, in_container=place in ("inside", "plugin"))
-        wrappers.add(tokens, source, f"{why}; {_WRAPPER_WHY[place]}")
+        tokens, source, why, where = gpu_numa_placement(site, image)
+        placement.add(tokens, source, why)
+        return placement, where == "host"
+    return placement, False
+
+
+def _wrappers(site: Site, place: str) -> Parts:
+    """The site's per-rank wrappers, explained for where they run."""
+    wrappers = Parts(site, "wrapper")
     for index, wrapper in enumerate(site.wrappers):
         own = site.why.get(f"wrappers[{index}]")
         why = f"{own}; {_WRAPPER_WHY[place]}" if own else _WRAPPER_WHY[place]

@@ -16,6 +16,7 @@ import jinja2
 from .. import __version__
 from ..config.errors import UserError
 from ..config.sites import Site, Wiring
+from ..knowledge.bind import BIND_NAME, bind_place
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from . import elastic
@@ -150,7 +151,7 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
     ...     print(line)
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
-        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 \
+        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block \
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py &
     """
@@ -173,11 +174,18 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
         gate_segments=gate_segments,
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
+        bind_on_host=BIND_NAME if _bind_on_host(plan) else None,
         torch=_torch_block(plan),
         wiring=plan.wiring,
         program_name=PurePosixPath(program[0]).name,
         program_args="\n".join(program[1:]),
     )
+
+
+def _bind_on_host(plan: LaunchPlan) -> bool:
+    """Whether the job's line runs hpcbundle-bind on the host (node.host_bind): the script then tests for it first."""
+    site = plan.site
+    return bool(site.node.gpu_numa) and plan.wiring != "torchrun" and bind_place(site, bool(plan.image)) == "host"
 
 
 def _torch_block(plan: LaunchPlan) -> dict[str, str | None] | None:

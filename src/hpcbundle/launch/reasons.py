@@ -69,6 +69,16 @@ SRUN_PER_GPU = (
     "one rank per GPU on each node: without it SLURM spreads the ranks by CPUs, and two ranks on one GPU "
     "stop NCCL (Duplicate GPU detected)"
 )
+SRUN_GPU_SOCKETS = (
+    "each rank next to its GPU: a rank takes GPU LOCAL_RANK (SLURM_LOCALID), and a node numbers its GPUs socket "
+    "by socket, while SLURM's default deals a node's tasks out to its sockets in turn (srun --distribution, "
+    "after the colon: cyclic), which puts local ranks 1, 3, ... on the far socket from GPUs 1, 3, ...; block:block "
+    "fills the first socket's cores with local ranks 0, 1, ... (SLURM's task/affinity binds each to its -c CPUs)"
+)
+SRUN_THREADS = (
+    "SLURM counts each of a core's {threads} hardware threads as a CPU (node.threads_per_core), so -c {cpus} is "
+    "{cores} whole cores: a -c of node.cores over the ranks would give each rank half of them"
+)
 THREADS = (
     "threads per rank to match the CPUs each rank gets (the examples size their intra-op threads by it): "
     "without it OpenMP starts one thread per core in every rank, ranks x cores threads on a node; the ranks "
@@ -82,17 +92,26 @@ UNBUFFERED = (
 )
 _BIND_DOES = (
     "the rank's local rank (from Open MPI, hydra or SLURM) picks its GPU (CUDA_VISIBLE_DEVICES) and that "
-    "GPU's NUMA node's cores and memory (numactl --cpunodebind --membind; taskset over the node's CPUs where "
-    "numactl is missing); the map is its only argument"
+    "GPU's NUMA node's cores, with memory preferred from it (numactl --cpunodebind=N --preferred=N: a full "
+    "node spills over instead of killing the rank; taskset over the node's CPUs where numactl is missing); "
+    "the map is its only argument"
 )
-GPU_NUMA = (
-    "per-rank placement by hpcbundle-bind MAP (plain POSIX sh, hpcbundle/data/hpcbundle-bind in the package; "
-    f"images built here carry it at /usr/local/bin, `make install-bind` puts it on a host): {_BIND_DOES}"
-)
-GPU_NUMA_INLINE = (
-    "per-rank placement by hpcbundle-bind's own text run inline by sh -c, as the site's images were not "
-    f"built here and lack the script: {_BIND_DOES}"
-)
+GPU_NUMA = {
+    "host": (
+        "per-rank placement by hpcbundle-bind MAP on the host, where node.host_bind says every node has it "
+        "(`make install-bind`; doctor looks on every node, the batch script on its first): CPU affinity and "
+        f"memory policy are inherited through exec into a container: {_BIND_DOES}"
+    ),
+    "image": (
+        "per-rank placement by hpcbundle-bind MAP inside the container, where every image built here carries "
+        f"it at /usr/local/bin (the hosts need nothing installed; node.host_bind runs it there): {_BIND_DOES}"
+    ),
+    "inline": (
+        "per-rank placement by hpcbundle-bind's own text run inline by sh -c, where no file of it is known to "
+        "exist (an image built elsewhere: container.foreign_image; ranks on a host without node.host_bind): "
+        f"{_BIND_DOES}"
+    ),
+}
 
 # How --explain marks an interface setting (hpcbundle.knowledge.network.interface_settings): derived
 # from network.interfaces, or set by the site's own key where network.interfaces would have

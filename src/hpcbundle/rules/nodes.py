@@ -6,6 +6,7 @@ import re
 from typing import Any, Mapping
 
 from ..config.sites import Site
+from ..knowledge.bind import BIND_NAME, BIND_PATH, bind_place
 from ..knowledge.compat import KnowledgeBase
 from .engine import Facts, Status, Verdict, rule
 
@@ -208,3 +209,43 @@ def numa_memory(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
             )
         )
     return verdicts
+
+
+@rule("bind-tool", needs=("site", "nodes"))
+def bind_tool(facts: Facts, kb: KnowledgeBase) -> Verdict:
+    """hpcbundle-bind (node.gpu_numa's wrapper) is where the line runs it: in the image, inline, or on each host.
+
+    Inside an image built here (each carries it), as its own text inline (nothing installed), or on every node's
+    host where node.host_bind says so: there doctor looks on every node (the batch script on its first), since a
+    missing one fails every rank's exec.
+    """
+    site = facts.site
+    if not site.node.gpu_numa:
+        return Verdict("SKIP", "the site has no node.gpu_numa (no placement wrapper)")
+    request = facts.request
+    if request is not None and request.wiring == "torchrun":
+        return Verdict("SKIP", "under --torchrun no placement wrapper runs (it would bind the node's one agent)")
+    image = request.image is not None if request is not None else bool(facts.image_path or facts.recipe)
+    place = bind_place(site, image)
+    if place == "image":
+        return Verdict("PASS", f"{BIND_NAME} runs inside the image, which carries it at {BIND_PATH}: hosts need none")
+    if place == "inline":
+        return Verdict("PASS", f"{BIND_NAME} runs as its own text inline (sh -c): nothing to install")
+    if not facts.observed:
+        return Verdict(
+            "PASS",
+            f"{BIND_NAME} runs on the host, which the site says every node has (node.host_bind): doctor looks on "
+            "every node, the batch script on its first",
+        )
+    seen = {host: node.get("bind") for host, node in facts.ok_nodes().items()}
+    missing = [host for host, path in seen.items() if not path]
+    if missing:
+        return Verdict(
+            "WARN" if facts.scope == "login" else "FAIL",
+            f"{BIND_NAME} is not on PATH on {', '.join(missing)}, where node.host_bind runs it on the host: "
+            "every rank there fails to exec",
+            f"run `make install-bind PREFIX=/usr/local` as root on those nodes, or drop node.host_bind from "
+            f"{site.where} (the wrapper then runs inside the image)",
+        )
+    paths = sorted(set(filter(None, seen.values())))
+    return Verdict("PASS", f"{BIND_NAME} on the host at {', '.join(paths)}{facts.on(seen)}")

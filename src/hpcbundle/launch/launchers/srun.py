@@ -42,11 +42,22 @@ class Srun(Launcher):
                 "time limit, and SLURM's default (KillOnBadExit=0) lets them",
             )
         if layout.cpus_per_rank:
-            out.add(["-c", str(layout.cpus_per_rank)], layout.cpus_source, reasons.SRUN_CPUS)
+            out.add(["-c", str(layout.cpus_per_rank)], layout.cpus_source, _cpus_why(site, layout.cpus_per_rank))
         if layout.tasks_per_node:
             out.add([f"--ntasks-per-node={layout.tasks_per_node}"], layout.tasks_source, "ranks per node")
         elif site.node.ranks_per_node:
             out.site("node.ranks_per_node", [f"--ntasks-per-node={site.node.ranks_per_node}"], "ranks per node")
         elif site.node.gpus:
             out.site("node.gpus", [f"--ntasks-per-node={site.node.gpus}"], reasons.SRUN_PER_GPU)
+        if site.node.gpus and layout.tasks_per_node != 1:
+            out.add(["--distribution=block:block"], f"site {site.name} node.gpus", reasons.SRUN_GPU_SOCKETS)
         self.add_flags(site, out, {"tag_output": "--label"})
+
+
+def _cpus_why(site: Site, cpus: int) -> str:
+    """Why -c: the CPUs a rank gets; where SLURM counts hardware threads as CPUs, how many cores that is."""
+    threads = site.node.threads_per_core
+    if threads == 1:
+        return reasons.SRUN_CPUS
+    extra = reasons.SRUN_THREADS.format(threads=threads, cpus=cpus, cores=max(1, cpus // threads))
+    return f"{reasons.SRUN_CPUS}; {extra}"

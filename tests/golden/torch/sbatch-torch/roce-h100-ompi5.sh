@@ -34,6 +34,6 @@ export MASTER_ADDR MASTER_PORT
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 mpirun -n 16 --bind-to none --map-by slot -x LD_LIBRARY_PATH -x PATH -x NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7 -x NCCL_IB_TC=106 -x NCCL_IB_SL=3 -x UCX_NET_DEVICES=mlx5_0:1 -x UCX_IB_TRAFFIC_CLASS=106 -x UCX_IB_SL=3 -x HOROVOD_CYCLE_TIME=0.1 --mca pml ucx -x OMP_NUM_THREADS=12 --mca btl_tcp_if_include eth0 --prtemca oob_tcp_if_include eth0 -x NCCL_SOCKET_IFNAME=eth0 -x NCCL_NET=IB -x GLOO_SOCKET_IFNAME=eth0 -x MASTER_ADDR -x MASTER_PORT \
-    hpcbundle-bind 0,0,0,0,1,1,1,1 \
     apptainer exec --nv horovod.sif \
+    hpcbundle-bind 0,0,0,0,1,1,1,1 \
     hpcbundle-torchenv ompi python train.py
