@@ -56,7 +56,9 @@ def test_tasks_per_node_and_the_sites_cpus_per_rank_set_the_cpus(tmp_path):
 
 
 def test_interactive_lines_size_cpus_and_threads_as_sbatch_does(tmp_path):
-    srun = hpcbundle("launch", "--site", "eth-a100-slurm", "--np", "8", "--explain", "--", "t").stdout.splitlines()
+    inside = {"SLURM_JOB_ID": "1"}  # an srun line is for inside an allocation
+    srun = hpcbundle("launch", "--site", "eth-a100-slurm", "--np", "8", "--explain", "--", "t", env=inside)
+    srun = srun.stdout.splitlines()
     assert " OMP_NUM_THREADS=16 " in srun[0] and " -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 " in srun[0]
     assert any(line.startswith("-c 16 ") and "<- node.cores 64 / 4 ranks: CPUs each rank" in line for line in srun)
     mpirun = hpcbundle("launch", "--site", "roce-h100-ompi5", "--np", "4", "--hosts", "g1:2,g1:2", "--", "t").stdout
@@ -146,7 +148,16 @@ def test_a_foreign_image_gets_the_script_inline_only_where_the_wrapper_runs_in_t
     change = {"container": {"foreign_image": True}, "node": {"gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1]}}
     inside = write_site(tmp_path, "slurm-pyxis-h100", change, name="pyxis-ngc")
     result = hpcbundle(
-        "launch", "--site", str(inside), "--image", "nvcr.io#nvidia/pytorch:24.01-py3", "--np", "8", "--", "t"
+        "launch",
+        "--site",
+        str(inside),
+        "--image",
+        "nvcr.io#nvidia/pytorch:24.01-py3",
+        "--np",
+        "8",
+        "--",
+        "t",
+        env={"SLURM_JOB_ID": "1"},  # srun: inside an allocation
     )
     assert result.returncode == 0, result.stderr
     assert f" sh -c {shlex.quote(BIND_INLINE)} hpcbundle-bind 0,0,0,0,1,1,1,1 t" in result.stdout
