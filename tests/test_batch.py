@@ -68,10 +68,8 @@ def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
     order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
     assert order == sorted(order)
     assert "#SBATCH --nodes=3" in lines and "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --gres=gpu:4" in lines
-    assert (
-        "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block \\"
-        in lines
-    )
+    srun = "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block --export=ALL \\"
+    assert srun in lines
     assert "    python t.py &" in lines
     assert lines[-1] == 'exit "$launch_status"'  # faults.signal_before_end: the line runs in the background
 
@@ -294,9 +292,66 @@ def test_submit_prints_the_job_id_real_slurm_assigned(slurm_local, tmp_path):
     assert f"JobId={job_id} " in shown.stdout
 
 
+@pytest.mark.cluster
+def test_ranks_of_a_job_submitted_with_export_none_see_the_sites_variables(slurm_local, tmp_path):
+    """A centre that submits with `sbatch --export=NONE` makes NONE the steps' default (SLURM_EXPORT_ENV): the
+    line's srun --export=ALL still hands every rank the variables set in front of it (mca.btl, OMP_NUM_THREADS)."""
+    site = _srun_site(tmp_path)
+    program = ["printenv", "OMPI_MCA_btl", "OMP_NUM_THREADS"]
+    script = hpcbundle("sbatch", "--site", str(site), "--nodes", "2", "--", *program)
+    assert script.returncode == 0, script.stderr
+    assert "--export=ALL" in script.stdout
+    job = slurm_local.sbatch_wait(script.stdout, timeout=60, sbatch_args=["--export=NONE"])
+    assert job.returncode == 0, job.error + job.sbatch_stderr
+    assert job.output.splitlines() == ["self,tcp", "1"] * 2, job.output
+
+
 def test_more_tasks_per_node_than_gpus_writes_nothing_and_names_the_flag(tmp_path):
     script = tmp_path / "job.sh"
     args = ["--site", "roce-h100-ompi5", "--nodes", "2", "--tasks-per-node", "16", "-o", str(script)]
     result = hpcbundle("sbatch", *args, "--", "python", "train.py")
     assert result.returncode == 2 and not script.exists()
     assert "--tasks-per-node 16: 16 ranks on each node but site roce-h100-ompi5 nodes have 8 GPUs" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "edit, per_node, message",
+    [
+        (  # the site's one rank per node, its 64-core taskset mask
+            {},
+            "136",
+            "--tasks-per-node 136: 136 ranks on each node but site knl runs node.ranks_per_node 1: more ranks than "
+            "the node takes (give at most 1 ranks per node, or raise node.ranks_per_node or set "
+            "launcher.oversubscribe)",
+        ),
+        (  # launcher.oversubscribe is mpirun's to allow, not SLURM's: 300 tasks do not fit 272 CPUs at submit
+            {"base": "local", "node": {"cores": 68, "threads_per_core": 4}},
+            "300",
+            "--tasks-per-node 300: 300 tasks x 1 CPUs each is more than the 272 CPUs of a site knl node "
+            "(node.cores 68 x 4 threads): SLURM refuses the job at submit (give at most 272 tasks per node)",
+        ),
+    ],
+)
+def test_tasks_per_node_a_knl_node_does_not_hold_writes_nothing_and_names_the_flag(tmp_path, edit, per_node, message):
+    base = edit.pop("base", "stampede2-knl")
+    data = yaml.safe_load((SITES / f"{base}.yaml").read_text()) | {"name": "knl"} | edit
+    (tmp_path / "knl.yaml").write_text(yaml.safe_dump(data))
+    script = tmp_path / "job.sh"
+    args = ["--site", str(tmp_path / "knl.yaml"), "--nodes", "2", "--tasks-per-node", per_node, "-o", str(script)]
+    result = hpcbundle("sbatch", *args, "--", "python", "train.py")
+    assert result.returncode == 2 and result.stderr == f"hpcbundle: error: {message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["knl.yaml"]
+
+
+@pytest.mark.parametrize("per_node", ["1", "4"])
+def test_hydras_ppn_is_the_jobs_tasks_per_node(tmp_path, per_node):
+    """Never `-ppn 1` beside `--ntasks-per-node=4` (Hydra would stack the ranks on a node's first slots): a KNL site
+    left to run up to a rank per core takes both from --tasks-per-node."""
+    data = yaml.safe_load((SITES / "stampede2-knl.yaml").read_text()) | {"name": "knl"}
+    del data["node"]["ranks_per_node"], data["why"]["node.ranks_per_node"]
+    (tmp_path / "knl.yaml").write_text(yaml.safe_dump(data))
+    args = ["--site", str(tmp_path / "knl.yaml"), "--nodes", "2", "--tasks-per-node", per_node]
+    script = hpcbundle("sbatch", *args, "--", "python", "train.py")
+    assert script.returncode == 0, script.stderr
+    assert f"#SBATCH --ntasks-per-node={per_node}\n" in script.stdout
+    assert re.findall(r"-ppn (\d+)", script.stdout) == [per_node]

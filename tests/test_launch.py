@@ -47,6 +47,7 @@ SEED_8 = (
 )
 SEED_KNL = f"mpiexec.hydra -l -ppn 1 -n 2 taskset -c 0-64,68-132,136-200,204-268 numactl -p 1 {KNL_PROGRAM}"
 IN_SLURM = {"SLURM_JOB_ID": "4242"}
+IN_ALLOCATION = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2"}  # srun lines: inside a 2-node salloc
 NOT_IN_SLURM: dict[str, str | None] = {"SLURM_JOB_ID": None}
 
 # One typical invocation per shipped site: (launch arguments, extra environment).
@@ -77,7 +78,7 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     "stampede2-knl": (["--image", "horovod.sif", "--np", "2", "--", *KNL_PROGRAM.split()], IN_SLURM),
     "eth-a100-slurm": (
         ["--image", "horovod.sif", "--np", "8", "--", "python", "train.py", "--epochs", "5"],
-        NOT_IN_SLURM,
+        IN_ALLOCATION,
     ),
     "roce-h100-ompi5": (
         ["--image", "horovod.sif", "--np", "16", "--hosts", "gpu01:8,gpu02:8", "--", "python", "train.py"],
@@ -89,7 +90,7 @@ SITE_INVOCATIONS: dict[str, tuple[list[str], dict[str, str | None]]] = {
     ),
     "slurm-pyxis-h100": (
         ["--image", "/scratch/images/horovod-cuda13.sqsh", "--np", "16", "--", "python", "/examples/pytorch_train.py"],
-        NOT_IN_SLURM,
+        IN_ALLOCATION,
     ),
     "eth-cpu-elastic": (
         ["--image", "horovod.sif", "--np", "4", "--", "python", "/examples/pytorch_train.py"],
@@ -320,6 +321,7 @@ def test_srun_sets_mca_as_ompi_variables_and_labels_output(tmp_path):
         "--ntasks-per-node=4",
         "--distribution=block:block",
         "--label",
+        "--export=ALL",
     ]
 
 
@@ -413,6 +415,49 @@ def test_impossible_launch_is_refused_in_one_line(args, env, message):
     assert result.exit_code == 2, result.output
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "site, np_, per_node, key",
+    [
+        ("ib-a100-ucx", 16, 4, "node.gpus"),  # mpirun would fill a node's slots: 8 ranks on 4 GPUs
+        ("roce-h100-ompi5", 32, 8, "node.gpus"),  # Open MPI 5's mpirun, the same
+        ("ib-v100", 8, 2, "node.gpus"),
+        ("stampede2-knl", 8, 1, "node.ranks_per_node"),  # hydra's -ppn 1 wraps round: 4 ranks on each node's mask
+        ("eth-a100-slurm", 16, 4, "node.gpus"),  # srun
+    ],
+)
+def test_every_launcher_placing_ranks_on_the_allocation_is_bounded_by_its_nodes(site, np_, per_node, key, tmp_path):
+    """Inside a 2-node allocation, with no --hosts, every launcher takes SLURM's nodes: more ranks than 2 nodes x
+    the site's ranks per node are refused in one line, exit 2, nothing printed or written."""
+    args = ["--site", site, "--image", "/shared/h.sqsh", "--np", str(np_), "--", "touch", str(tmp_path / "ran")]
+    result = launch(*args, env=IN_ALLOCATION)
+    assert result.exit_code == 2 and result.stdout == "" and list(tmp_path.iterdir()) == []
+    assert result.stderr == (
+        f"hpcbundle: error: --np {np_}: more than the 2 nodes x {per_node} ranks per node ({key}) of this SLURM job "
+        f"(give --np {2 * per_node} or less, or ask SLURM for more nodes)\n"
+    )
+    fits = launch(*args[:5], str(2 * per_node), *args[6:], env=IN_ALLOCATION)
+    assert fits.exit_code == 0, fits.output
+
+
+@pytest.mark.parametrize(
+    "allocation, cpus, source",
+    [
+        ({"SLURM_JOB_CPUS_PER_NODE": "48(x2)"}, "12", "SLURM_JOB_CPUS_PER_NODE 48 / 4 ranks"),
+        ({"SLURM_JOB_CPUS_PER_NODE": "48(x2)", "SLURM_CPUS_PER_TASK": "6"}, "6", "SLURM_CPUS_PER_TASK"),
+        ({}, "16", "node.cores 64 / 4 ranks"),  # the allocation does not say: the site's node
+    ],
+)
+def test_srun_inside_an_allocation_takes_each_ranks_cpus_from_it(allocation, cpus, source):
+    """A non-exclusive allocation holds fewer CPUs than the site's node: srun -c and OMP_NUM_THREADS follow it
+    (srun refuses a step asking more: "More processors requested than permitted")."""
+    env = {**IN_ALLOCATION, "SLURM_CPUS_PER_TASK": None, "SLURM_JOB_CPUS_PER_NODE": None, **allocation}
+    result = launch("--site", "eth-a100-slurm", "--image", "h.sif", "--np", "8", "--explain", "--", "t", env=env)
+    assert result.exit_code == 0, result.output
+    argv = shlex.split(result.stdout.splitlines()[0])
+    assert argv[argv.index("-c") + 1] == cpus and f"OMP_NUM_THREADS={cpus}" in argv
+    assert re.search(rf"^-c {cpus} +<- {source}", result.stdout, re.M), result.stdout
 
 
 def test_hosts_take_slurm_host_lists_with_slots_for_each_of_their_hosts():
@@ -636,7 +681,9 @@ def test_numactl_for_a_numa_node_without_memory_is_refused_before_the_launch_whe
 )
 def test_pyxis_takes_only_a_squashfs_path_or_an_enroot_reference(image, message):
     result = CliRunner().invoke(
-        main, ["launch", "--site", "slurm-pyxis-h100", "--image", image, "--np", "8", "--", "python", "t.py"]
+        main,
+        ["launch", "--site", "slurm-pyxis-h100", "--image", image, "--np", "8", "--", "python", "t.py"],
+        env=IN_SLURM,
     )
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
@@ -700,12 +747,15 @@ def test_pyxis_keeps_home_out_and_mounts_the_spool_only_with_its_site_key():
 def test_a_site_with_a_stall_bound_runs_its_ranks_unbuffered_through_the_launchers_env(tmp_path, base, carried):
     site = write_site(tmp_path, base, {"faults": {"stall_seconds": 120}}, name="watched")
     image = ["--image", "/shared/horovod.sqsh"] if base == "slurm-pyxis-h100" else []
-    result = hpcbundle("launch", "--site", str(site), "--np", "4", *image, "--explain", "--", "python3", "t.py")
+    inside = IN_SLURM if base == "slurm-pyxis-h100" else {}
+    result = hpcbundle(
+        "launch", "--site", str(site), "--np", "4", *image, "--explain", "--", "python3", "t.py", env=inside
+    )
     assert result.returncode == 0, result.stderr
     line = result.stdout.splitlines()[0]
     assert carried in line and "PYTHONUNBUFFERED=1" in line
     if base == "slurm-pyxis-h100":
         assert "PYTHONUNBUFFERED" in next(word for word in line.split() if word.startswith("--container-env="))
     assert "faults.stall_seconds" in result.stdout and "the stall watchdog" in result.stdout
-    unwatched = hpcbundle("launch", "--site", base, "--np", "4", *image, "--", "python3", "t.py")
+    unwatched = hpcbundle("launch", "--site", base, "--np", "4", *image, "--", "python3", "t.py", env=inside)
     assert "PYTHONUNBUFFERED" not in unwatched.stdout

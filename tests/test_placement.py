@@ -23,6 +23,9 @@ from hpcbundle.rules.engine import Facts, evaluate
 
 from .helpers import ROOT, hpcbundle, make_site, need_mpirun, observed, write_site
 
+INSIDE = {"SLURM_JOB_ID": "1"}
+"""An srun line is printed for inside an allocation (rule srun-allocation refuses it outside one)."""
+
 TOPO = ROOT / "tests" / "data" / "topo"
 NODE0_CPUS = Path("/sys/devices/system/node/node0/cpulist")
 
@@ -56,7 +59,8 @@ def test_tasks_per_node_and_the_sites_cpus_per_rank_set_the_cpus(tmp_path):
 
 
 def test_interactive_lines_size_cpus_and_threads_as_sbatch_does(tmp_path):
-    srun = hpcbundle("launch", "--site", "eth-a100-slurm", "--np", "8", "--explain", "--", "t").stdout.splitlines()
+    srun = hpcbundle("launch", "--site", "eth-a100-slurm", "--np", "8", "--explain", "--", "t", env=INSIDE)
+    srun = srun.stdout.splitlines()
     assert " OMP_NUM_THREADS=16 " in srun[0] and " -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 " in srun[0]
     assert any(line.startswith("-c 16 ") and "<- node.cores 64 / 4 ranks: CPUs each rank" in line for line in srun)
     mpirun = hpcbundle("launch", "--site", "roce-h100-ompi5", "--np", "4", "--hosts", "g1:2,g1:2", "--", "t").stdout
@@ -70,7 +74,10 @@ def test_interactive_lines_size_cpus_and_threads_as_sbatch_does(tmp_path):
 def test_srun_gpu_lines_fill_each_socket_with_the_ranks_of_its_gpus_in_order():
     """SLURM deals a node's tasks to its sockets cyclically by default, while rank LOCAL_RANK takes GPU LOCAL_RANK."""
     for site in ("eth-a100-slurm", "slurm-pyxis-h100"):
-        lines = hpcbundle("launch", "--site", site, "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t").stdout
+        lines = hpcbundle(
+            "launch", "--site", site, "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t", env=INSIDE
+        )
+        lines = lines.stdout
         assert " --distribution=block:block " in lines.splitlines()[0], site
         why = next(line for line in lines.splitlines() if line.startswith("--distribution=block:block "))
         assert f"<- site {site} node.gpus: each rank next to its GPU" in why
@@ -84,7 +91,7 @@ def test_srun_gpu_lines_fill_each_socket_with_the_ranks_of_its_gpus_in_order():
 def test_a_node_of_hardware_threads_doubles_srun_c_and_explain_says_it_is_whole_cores():
     """A DGX H100 (slurm-pyxis-h100): SLURM counts 224 CPUs for 112 cores; 8 ranks ask for 28 each (14 cores)."""
     lines = hpcbundle(
-        "launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t"
+        "launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--explain", "--", "t", env=INSIDE
     ).stdout.splitlines()
     assert " OMP_NUM_THREADS=14 " in lines[0] and " -c 28 --ntasks-per-node=8 " in lines[0]
     why = next(line for line in lines if line.startswith("-c 28 "))
@@ -98,7 +105,8 @@ def test_a_node_of_hardware_threads_doubles_srun_c_and_explain_says_it_is_whole_
 
 
 def test_slurm_pyxis_h100_names_its_compute_adapters_exactly_leaving_the_storage_ports_out():
-    line = hpcbundle("launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--", "t").stdout
+    line = hpcbundle("launch", "--site", "slurm-pyxis-h100", "--np", "8", "--image", "/i.sqsh", "--", "t", env=INSIDE)
+    line = line.stdout
     assert " NCCL_IB_HCA==mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11 " in line
     assert "--container-env=PMIX_MCA_gds,NCCL_IB_HCA," in line
 
@@ -204,7 +212,16 @@ def test_a_foreign_image_gets_the_script_inline_inside_the_container(tmp_path):
     change = {"container": {"foreign_image": True}, "node": {"gpu_numa": [0, 0, 0, 0, 1, 1, 1, 1]}}
     inside = write_site(tmp_path, "slurm-pyxis-h100", change, name="pyxis-ngc")
     result = hpcbundle(
-        "launch", "--site", str(inside), "--image", "nvcr.io#nvidia/pytorch:24.01-py3", "--np", "8", "--", "t"
+        "launch",
+        "--site",
+        str(inside),
+        "--image",
+        "nvcr.io#nvidia/pytorch:24.01-py3",
+        "--np",
+        "8",
+        "--",
+        "t",
+        env={"SLURM_JOB_ID": "1"},  # srun: inside an allocation
     )
     assert result.returncode == 0, result.stderr
     assert f" sh -c {shlex.quote(BIND_INLINE)} hpcbundle-bind 0,0,0,0,1,1,1,1 t" in result.stdout

@@ -86,6 +86,10 @@ CASES: list[Case] = [
      ["--np", "12", "--image", "h.sif"], {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2"},
      "--np 12: more than the 2 nodes x 4 ranks per node (node.gpus) of this SLURM job "
      "(give --np 8 or less, or ask SLURM for more nodes)"),
+    ("srun-allocation", "eth-a100-slurm", {}, RankLayout(8), "h.sif", PROGRAM, None, ["--np", "8", "--image", "h.sif"],
+     {}, "SLURM_JOB_ID: not set: srun (launcher.name of site req) would start a job of its own here, without the "
+     "site's gres, partition, account or time (run it inside an allocation, e.g. salloc --nodes N --partition=gpu "
+     "--account=ml --gres=gpu:4, or use hpcbundle sbatch)"),
     ("np-one-node", "ib-v100", {}, RankLayout(4), "h.sif", PROGRAM, None, ["--np", "4", "--image", "h.sif"], {},
      "--np 4: needs more than one req node (2 ranks each) but no hosts were given "
      "(add --hosts node1:2,node2:2 or --hostfile FILE, or launch inside a SLURM allocation)"),
@@ -204,7 +208,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 
 def test_every_request_rule_has_a_bad_case():
-    covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time"}  # test_workdir, test_batch
+    covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time", "batch-cpus"}  # test_workdir
     covered |= {"image-built-once"}  # it only WARNs: test_a_docker_uri_for_many_apptainer_ranks_warns_...
     covered |= _torch_rules()  # tests/test_torch_rules.py
     assert covered == _request_rules() | {"ranks-per-node"}
@@ -236,7 +240,8 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
     skipped = {name: r.evidence for name, r in results.items() if r.status == "SKIP"}
     assert skipped == {
         "image-form": "singularity takes any image name its engine can find",
-        "np-nodes": "the SLURM job's nodes are not known here, or the launcher places ranks by host",
+        "np-nodes": "the SLURM job's nodes are not known here",
+        "batch-cpus": "no sbatch --tasks-per-node (a torchrun job runs one task per node)",
         "elastic-hosts": "site ib-v100 is not elastic (no faults.elastic)",
         "elastic-np": "site ib-v100 is not elastic (no faults.elastic)",
         "batch-time": "no --time in this request",
@@ -268,7 +273,7 @@ def _torch_rules() -> set[str]:
 
 def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule():
     site = load_site("eth-a100-slurm", SITES)
-    failures = load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="10")))
+    failures = load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="10", batch=True)))
     assert [(f.rule, problem_line(f, site.where)) for f in failures] == [
         (
             "signal-lead",
@@ -276,7 +281,8 @@ def test_sbatch_time_inside_the_signal_lead_is_refused_by_the_signal_lead_rule()
             "SLURM would signal the job to stop as it starts (ask for more than 600 s)",
         )
     ]
-    malformed = load_failures(Facts(site=site, request=LaunchRequest(np=4, program=PROGRAM, time="2 hours")))
+    batch = LaunchRequest(np=4, program=PROGRAM, time="2 hours", batch=True)
+    malformed = load_failures(Facts(site=site, request=batch))
     assert [(f.rule, f.key) for f in malformed] == [("batch-time", "--time")]  # not the signal lead's to judge
 
 

@@ -172,7 +172,8 @@ def test_generated_sbatch_script_trains_with_pmix_inside_the_sif_on_two_slurm_no
     assert made.returncode == 0, made.stderr
     text = script.read_text()
     joined = re.sub(r" \\\n\s+", " ", text)  # the script's continuation lines as one command
-    line = f"srun --mpi=pmix -n 2 --kill-on-bad-exit=1 -c 2 --ntasks-per-node=1 apptainer exec --bind {spool} --userns "
+    line = "srun --mpi=pmix -n 2 --kill-on-bad-exit=1 -c 2 --ntasks-per-node=1 --export=ALL "
+    line += f"apptainer exec --bind {spool} --userns "
     assert f"{line}{cpu_local_sif.path} {shlex.join(README_PROGRAM)}" in joined, text
     checked = hpcbundle("check", "cpu-local", "--site", str(site))
     assert re.search(r"^PASS\s+pmix-container\s", checked.stdout, re.M), checked.stdout

@@ -101,7 +101,8 @@ CASES: list[Case] = [
     ("torch-world", "eth-a100-slurm", {}, RankLayout(7, in_allocation=True, nodes=2), PROGRAM, None,
      ["--np", "7", "--image", "h.sif"], IN_SLURM,
      "--np: 7 workers do not share out over 2 nodes (torchrun starts as many on each) (give a multiple of 2)"),
-    ("torch-world", "eth-a100-slurm", {}, RankLayout(8), PROGRAM, None, ["--np", "8", "--image", "h.sif"], {},
+    ("torch-world", "eth-a100-slurm", {}, RankLayout(8, in_allocation=True), PROGRAM, None,
+     ["--np", "8", "--image", "h.sif"], {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": None},
      "--torchrun: the nodes are SLURM's to place and their number is unknown here: torchrun needs one agent per "
      "node (run it inside an allocation (salloc), submit it with sbatch --torchrun, or name the hosts with --hosts)"),
     ("torchrun-program", "ib-v100", {}, HOSTS, ("python3", "-u", "t.py"), "f1",

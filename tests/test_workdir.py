@@ -154,13 +154,14 @@ def test_a_batch_scripts_launch_line_starts_where_the_job_does(tmp_path):
 def test_launch_warns_when_container_args_keep_apptainer_from_binding_the_working_directory(tmp_path):
     path = write_site(tmp_path, "eth-a100-slurm", {"container": {"args": ["--no-mount", "cwd"]}}, name="contained")
     args = ["launch", "--site", str(path), "--image", "h.sif", "--np", "8"]
-    outside = hpcbundle(*args, "--workdir", "/home/user/project", "--explain", "--", *PROGRAM)
+    inside = {"SLURM_JOB_ID": "1"}  # srun: inside an allocation
+    outside = hpcbundle(*args, "--workdir", "/home/user/project", "--explain", "--", *PROGRAM, env=inside)
     assert outside.returncode == 0, outside.stderr
     assert re.search(
         r"^WARN\s+contained-workdir\s+container.args: has --no-mount cwd, so apptainer does not", outside.stderr, re.M
     )
     assert "container.args has --no-mount cwd: apptainer does not bind it (rule contained-workdir)" in outside.stdout
-    under_a_bind = hpcbundle(*args, "--workdir", "/scratch/me/run", "--", *PROGRAM)
+    under_a_bind = hpcbundle(*args, "--workdir", "/scratch/me/run", "--", *PROGRAM, env=inside)
     assert under_a_bind.returncode == 0 and "contained-workdir" not in under_a_bind.stderr, under_a_bind.stderr
 
 
@@ -194,7 +195,8 @@ def test_a_working_directory_the_runtime_cannot_mount_is_refused_in_one_line(tmp
     out = tmp_path / "job.sh"
     for command in (["launch", "--np", "2"], ["sbatch", "--nodes", "1", "-o", str(out)]):
         image = [] if site == "local" else ["--image", "/scratch/h.sqsh"]
-        result = hpcbundle(*command, "--site", site, *image, "--workdir", workdir, "--", "x")
+        inside = {"SLURM_JOB_ID": "1"}  # an srun line is printed inside an allocation
+        result = hpcbundle(*command, "--site", site, *image, "--workdir", workdir, "--", "x", env=inside)
         assert result.returncode == 2 and result.stdout == "", result.stderr
         assert result.stderr == f"hpcbundle: error: {line}\n"
     assert not out.exists()

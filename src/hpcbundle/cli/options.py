@@ -20,6 +20,7 @@ from ..config.limits import MAX_CORES, MAX_COUNT, MAX_NODES, MAX_RANKS, MAX_SECO
 from ..config.loading import read_text
 from ..config.sites import Site, Wiring
 from ..launch import LaunchPlan, RankLayout, parse_hostfile, parse_hosts, read_site
+from ..launch.layout import fewest_cpus
 from ..launch.workdir import FLAG_SOURCE, SHELL_SOURCE, WorkDir
 from . import pass_bundle
 
@@ -223,17 +224,23 @@ def plan_from(
 
 
 def layout_from(np_: int, hosts: str | None, hostfile: Path | None) -> RankLayout:
-    """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us."""
+    """The ranks asked for, read at the edge: the hostfile's slots and whether SLURM allocated us (then its nodes
+    and CPUs: SLURM_JOB_NUM_NODES, SLURM_CPUS_PER_TASK, SLURM_JOB_CPUS_PER_NODE)."""
     if hosts is not None and hostfile:
         raise UserError.at("", "--hosts", "and --hostfile both given", "give one of them")
     lines = parse_hostfile(read_text(hostfile, "--hostfile"), str(hostfile)) if hostfile is not None else ()
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
+    allocated = "SLURM_JOB_ID" in os.environ
+    nodes, per_task = os.environ.get("SLURM_JOB_NUM_NODES", ""), os.environ.get("SLURM_CPUS_PER_TASK", "")
+    cpus = per_task.isdigit() and int(per_task) > 0 and allocated
     return RankLayout(
         np=np_,
         hosts=parse_hosts(hosts) if hosts is not None else (),
         hostfile=str(hostfile) if hostfile else None,
         hostfile_slots=sum(slots for _, slots in lines) if hostfile is not None else None,
-        in_allocation="SLURM_JOB_ID" in os.environ,
+        in_allocation=allocated,
         hostfile_hosts=lines,
-        nodes=int(nodes) if nodes.isdigit() and "SLURM_JOB_ID" in os.environ else None,
+        nodes=int(nodes) if nodes.isdigit() and allocated else None,
+        cpus_per_rank=int(per_task[-7:]) if cpus else None,
+        cpus_source="SLURM_CPUS_PER_TASK of the allocation" if cpus else "",
+        node_cpus=fewest_cpus(os.environ.get("SLURM_JOB_CPUS_PER_NODE", "")) if allocated else None,
     )

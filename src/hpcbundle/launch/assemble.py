@@ -53,7 +53,10 @@ def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
     shared out among the ranks on its fullest node), where the caller (a batch job) did not size them.
 
     The ranks per node are the named hosts' (repeats added up), else all on this node, else (SLURM or
-    the allocation places them) the site's node.slots, at most --np.
+    the allocation places them) the site's node.slots, at most --np. Inside an allocation the node's CPUs are
+    the allocation's (`node_cpus`), or each rank's are SLURM_CPUS_PER_TASK (read at the edge into
+    `cpus_per_rank`): srun refuses a step asking more than the job holds ("More processors requested than
+    permitted").
     """
     if layout.cpus_per_rank:
         return layout
@@ -64,6 +67,9 @@ def cpu_sized(site: Site, launcher: Launcher, layout: RankLayout) -> RankLayout:
         per_node = layout.np
     else:
         per_node = min(layout.np, site.node.slots)
+    if layout.node_cpus:
+        source = f"SLURM_JOB_CPUS_PER_NODE {layout.node_cpus} / {per_node} ranks"
+        return replace(layout, cpus_per_rank=max(1, layout.node_cpus // per_node), cpus_source=source)
     return replace(layout, cpus_per_rank=site.node.cpus_for(per_node), cpus_source=cpus_source(site, per_node))
 
 

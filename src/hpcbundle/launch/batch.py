@@ -151,7 +151,7 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
     ...     print(line)
     #SBATCH --nodes=2
     #SBATCH --ntasks-per-node=4
-        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block \
+        srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block --export=ALL \
         apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
         python train.py &
     """

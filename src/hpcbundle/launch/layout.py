@@ -33,7 +33,8 @@ class RankLayout:
     `discovery_script` is where an elastic site's host discovery script is (hpcbundle.launch.elastic).
     `hostfile_hosts` are the (host, slots) lines of the hostfile; `nodes` the nodes of the SLURM job
     when known (sbatch --nodes, SLURM_JOB_NUM_NODES); `tasks_per_node` a batch job's --tasks-per-node
-    (`tasks_source`: where it came from).
+    (`tasks_source`: where it came from). `node_cpus` is what a node of the SLURM allocation the launch runs in
+    holds for it (the fewest of SLURM_JOB_CPUS_PER_NODE), read at the edge: the ranks on a node share it out.
     """
 
     np: int
@@ -49,6 +50,7 @@ class RankLayout:
     nodes: int | None = None
     tasks_per_node: int | None = None
     tasks_source: str = "flag --tasks-per-node"
+    node_cpus: int | None = None
 
     @property
     def slots(self) -> int | None:
@@ -90,6 +92,21 @@ class RankLayout:
     def host_list(self) -> str:
         """'f1:2,f2:2', the form mpirun -H, hydra -hosts and horovodrun -H all read."""
         return ",".join(f"{host}:{slots}" for host, slots in self.hosts)
+
+
+_CPUS_PER_NODE = re.compile(r"([0-9]{1,7})(?:\(x[0-9]{1,7}\))?")
+"""One item of SLURM_JOB_CPUS_PER_NODE: CPUS, or CPUS(xNODES) for that many nodes alike."""
+
+
+def fewest_cpus(text: str) -> int | None:
+    """The fewest CPUs any node holds in SLURM_JOB_CPUS_PER_NODE's form (None: not that form, or 0).
+
+    >>> fewest_cpus("72(x2),36"), fewest_cpus("16"), fewest_cpus(""), fewest_cpus("x")
+    (36, 16, None, None)
+    """
+    items = [_CPUS_PER_NODE.fullmatch(item) for item in text.split(",")]
+    counts = [int(item.group(1)) for item in items if item]
+    return min(counts) or None if counts and len(counts) == len(items) else None
 
 
 def parse_hosts(text: str) -> tuple[tuple[str, int], ...]:

@@ -65,6 +65,10 @@ SRUN_CPUS = (
     "CPUs each rank gets, as #SBATCH --cpus-per-task asks: srun of SLURM 22.05 to 23.02 does not inherit it "
     "from the batch job (23.11 reads SLURM_CPUS_PER_TASK again), so without -c each rank would get one CPU there"
 )
+SRUN_EXPORT = (
+    "every rank gets srun's environment, the variables set in front of it included: a job submitted with "
+    "sbatch --export=NONE passes NONE on to its steps (SLURM_EXPORT_ENV), which would drop them all"
+)
 SRUN_PER_GPU = (
     "one rank per GPU on each node: without it SLURM spreads the ranks by CPUs, and two ranks on one GPU "
     "stop NCCL (Duplicate GPU detected)"

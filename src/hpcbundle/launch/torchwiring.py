@@ -80,8 +80,10 @@ def agent_layout(site: Site, layout: RankLayout, agents: Agents) -> RankLayout:
         hosts=tuple((host, 1) for host in agents.hosts),
         hostfile=None if agents.hosts else layout.hostfile,
         np_source="flag --torchrun: one agent per node",
-        cpus_per_rank=site.node.cpus_for(1),
-        cpus_source="the whole node: its agent's workers share it",
+        cpus_per_rank=layout.node_cpus or site.node.cpus_for(1),
+        cpus_source="the whole node"
+        + (" (SLURM_JOB_CPUS_PER_NODE)" if layout.node_cpus else "")
+        + ": its agent's workers share it",
         tasks_per_node=1 if layout.in_allocation else None,
         tasks_source="flag --torchrun: one agent per node",
     )

@@ -219,6 +219,30 @@ def batch_time(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     ]
 
 
+@rule("batch-cpus", needs=REQUEST, on_load=True, superseded_by=("np-bound", "ranks-per-node"))
+def batch_cpus(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A batch job's --tasks-per-node x --cpus-per-task fit a node's CPUs (node.cores x node.threads_per_core).
+
+    SLURM refuses a job that asks more CPUs of a node than it has at submit ("Requested node configuration
+    is not available"), whatever launcher.oversubscribe says; only --overcommit (-O) in slurm.options lets it.
+    """
+    site, request = facts.site, facts.request
+    if not request.batch or request.tasks_per_node is None or request.wiring == "torchrun":
+        return [Verdict("SKIP", "no sbatch --tasks-per-node (a torchrun job runs one task per node)")]
+    if {"--overcommit", "-O"} & set(site.slurm.options):
+        return [Verdict("SKIP", "slurm.options has --overcommit: SLURM lets tasks share CPUs")]
+    per_node, node = request.tasks_per_node, site.node
+    cpus, held = node.cpus_for(per_node), node.cores * node.threads_per_core
+    if per_node * cpus <= held:
+        return []
+    threads = f" x {node.threads_per_core} threads" if node.threads_per_core > 1 else ""
+    problem = (
+        f"{per_node} tasks x {cpus} CPUs each is more than the {held} CPUs of a site {site.name} node "
+        f"(node.cores {node.cores}{threads}): SLURM refuses the job at submit"
+    )
+    return [request_refusal(f"--tasks-per-node {per_node}", problem, f"give at most {held // cpus} tasks per node")]
+
+
 @rule("hosts-launcher", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def hosts_launcher(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """--hosts and --hostfile go to a launcher that takes hosts; srun places the ranks on the nodes SLURM allocated."""
@@ -265,25 +289,62 @@ def np_slots(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("np-nodes", needs=REQUEST, on_load=True, superseded_by=KNOWN_PARTS)
 def np_nodes(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """srun's ranks fit the SLURM job's nodes x ranks per node (one per GPU), when the nodes are known.
+    """The ranks fit the SLURM job's nodes x ranks per node where the launcher places them on the allocation.
 
-    srun is told --ntasks-per-node (node.ranks_per_node, else node.gpus): more ranks than that over the
-    allocation's nodes would make SLURM spread them by CPUs, two to a GPU.
+    srun always does, mpirun and mpiexec.hydra where no --hosts or --hostfile is given. Each node takes
+    node.ranks_per_node, else one rank per GPU: srun is told --ntasks-per-node (more ranks would make SLURM
+    spread them by CPUs, two to a GPU), Hydra's -ppn wraps round the nodes again (`-ppn 1 -n 8` on 2 nodes
+    is 4 ranks on each), and mpirun fills each node's slots (SLURM_TASKS_PER_NODE, often its CPUs): over
+    nodes x GPUs, some GPU takes two ranks (NCCL refuses them). A CPU site without node.ranks_per_node is
+    placed by SLURM's CPUs (mpirun refuses more ranks than slots itself).
     """
-    site, request, parts = facts.site, facts.request, _parts(facts.site)
+    site, request, launcher = facts.site, facts.request, _parts(facts.site)[0]
     if request.np is None:
         return [_skip("--np")]
-    per_node = site.node.fixed_ranks
-    if request.nodes is None or parts[0].takes_hosts:
-        return [Verdict("SKIP", "the SLURM job's nodes are not known here, or the launcher places ranks by host")]
+    if request.nodes is None:
+        return [Verdict("SKIP", "the SLURM job's nodes are not known here")]
+    if launcher.takes_hosts and (request.slots is not None or not launcher.reads_allocation):
+        return [Verdict("SKIP", "the ranks go where --hosts or --hostfile say, or the launcher reads no allocation")]
+    per_node = request.tasks_per_node or site.node.fixed_ranks
     if per_node is None:
         return [Verdict("SKIP", "a CPU site without node.ranks_per_node: SLURM places the ranks by CPUs")]
     if request.np <= request.nodes * per_node:
         return []
-    key = "node.ranks_per_node" if site.node.ranks_per_node else "node.gpus"
+    key = (
+        "--tasks-per-node"
+        if request.tasks_per_node
+        else "node.ranks_per_node"
+        if site.node.ranks_per_node
+        else "node.gpus"
+    )
     most = request.nodes * per_node
     problem = f"more than the {request.nodes} nodes x {per_node} ranks per node ({key}) of this SLURM job"
     return [request_refusal(f"--np {request.np}", problem, f"give --np {most} or less, or ask SLURM for more nodes")]
+
+
+@rule("srun-allocation", needs=REQUEST, on_load=True, superseded_by=("hosts-launcher", *KNOWN_PARTS))
+def srun_allocation(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A line whose launcher takes the nodes from SLURM (srun) is for inside an allocation, or a batch script.
+
+    Outside one, srun makes a job of its own with none of the site's slurm keys (gres, partition, account,
+    time, options): a GPU-less job in the default partition. Adding them would make every printed line
+    queue as its own job (the launch gate and the program probe too, each on nodes of their own), so the
+    line is refused instead: run it inside salloc, or let hpcbundle sbatch write the job.
+    """
+    site, request, launcher = facts.site, facts.request, _parts(facts.site)[0]
+    if request.np is None or request.batch:
+        return [Verdict("SKIP", "no ranks asked for, or a batch job's script (it runs inside its allocation)")]
+    if launcher.takes_hosts or request.in_allocation:
+        return []
+    slurm = site.slurm
+    keys = (("partition", slurm.partition), ("account", slurm.account), ("gres", slurm.gres))
+    salloc = " ".join(["salloc --nodes N", *(f"--{key}={value}" for key, value in keys if value)])
+    problem = (
+        f"not set: {site.launcher.name} (launcher.name of site {site.name}) would start a job of its own here, "
+        "without the site's gres, partition, account or time"
+    )
+    fix = f"run it inside an allocation, e.g. {salloc}, or use hpcbundle sbatch"
+    return [request_refusal("SLURM_JOB_ID", problem, fix)]
 
 
 def _host_list(request: LaunchRequest) -> str:

@@ -146,7 +146,7 @@ def torchrun_program(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [request_refusal("PROGRAM", problem, fix)]
 
 
-@rule("torch-world", needs=REQUEST, on_load=True)
+@rule("torch-world", needs=REQUEST, on_load=True, superseded_by=("srun-allocation",))
 def torch_world(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A torchrun job starts as many workers on every node (one --nproc-per-node), on nodes it can count."""
     request = facts.request

@@ -13,10 +13,11 @@ from ..layout import RankLayout
 class Srun(Launcher):
     """srun as the MPI launcher (no mpirun): SLURM places the ranks and PMIx wires them::
 
-        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 --kill-on-bad-exit=1 \\
+        env NCCL_SOCKET_IFNAME=eth0 OMPI_MCA_pml=ob1 srun --mpi=pmix -n 8 --kill-on-bad-exit=1 --export=ALL \\
             apptainer exec --nv img python train.py
 
-    srun passes its environment to every rank (--export=ALL is the default); --export itself
+    srun passes its environment to every rank with --export=ALL, its default, stated on the line because a
+    job submitted with --export=NONE makes NONE its steps' default; --export itself
     cannot carry values with commas, so variables are set in front of it, and MCA parameters
     become OMPI_MCA_* variables. Ranks come from the allocation: --hosts is refused. With --workdir,
     --chdir=DIR starts every rank there, wherever the line is run from.
@@ -52,6 +53,7 @@ class Srun(Launcher):
         if site.node.gpus and layout.tasks_per_node != 1:
             out.add(["--distribution=block:block"], f"site {site.name} node.gpus", reasons.SRUN_GPU_SOCKETS)
         self.add_flags(site, out, {"tag_output": "--label"})
+        out.add(["--export=ALL"], "default of srun, stated", reasons.SRUN_EXPORT)
 
 
 def _cpus_why(site: Site, cpus: int) -> str:
