@@ -6,6 +6,7 @@ interface (the node names resolve to the management network), and its traffic st
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,9 +24,11 @@ LINE = re.compile(r"torch-rank RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RANK=(\d+) MAST
 """One rank's line (found anywhere: the launcher may interleave the ranks' output)."""
 
 
-def torch_launch(site: Path, hosts: str, np_: int, wiring: str = "torch") -> list[str]:
+def torch_launch(site: Path, hosts: str, np_: int, wiring: str = "torch", execute: bool = True) -> list[str]:
+    """`hpcbundle launch` of PROGRAM with the `wiring`, run (--exec) or printed."""
+    run = ["--exec"] if execute else []
     return hpcbundle_argv(
-        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, f"--{wiring}", "--exec", "--", *PROGRAM
+        "launch", "--site", str(site), "--np", str(np_), "--hosts", hosts, f"--{wiring}", *run, "--", *PROGRAM
     )
 
 
@@ -85,6 +88,25 @@ def test_torchrun_agents_on_three_nodes_meet_at_an_address_and_their_workers_red
     (run,) = {run for _, run in RUN.findall(res.stdout)}  # one rendezvous, this run's own
     assert re.fullmatch(r"hpcbundle-[0-9a-f]{12}", run), run
     assert no_leftovers(cluster, timeout=10)
+
+
+def test_a_printed_torchrun_line_heads_by_name_and_trains_where_the_names_resolve_to_the_data_network(
+    horovod: None, netns_cluster: NetnsCluster, tmp_path: Path
+) -> None:
+    """A `launch --torchrun` line printed to run elsewhere names the head (node1; rule torch-head-by-name warns):
+    the agents leave it to torch to match that name to their node's, so node1's agent hosts the store (with
+    is_host=0 on every node none would), and the workers meet at node1's data address (its --local-addr)."""
+    cluster = netns_cluster
+    site = netns_site(tmp_path, cluster, cluster.DATA_IFACE)
+    hosts = ",".join(f"{node}:1" for node in cluster.nodes)
+    made = subprocess.run(torch_launch(site, hosts, 3, "torchrun", execute=False), capture_output=True, text=True)
+    assert made.returncode == 0 and "-x MASTER_ADDR=node1 " in made.stdout, made.stdout + made.stderr
+    assert "torch-head-by-name" in made.stderr, made.stderr
+    res = cluster.run("node1", ["bash", "-c", made.stdout], timeout=120)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    ranks = LINE.findall(res.stdout)
+    assert sorted(int(rank) for rank, *_ in ranks) == [0, 1, 2], res.stdout[-2000:]
+    assert {(world, master, total) for _, world, _, master, total in ranks} == {("3", cluster.address("node1"), "6")}
 
 
 STOCK_JOIN, STOCK_READ = 10, 5  # seconds: the stock agents' rendezvous bounds (torch's defaults: 600 and 60)
