@@ -561,6 +561,31 @@ def test_stopped_ranks_finds_the_processes_of_the_program_that_are_stopped_and_n
             proc.wait()
 
 
+def test_the_stopped_probe_kills_only_the_given_pids_still_stopped_running_the_program():
+    """`probes stopped --kill PID`, after a stalled job's launcher ended: a stopped rank it left is SIGKILLed by
+    its PID; a stopped twin not named, and a named PID now running, are left alone."""
+    program = ["sleep", "61.5"]
+    left, twin, running = (subprocess.Popen(program) for _ in range(3))
+    try:
+        for proc in (left, twin):
+            proc.send_signal(signal.SIGSTOP)
+        assert wait_until(lambda: len(stopped_ranks(program)) == 2, timeout=10)
+        kills = ["--kill", str(left.pid), "--kill", str(running.pid)]
+        probe = subprocess.run(
+            [sys.executable, "-m", "hpcbundle.diagnose.probes", "stopped", *kills, "--", *program],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        assert json.loads(probe.stdout) == {"stopped": [{"pid": left.pid, "state": "T"}]}
+        assert left.wait(10) == -signal.SIGKILL and twin.poll() is None and running.poll() is None
+    finally:
+        for proc in (left, twin, running):
+            proc.kill()
+            proc.wait()
+
+
 def test_stopped_ranks_finds_a_torchrun_worker_which_runs_the_script_with_python_u():
     """torchrun starts each worker as `PYTHON -u SCRIPT ARGS` from the program `PYTHON SCRIPT ARGS`."""
     program = [sys.executable, "-c", "import time; time.sleep(61.5)"]

@@ -131,11 +131,15 @@ def test_a_torch_rank_killed_on_node2_ends_the_job_and_the_same_command_resumes(
     assert no_leftovers(ssh3, timeout=10), leftovers(ssh3)
 
 
-def test_a_stopped_torch_rank_is_ended_by_the_stall_bound_and_named(ssh3: SshCluster, tmp_path: Path) -> None:
-    """Rank 1 SIGSTOPped on node2: the other ranks wait in gloo's all_reduce, silent, every process alive.
-    faults.stall_seconds ends the launch (exit 124) naming node2 and the stopped rank's PID, and no process is
-    left on any node; the checkpoint is whole."""
-    argv = torch_job(ssh3, tmp_path, epochs=200, stall=STALL_SECONDS)
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
+def test_a_stopped_torch_rank_is_ended_by_the_stall_bound_and_named(
+    ssh3: SshCluster, tmp_path: Path, wiring: str
+) -> None:
+    """Rank 1 SIGSTOPped on node2 (under --torchrun: the worker, `PYTHON -u SCRIPT ARGS`, its agent still
+    running): the other ranks wait in gloo's all_reduce, silent, every process alive. faults.stall_seconds ends
+    the launch (exit 124) naming node2 and the stopped rank's PID, and no process is left on any node (the
+    stopped worker, which its killed agent could not end, hpcbundle kills and says so); the checkpoint is whole."""
+    argv = torch_job(ssh3, tmp_path, epochs=200, stall=STALL_SECONDS, wiring=wiring)
     log = tmp_path / "stalled.log"
     job = start_until_epoch_2(ssh3, argv, log)
     stopped_pid = program_pids(ssh3, "node2", TRAIN)[0]
@@ -145,11 +149,15 @@ def test_a_stopped_torch_rank_is_ended_by_the_stall_bound_and_named(ssh3: SshClu
     ended = time.monotonic() - stopped_at
     gone = no_leftovers(ssh3, timeout=KILL_TO_EXIT_LIMIT)
     out = log.read_text()
-    print(f"rank 1 SIGSTOPped: exit {status} {ended:.1f} s later (stall bound {STALL_SECONDS} s)\n{out[-2000:]}")
+    print(f"{wiring}: rank 1 SIGSTOPped: exit {status} {ended:.1f} s later (stall bound {STALL_SECONDS} s)")
+    print(out[-2000:])
     assert status == 124, out[-3000:]
     assert f"no output from the job for {STALL_SECONDS} s (faults.stall_seconds of site ssh-torch)" in out
     named = re.findall(r"^hpcbundle: (\S+): the rank with PID (\d+) was stopped .*\(state T\)$", out, re.M)
     assert named == [("node2", str(stopped_pid))], out[-3000:]
+    if wiring == "torchrun":  # a worker runs in a session of its own: hpcbundle ends it once the launcher has
+        killed = re.findall(r"^hpcbundle: (\S+): the rank with PID (\d+) outlived the launcher", out, re.M)
+        assert killed == named, out[-3000:]
     assert gone, f"processes left after the job ended: {leftovers(ssh3)}"
     assert saved_position(tmp_path / "ck.pt")[0] >= 2
 

@@ -141,8 +141,19 @@ def _agent(interface: str, environment: dict[str, str]) -> tuple[subprocess.Comp
     return run, {name: value for name, value in shown if name not in ("PATH", "PWD", "LC_CTYPE")}
 
 
-@pytest.mark.parametrize("head, is_host", [("127.0.0.1", "1"), ("10.9.9.9", "0")])
-def test_an_agent_gets_its_address_as_local_addr_and_hosts_the_store_only_where_it_is_the_head(head, is_host):
+@pytest.mark.parametrize(
+    "head, conf",
+    [
+        ("127.0.0.1", "is_host=1,join_timeout=30"),
+        ("10.9.9.9", "is_host=0,join_timeout=30"),
+        ("node1", "join_timeout=30"),
+    ],
+)
+def test_an_agent_gets_its_address_as_local_addr_and_hosts_the_store_where_it_is_the_head_or_torch_matches_its_name(
+    head, conf
+):
+    """An address decides is_host by equality; a host name (a printed line's head) leaves it to torch, which
+    matches the name to this node's own: with is_host=0 on every node, none would host the store."""
     meet = {"MASTER_ADDR": head, "MASTER_PORT": "29500", "HPCBUNDLE_RUN_ID": "7.0", "SLURM_JOB_ID": "7"}
     run, seen = _agent("lo", {**OUTER, **meet})
     assert run.returncode == 0, run.stderr
@@ -151,7 +162,7 @@ def test_an_agent_gets_its_address_as_local_addr_and_hosts_the_store_only_where_
         "PET_LOCAL_ADDR": "127.0.0.1",
         "PET_RDZV_ENDPOINT": f"{head}:29500",
         "PET_RDZV_ID": "7.0",
-        "PET_RDZV_CONF": f"is_host={is_host},join_timeout=30",
+        "PET_RDZV_CONF": conf,
     }  # fmt: skip  (the outer launcher's rank variables are gone; SLURM_JOB_ID stays)
 
 

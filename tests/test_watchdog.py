@@ -44,21 +44,44 @@ def test_the_jobs_bound_is_timeout_when_given_else_the_sites_launcher_timeout():
 def test_a_site_without_a_stall_bound_runs_the_job_bounded_only():
     calls = []
     ended = run_job(
-        _site(), ["job"], 9, lambda: pytest.fail("looked"), bounded=lambda argv, limit: calls.append((argv, limit)) or 3
+        _site(),
+        ["job"],
+        9,
+        lambda: pytest.fail("looked"),
+        lambda stopped: pytest.fail("killed"),
+        bounded=lambda argv, limit: calls.append((argv, limit)) or 3,
     )
     assert calls == [(["job"], 9)] and ended.watched == Watched(3) and ended.stopped == {}
 
 
-def test_a_stalled_job_has_its_stopped_ranks_looked_up_before_it_is_ended():
-    stopped = {"node2": [{"pid": 41, "state": "T"}]}
+def test_a_stalled_job_has_its_stopped_ranks_looked_up_before_it_is_ended_and_those_left_killed_after():
+    """torchrun's workers outlive a launcher that ended their agent: the stopped ones found before the end
+    are asked for again after it, and those still there killed and reported."""
+    stopped = {"node2": [{"pid": 41, "state": "T"}], "node3": [{"pid": 43, "state": "T"}]}
+    steps = []
 
     def watch(argv, limit, stall, before_stop):
         assert (argv, limit, stall) == (["job"], 9, 4)
         before_stop()
+        steps.append("ended")
         return Watched(None, stalled=True)
 
-    ended = run_job(WATCHED, ["job"], 9, lambda: stopped, watch=watch)
-    assert ended.watched.stalled and ended.stopped == stopped
+    def kill(found):
+        steps.append(("kill", found))
+        return {"node3": found["node3"]}
+
+    ended = run_job(WATCHED, ["job"], 9, lambda: steps.append("looked") or stopped, kill, watch=watch)
+    assert steps == ["looked", "ended", ("kill", stopped)]
+    assert ended.watched.stalled and ended.stopped == stopped and ended.killed == {"node3": [{"pid": 43, "state": "T"}]}
+
+
+def test_a_stalled_job_without_stopped_ranks_kills_nothing_after():
+    def watch(argv, limit, stall, before_stop):
+        before_stop()
+        return Watched(None, stalled=True)
+
+    ended = run_job(WATCHED, ["job"], 9, dict, lambda found: pytest.fail("killed"), watch=watch)
+    assert ended.watched.stalled and ended.stopped == ended.killed == {}
 
 
 def test_after_a_stall_the_launch_names_the_bound_and_each_stopped_rank():
@@ -68,6 +91,9 @@ def test_after_a_stall_the_launch_names_the_bound_and_each_stopped_rank():
         "retries",
         "hpcbundle: node2: the rank with PID 41 was stopped (SIGSTOP, or a job-control stop) (state T)",
         "hpcbundle: node2: the rank with PID 42 was X (state X)",
+    ]
+    assert stall_lines(WATCHED, {"node2": [{"pid": 41, "state": "T"}]}, {"node2": [{"pid": 41, "state": "T"}]})[2:] == [
+        "hpcbundle: node2: the rank with PID 41 outlived the launcher, still stopped: killed (SIGKILL)"
     ]
 
 

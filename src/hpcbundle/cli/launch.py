@@ -172,9 +172,15 @@ def execute_job(ctx: click.Context, plan: LaunchPlan, command: Command, timeout:
     click.echo(f"+ {command.display()}", err=True)
     hosts = [host for host, _ in placed_hosts(plan)]
     program = plan.program or ()
-    ended = run_job(model, command.argv, limit, lambda: find_stopped(model, hosts, program, os.environ))
+    ended = run_job(
+        model,
+        command.argv,
+        limit,
+        lambda: find_stopped(model, hosts, program, os.environ),
+        lambda stopped: find_stopped(model, hosts, program, os.environ, kill=stopped),
+    )
     if ended.watched.stalled:
-        after_stall(ctx, plan, ended.stopped)
+        after_stall(ctx, plan, ended.stopped, ended.killed)
     warning = quiet_warning(model, ended.watched)
     if warning:
         click.echo(warning, err=True)
@@ -184,11 +190,11 @@ def execute_job(ctx: click.Context, plan: LaunchPlan, command: Command, timeout:
     ctx.exit(ended.watched.status)
 
 
-def after_stall(ctx: click.Context, plan: LaunchPlan, stopped: Stopped) -> None:
+def after_stall(ctx: click.Context, plan: LaunchPlan, stopped: Stopped, killed: Stopped) -> None:
     """The job went silent for faults.stall_seconds and was stopped: say so, name the ranks found
-    stopped before the end (`stopped`), then what doctor finds on its nodes now (a link down on one of
-    them is a FAIL naming it), and stop with exit 124."""
-    for line in stall_lines(plan.site, stopped):
+    stopped before the end (`stopped`) and those killed after it (`killed`), then what doctor finds on its
+    nodes now (a link down on one of them is a FAIL naming it), and stop with exit 124."""
+    for line in stall_lines(plan.site, stopped, killed):
         click.echo(line, err=True)
     results = fast_doctor(plan, placed_hosts(plan), "nodes")
     failed = [r for r in results if r.status == "FAIL"]

@@ -158,13 +158,22 @@ def gather(
 
 
 def stopped_ranks(
-    mca: dict[str, str], hosts: list[str], program: list[str], environment: Mapping[str, str], timeout: float = 10.0
+    mca: dict[str, str],
+    hosts: Mapping[str, list[int]],
+    program: list[str],
+    environment: Mapping[str, str],
+    timeout: float = 10.0,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Host -> its ranks of `program` that are stopped or stuck in the kernel (probes.stopped_ranks),
-    asked in parallel; a host that does not answer within `timeout` s is left out."""
-    words = _self(environment, "stopped", "--", *program)
+    """Host -> its ranks of `program` that are stopped or stuck in the kernel (probes.stopped_ranks), asked
+    in parallel; where `hosts` lists PIDs for a host, only those, and they are SIGKILLed (probes.kill_stopped).
+    A host that does not answer within `timeout` s is left out."""
+
+    def ask(host: str) -> dict[str, Any]:
+        kills = [word for pid in hosts[host] for word in ("--kill", str(pid))]
+        return _run_json(remote_argv(mca, host, _self(environment, "stopped", *kills, "--", *program)), timeout)
+
     with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
-        answers = pool.map(lambda h: _run_json(remote_argv(mca, h, words), timeout), hosts)
+        answers = pool.map(ask, hosts)
         return {host: answer["stopped"] for host, answer in zip(hosts, answers, strict=True) if answer.get("stopped")}
 
 

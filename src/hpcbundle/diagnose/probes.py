@@ -9,6 +9,7 @@ facts the rules judge (src/hpcbundle/rules/); diagnose/fanout.py runs it on ever
     python3 -m hpcbundle.diagnose.probes listen 10.77.0.2 --seconds 10            # prints {"port": N}
     python3 -m hpcbundle.diagnose.probes listen 0.0.0.0 --port 29500              # {"port": 29500} or {"error": ...}
     python3 -m hpcbundle.diagnose.probes connect 10.77.0.2:41234 --seconds 3      # {"10.77.0.2:41234": "ok"}
+    python3 -m hpcbundle.diagnose.probes stopped [--kill PID] -- python train.py  # {"stopped": [{"pid": N, ...}]}
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -543,6 +545,19 @@ def stopped_ranks(program: list[str], proc: Path = Path("/proc")) -> list[dict[s
     return found
 
 
+def kill_stopped(program: list[str], pids: list[int], proc: Path = Path("/proc")) -> list[dict[str, Any]]:
+    """Those of `pids` that are still ranks of `program` stopped here (stopped_ranks), SIGKILLed: the ranks a
+    stalled job's launcher could not end. torchrun's workers run in sessions of their own, so only their agent
+    can end them, and its SIGTERM waits while a worker is stopped; the launcher kills the agent first."""
+    found = [rank for rank in stopped_ranks(program, proc) if rank["pid"] in pids]
+    for rank in found:
+        try:
+            os.kill(rank["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # ended meanwhile
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hpcbundle.diagnose.probes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -560,11 +575,13 @@ def main(argv: list[str] | None = None) -> int:
     co.add_argument("targets", nargs="+")
     co.add_argument("--seconds", type=float, default=3.0)
     st = sub.add_parser("stopped")
+    st.add_argument("--kill", type=int, action="append", help="SIGKILL this PID where it is one of them (repeat)")
     st.add_argument("program", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.what == "stopped":
         program = args.program[1:] if args.program[:1] == ["--"] else args.program
-        print(json.dumps({"stopped": stopped_ranks(program)}))
+        found = kill_stopped(program, args.kill) if args.kill else stopped_ranks(program)
+        print(json.dumps({"stopped": found}))
     elif args.what == "facts":
         print(json.dumps(facts(args.image, args.checksum, json.loads(args.runtimes), args.hash_seconds)))
     elif args.what == "listen":

@@ -24,19 +24,32 @@ def exec_limit(site: Site, timeout: int | None) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class JobEnd:
-    """How the job ended (`watched`), and the ranks found stopped before a stalled job was ended."""
+    """How the job ended (`watched`), the ranks found stopped before a stalled job was ended, and those of them
+    still there once its launcher had ended (`killed`: SIGKILLed then)."""
 
     watched: Watched
     stopped: Stopped = field(default_factory=dict)
+    killed: Stopped = field(default_factory=dict)
 
 
-def find_stopped(site: Site, hosts: Sequence[str], program: Sequence[str], environment: Mapping[str, str]) -> Stopped:
+def find_stopped(
+    site: Site,
+    hosts: Sequence[str],
+    program: Sequence[str],
+    environment: Mapping[str, str],
+    kill: Stopped | None = None,
+) -> Stopped:
     """The job's ranks that are stopped or stuck in the kernel on `hosts` (this node when none are
-    named), asked before the stalled job is ended; {} when none or no node answers in 10 s."""
+    named), asked before the stalled job is ended; {} when none or no node answers in 10 s. With `kill`
+    (ranks found so before), those of them still there instead, SIGKILLed."""
     from .fanout import stopped_ranks
 
     exported = {name: environment[name] for name in site.export if name in environment}
-    return stopped_ranks(site.mca, list(hosts) or ["localhost"], list(program), exported)
+    if kill is None:
+        asked: dict[str, list[int]] = {host: [] for host in list(hosts) or ["localhost"]}
+    else:
+        asked = {host: [rank["pid"] for rank in ranks] for host, ranks in kill.items()}
+    return stopped_ranks(site.mca, asked, list(program), exported)
 
 
 def run_job(
@@ -44,21 +57,25 @@ def run_job(
     argv: Sequence[str],
     limit: int,
     look: Callable[[], Stopped],
+    kill: Callable[[Stopped], Stopped],
     watch: Callable[..., Watched] = run_watched,
     bounded: Callable[[Sequence[str], float], int | None] = run_bounded,
 ) -> JobEnd:
     """Run the job's `argv` for at most `limit` s; where the site sets faults.stall_seconds, also end it
-    when silent that long, after `look` found its stopped ranks."""
+    when silent that long, after `look` found its stopped ranks; `kill` then ends those the launcher left
+    behind. torchrun's workers are beyond the launcher's reach, and their agent ends a stopped one only 30 s
+    after asking (PContext.close), when the launcher has long killed the agent."""
     stall = site.faults.stall_seconds
     if not stall:
         return JobEnd(Watched(bounded(argv, limit)))
     stopped: Stopped = {}
     watched = watch(argv, limit, stall, before_stop=lambda: stopped.update(look()))
-    return JobEnd(watched, stopped)
+    return JobEnd(watched, stopped, kill(stopped) if watched.stalled and stopped else {})
 
 
-def stall_lines(site: Site, stopped: Stopped) -> list[str]:
-    """What a launch says when it ended a silent job: why, then each rank found stopped."""
+def stall_lines(site: Site, stopped: Stopped, killed: Stopped | None = None) -> list[str]:
+    """What a launch says when it ended a silent job: why, then each rank found stopped, and each of them
+    hpcbundle killed once the launcher had ended (`killed`)."""
     lines = [
         f"hpcbundle: error: no output from the job for {site.faults.stall_seconds} s (faults.stall_seconds of site "
         f"{site.name}), so it was stopped: a rank stopped or lost its link, and the others would wait in their "
@@ -70,6 +87,12 @@ def stall_lines(site: Site, stopped: Stopped) -> list[str]:
             lines.append(
                 f"hpcbundle: {host}: the rank with PID {rank['pid']} was {STOPPED_STATES.get(state, state)} "
                 f"(state {state})"
+            )
+    for host, ranks in (killed or {}).items():
+        for rank in ranks:
+            lines.append(
+                f"hpcbundle: {host}: the rank with PID {rank['pid']} outlived the launcher, still stopped: "
+                "killed (SIGKILL)"
             )
     return lines
 

@@ -148,8 +148,8 @@ AGENT_SHIM = (
     "the torchrun agent's rendezvous: the outer launcher's rank variables unset (workers read torchrun's), "
     "this node's address on the data interface as --local-addr, MASTER_ADDR:MASTER_PORT as the c10d endpoint, "
     "HPCBUNDLE_RUN_ID as its id, and is_host=1 only on the node whose address is MASTER_ADDR (torch would "
-    "match host names, which may resolve to another network); join_timeout (torch.join_timeout) is how long the "
-    "agents wait for every node"
+    "match host names, which may resolve to another network; a host name there, in a printed line, is left to "
+    "torch to match); join_timeout (torch.join_timeout) is how long the agents wait for every node"
 )
 AGENT_SHIM_ONE_NODE = "the outer launcher's rank variables unset, so the workers read torchrun's"
 TORCHRUN = (

@@ -11,7 +11,8 @@ matches host names, which on many clusters resolve to the management network or 
 `--torchrun` starts one agent per node instead (`PYTHON -m torch.distributed.run`, never the `torchrun` script,
 whose shebang may name another Python), each starting the node's workers: `--np` and the hosts still count
 workers. The agents meet by c10d at MASTER_ADDR:MASTER_PORT; the shim gives each its own address on the data
-interface as --local-addr and says which one hosts the store (is_host), so no host name is ever matched.
+interface as --local-addr and says which one hosts the store (is_host), so no host name is ever matched (but
+the head's own name in a line printed to run elsewhere, which torch matches, as the rule torch-head-by-name warns).
 """
 
 from __future__ import annotations
