@@ -18,7 +18,7 @@ from hpcbundle.launch import LaunchPlan, RankLayout
 from hpcbundle.rules.engine import registered
 from hpcbundle.rules.loading import problem_line
 
-from .helpers import ROOT
+from .helpers import ROOT, make_site
 
 SITES = ROOT / "site_configs"
 PROGRAM = ("python3", "t.py")
@@ -284,3 +284,14 @@ def test_doctors_plan_over_several_hosts_needs_the_data_interface():
     """doctor --torch --hosts f1,f2 asks for no ranks, but its hosts span nodes: torch-interface judges them."""
     plan = LaunchPlan(read_site("seed-v100", SITES), None, PROGRAM, wiring="torch", hosts={"f1": 1, "f2": 1})
     assert [r.status for r in plan.evaluate(observing=True) if r.rule == "torch-interface"] == ["FAIL"]
+
+
+@pytest.mark.parametrize("wiring, status", [("horovod", "FAIL"), ("torch", "SKIP"), ("torchrun", "SKIP")])
+def test_the_pmix_fixes_for_containers_are_asked_for_horovod_ranks_only(wiring, status):
+    """srun --mpi=pmix into containers without PMIX_MCA_gds=hash: Open MPI's ranks could not read the PMIx server's
+    data, so a Horovod launch is refused; torch's ranks never ask PMIx (they meet over TCP), so theirs is not."""
+    site = make_site("eth-a100-slurm", env={})
+    plan = LaunchPlan(site, RankLayout(8, in_allocation=True, nodes=2), PROGRAM, "h.sif", wiring=wiring, head="f1")
+    judged = [(r.status, r.evidence) for r in plan.evaluate() if r.rule == "pmix-container"]
+    assert [found for found, _ in judged] == [status], judged
+    assert status == "FAIL" or judged[0][1] == f"no MPI between torch.distributed ranks (--{wiring})"
