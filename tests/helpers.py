@@ -411,6 +411,21 @@ def two_node_sbatch(site: Path, program: list[str], script: Path, *flags: str) -
     return script.read_text()
 
 
+def signal_batch_shell(slurm: SlurmCluster, submitted: threading.Thread, ready: Callable[[], object]) -> float:
+    """Once `ready()` holds for the job `submitted` waits for, USR1 to its batch shell alone (`scancel --batch`: what
+    `#SBATCH --signal=B:USR1@N` makes SLURM send N s before the time limit, here at a moment the test picks); returns
+    the seconds the wait took. Fails if the job ends first."""
+    started = time.monotonic()
+    while not ready():
+        if not submitted.is_alive():
+            pytest.fail("the job ended before the test could signal it")
+        time.sleep(0.1)
+    running = slurm.run(["squeue", "-h", "-t", "R", "-o", "%i"], timeout=10).stdout.split()
+    assert len(running) == 1, running
+    slurm.run(["scancel", "--batch", "--signal=USR1", running[0]], timeout=10, check=True)
+    return time.monotonic() - started
+
+
 def release_requeued_jobs(slurm: SlurmCluster, submitted: threading.Thread) -> list[int]:
     """While `submitted` waits for its job: each time SLURM holds a requeued job until its BeginTime
     (about two minutes after the requeue), start it at once; returns the seconds each hold would

@@ -46,7 +46,7 @@ class Judged:
 
     def passes_over_the_request(self) -> int:
         """The engine passes that judged a launch request (one Facts each) by the rules over it alone: doctor's
-        node pass carries the request too, for the rules over it and the image read back (torch-signal)."""
+        node pass carries the request too, for the rules over it and the image read back (torch-backend)."""
         alone = {r.name for r in registered() if "request" in r.needs and "image" not in r.needs}
         return len({id(facts) for name, facts in self.calls if facts.request is not None and name in alone})
 

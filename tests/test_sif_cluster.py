@@ -8,6 +8,9 @@
 - `hpcbundle sbatch` with `srun --mpi=pmix ... apptainer exec`, submitted to the real SLURM on two
   namespace nodes: the image's PMIx client reaches slurmstepd's PMIx server through the site's bind
   of SlurmdSpoolDir and PMIX_MCA_gds=hash (rule pmix-container);
+- `hpcbundle sbatch --torch` and `--torchrun` with the cpu-ddp SIF (torch, no Horovod, no MPI) under the same
+  SLURM: srun starts one `apptainer exec` per rank (or per node, running torchrun), the shim the image carries
+  names each rank, and the ranks meet over Gloo at node1's data address;
 - the seed's own line shape (`mpirun -np 4 -H n1:2,n2:2 ... -x LD_LIBRARY_PATH -x PATH
   -x HOROVOD_MPI_THREADS_DISABLE=1 -x NCCL_SOCKET_IFNAME=... -mca pml ob1 ... singularity exec --nv
   IMAGE python ...`) from site_configs/seed-v100.yaml, with the btl that exists here instead of
@@ -184,6 +187,56 @@ def test_generated_sbatch_script_trains_with_pmix_inside_the_sif_on_two_slurm_no
     assert job.returncode == 0, f"job exit {job.returncode}\n{text}\n{job.output[-3000:]}\n{job.error[-3000:]}"
     assert_trained(job.output, ranks=2)
     assert (net.iface_bytes("node2", net.DATA_IFACE) - before).rx > 0, "node2's rank moved nothing over data0"
+
+
+TORCH_RANK = re.compile(
+    r"torch-rank RANK=(?P<rank>\d+) WORLD_SIZE=(?P<world>\d+) LOCAL_RANK=(?P<local>\d+) MASTER_ADDR=(?P<master>\S+) "
+    r"sum=(?P<sum>\d+) run=(?P<run>\S+) host=(?P<host>\S+)"
+)
+"""The line each rank of tests/data/torch_allreduce.py prints."""
+
+
+@pytest.mark.parametrize("wiring", ["torch", "torchrun"])
+def test_a_torch_batch_script_reduces_in_the_cpu_ddp_sif_on_two_slurm_nodes(
+    netns_slurm: SlurmCluster, cpu_ddp_sif: SifBuild, wiring: str, tmp_path: Path
+) -> None:
+    """`hpcbundle sbatch --torch` (srun starts one `apptainer exec` per worker, env://) or `--torchrun` (one per node,
+    whose torchrun starts the workers, c10d), 2 nodes x 2 workers, with the cpu-ddp SIF's Python and torch,
+    submitted as written: every RANK once, the all_reduce of rank+1 is 10 on each, LOCAL_RANK 0 and 1 on each
+    node, the head is an address on data0 (node1's under --torch) and under --torchrun the rendezvous is the
+    job's own (JOBID.0)."""
+    net = netns_slurm.inside
+    data = site_data(f"slurm-sif-{wiring}", launcher="srun", interfaces=[NetnsCluster.DATA_IFACE])
+    data["container"] = {"runtime": "apptainer", "args": ["--userns"]}
+    data["why"]["container.args"] = "the tests' root lacks CAP_SYS_RESOURCE: ranks run in a user namespace"
+    site = write_site(tmp_path, data)
+    program = tmp_path / "torch_allreduce.py"  # under /tmp, which Apptainer binds by default
+    program.write_text((ROOT / "tests" / "data" / "torch_allreduce.py").read_text())
+    image = str(cpu_ddp_sif.path)
+    made = hpcbundle(
+        "sbatch", "--site", str(site), "--image", image, "--nodes", "2", "--tasks-per-node", "2", f"--{wiring}",
+        "--", "python3", str(program),
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    shim = "hpcbundle-torchenv agent data0 " if wiring == "torchrun" else "hpcbundle-torchenv slurm python3 "
+    joined = re.sub(r" \\\n\s+", " ", made.stdout)  # the script's continuation lines as one command
+    assert f"apptainer exec --userns {image} {shim}" in joined, made.stdout
+    started = time.monotonic()
+    job = netns_slurm.sbatch_wait(made.stdout, timeout=300, env=shell())
+    took = time.monotonic() - started
+    ranks = [found.groupdict() for found in TORCH_RANK.finditer(job.output)]
+    print(f"sbatch --{wiring} in the cpu-ddp SIF: exit {job.returncode} after {took:.0f} s; ranks {ranks}")
+    assert job.returncode == 0, f"job exit {job.returncode}\n{job.output[-3000:]}\n{job.error[-3000:]}"
+    assert sorted(int(r["rank"]) for r in ranks) == [0, 1, 2, 3], job.output[-3000:]
+    assert {(r["world"], r["sum"]) for r in ranks} == {("4", "10")}, ranks
+    per_node = sorted((r["host"], r["local"]) for r in ranks)  # both nodes took part, 2 workers each
+    assert per_node == [(node, local) for node in ("node1", "node2") for local in "01"], ranks
+    masters, runs = {r["master"] for r in ranks}, {r["run"] for r in ranks}
+    if wiring == "torch":
+        assert masters == {net.address("node1")} and runs == {"-"}, ranks
+    else:
+        assert len(masters) == 1 and masters <= {net.address(node) for node in net.nodes}, ranks
+        assert len(runs) == 1 and re.fullmatch(r"[0-9]+\.0", runs.pop()), ranks
 
 
 # ---------------------------------------------------------- the seed's line, singularity exec --nv

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import signal
 import subprocess
 import sys
 
@@ -49,10 +50,11 @@ VALUE = st.one_of(st.none(), DECIMAL, TASKS_PER_NODE, TEXT)
 
 
 def _shim(source: str, environment: dict[str, str], program: list[str] = PRINT) -> subprocess.CompletedProcess:
-    """The shim as a launch runs it (`sh -c TEXT hpcbundle-torchenv SOURCE PROGRAM...`), by /bin/sh."""
+    """The shim as a launch runs it (`sh -c TEXT hpcbundle-torchenv SOURCE PROGRAM...`), by /bin/sh, in tests/data
+    (where `python -m torch_agent` finds its module)."""
     words = ["/bin/sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, source, *program]
     return subprocess.run(
-        words, env={"PATH": "/usr/bin:/bin", **environment}, capture_output=True, text=True, timeout=30
+        words, env={"PATH": "/usr/bin:/bin", **environment}, capture_output=True, text=True, timeout=30, cwd=DATA
     )
 
 
@@ -129,13 +131,16 @@ def test_the_shim_passes_shellcheck():
 
 # --- agent mode (--torchrun): the rendezvous of one torchrun agent per node ---------------------------------------
 
-ENV_PRINT = [sys.executable, "-c", "import os; print(sorted((k, v) for k, v in os.environ.items() if k.isupper()))"]
+DATA = ROOT / "tests" / "data"
+AGENT_PROGRAM = [sys.executable, "-m", "torch_agent"]
+"""A stand-in for `PYTHON -m torch.distributed.run` (tests/data/torch_agent.py)."""
+ENV_PRINT = [*AGENT_PROGRAM, "env"]
 """The agent's environment as its Python sees it (sh adds PWD, Python LC_CTYPE: left out)."""
 OUTER = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "OMPI_COMM_WORLD_RANK": "1", "PMI_RANK": "2", "RANK": "9"}
 
 
 def _agent(interface: str, environment: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
-    """The shim as a --torchrun line runs it: `sh -c TEXT hpcbundle-torchenv agent IFACE PYTHON ...`."""
+    """The shim as a --torchrun line runs it: `sh -c TEXT hpcbundle-torchenv agent IFACE CONF PYTHON -m ...`."""
     run = _shim(AGENT, environment, [interface, "join_timeout=30", *ENV_PRINT])
     shown = ast.literal_eval(run.stdout) if run.returncode == 0 else []
     return run, {name: value for name, value in shown if name not in ("PATH", "PWD", "LC_CTYPE")}
@@ -172,16 +177,33 @@ def test_a_standalone_agent_only_loses_the_outer_rank_variables():
 
 
 @pytest.mark.parametrize(
-    "interface, environment, says",
-    [("nosuch0", {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1", "HPCBUNDLE_RUN_ID": "x"}, "no IPv4 address on"),
-     ("lo", {"MASTER_ADDR": "10.0.0.1"}, "MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID must be set")],
+    "interface, environment, program, says",
+    [("nosuch0", {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1", "HPCBUNDLE_RUN_ID": "x"}, ENV_PRINT,
+      "no IPv4 address on"),
+     ("lo", {"MASTER_ADDR": "10.0.0.1"}, ENV_PRINT, "MASTER_ADDR, MASTER_PORT and HPCBUNDLE_RUN_ID must be set"),
+     ("-", {}, [sys.executable, "torch_agent.py", "env"], "expected IFACE CONF PYTHON -m MODULE")],
 )  # fmt: skip
-def test_an_agent_without_an_address_or_a_head_is_one_line_exit_2(interface, environment, says):
-    run, _ = _agent(interface, environment)
+def test_an_agent_without_an_address_a_head_or_a_module_is_one_line_exit_2(interface, environment, program, says):
+    run = _shim(AGENT, environment, [interface, "join_timeout=30", *program])
     assert (run.returncode, run.stdout) == (2, "") and run.stderr.count("\n") == 1 and says in run.stderr
     assert agent_words(interface, "join_timeout=30", inline=True) == [
         "sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, interface, "join_timeout=30"
     ]  # fmt: skip
+
+
+def test_an_agent_passes_usr1_to_its_workers_and_ends_as_they_do():
+    """USR1 to the agent (SLURM's time-limit warning, as srun or mpirun passes it on) reaches the worker it started
+    in a session of its own, as torchrun starts them; the agent goes on waiting and exits with the worker's 0, where
+    torchrun's own --signals-to-handle would end it with 1 (measured) and SIGKILL the workers 30 s later."""
+    words = ["/bin/sh", "-c", TORCHENV_INLINE, TORCHENV_NAME, AGENT, "-", "", *AGENT_PROGRAM, "worker"]
+    agent = subprocess.Popen(words, stdout=subprocess.PIPE, text=True, cwd=DATA)  # sh execs the agent: one PID
+    try:
+        assert agent.stdout.readline() == "ready\n"
+        agent.send_signal(signal.SIGUSR1)
+        assert agent.wait(timeout=30) == 0
+    finally:
+        agent.kill()
+        agent.communicate()
 
 
 def test_the_script_images_carry_is_the_inline_text_behind_its_header():

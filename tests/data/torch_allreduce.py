@@ -2,6 +2,7 @@
 (gloo), and one line per rank with what torch saw."""
 
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -11,5 +12,5 @@ value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
 seen = " ".join(f"{name}={os.environ[name]}" for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
 run = os.environ.get("TORCHELASTIC_RUN_ID", "-")  # torchrun's rendezvous id (none under env://)
-print(f"torch-rank {seen} sum={value.item():g} run={run}", flush=True)
+print(f"torch-rank {seen} sum={value.item():g} run={run} host={socket.gethostname()}", flush=True)
 dist.destroy_process_group()

@@ -58,7 +58,7 @@ def observed_facts(
     head: HeadProbe | None = None,
 ) -> Facts:
     """The facts doctor observed, in the shapes the rules read; with the command's launch `request`, the rules
-    over it and the image read back (torch-signal, torch-backend) judge it too."""
+    over it and the image read back (torch-backend) judge it too."""
     labels, source = image_manifest(nodes)
     return Facts(
         site=site,

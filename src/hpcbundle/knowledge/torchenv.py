@@ -22,7 +22,8 @@ TORCHENV_SOURCES = ("ompi", "slurm", "hydra")
 
 AGENT = "agent"
 """The shim's mode for a torchrun agent (`--torchrun`): `hpcbundle-torchenv agent IFACE CONF PYTHON -m
-torch.distributed.run ...`."""
+torch.distributed.run ...`. The agent passes USR1 (SLURM's time-limit warning) to its workers and goes on waiting
+for them, so it ends as they do; torchrun's own --signals-to-handle would end it with exit 1 whatever they did."""
 
 TORCHENV_PATH = f"/usr/local/bin/{TORCHENV_NAME}"
 """Where images built here carry it (image/blocks/bind.py writes it beside hpcbundle-bind)."""

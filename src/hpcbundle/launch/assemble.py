@@ -143,11 +143,10 @@ def _body(site: Site, launcher: Launcher, program: Sequence[str], torch: TorchWi
         body.add(program, "PROGRAM (after --)", "what every rank runs")
         return body
     interface = None if agents.standalone else site.network.interfaces[0]
-    why = reasons.AGENT_SHIM if interface else reasons.AGENT_SHIM_ONE_NODE
+    why = (reasons.AGENT_SHIM if interface else reasons.AGENT_SHIM_ONE_NODE) + reasons.AGENT_USR1
     conf = f"join_timeout={site.torch.join_timeout}" if interface else ""
     body.add(agent_words(interface, conf, inline), "flag --torchrun", f"{shim}: {why}")
-    words = torchrun_words(program, agents)
-    why = reasons.TORCHRUN.format(per_node=agents.per_node) + (reasons.TORCHRUN_SIGNALS if agents.signals else "")
+    words, why = torchrun_words(program, agents), reasons.TORCHRUN.format(per_node=agents.per_node)
     body.add(words[: len(words) - len(program) + 1], "flag --torchrun", why)
     body.add(words[len(words) - len(program) + 1 :], "PROGRAM (after --)", "what every worker runs")
     return body

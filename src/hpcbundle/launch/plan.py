@@ -173,5 +173,4 @@ class LaunchPlan:
         shape = node_shape(self.ranks_per_host(), self.request())
         assert shape is not None, "rule torch-world refuses a job whose nodes differ"
         named = tuple(host for host, _ in self.layout.ranks_per_host())
-        faults = self.site.faults
-        return Agents(*shape, named, self.site.torch.max_restarts, faults.signal_before_end is not None)
+        return Agents(*shape, named, self.site.torch.max_restarts)

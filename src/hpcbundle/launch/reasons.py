@@ -152,14 +152,14 @@ AGENT_SHIM = (
     "torch to match); join_timeout (torch.join_timeout) is how long the agents wait for every node"
 )
 AGENT_SHIM_ONE_NODE = "the outer launcher's rank variables unset, so the workers read torchrun's"
+AGENT_USR1 = (
+    "; the agent passes USR1 (SLURM's time-limit warning) on to its workers and waits for them, so it ends as they "
+    "do (torchrun's own --signals-to-handle would end it with exit 1 and kill them 30 s later)"
+)
 TORCHRUN = (
     "torchrun as a module of the rank's own Python (the torchrun script's shebang may name another), starting "
     "{per_node} workers on this node with RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR set; one failing ends "
     "the agent and the launcher ends the others"
-)
-TORCHRUN_SIGNALS = (
-    "; --signals-to-handle forwards SLURM's time-limit USR1 to the workers (torch >= 2.9), which then have "
-    "30 s to checkpoint before torchrun kills them"
 )
 NO_NUMA_TORCHRUN = (
     "not applied under --torchrun: the node's one agent would be bound, and every worker it starts with it, to "

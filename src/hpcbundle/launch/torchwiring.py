@@ -36,21 +36,16 @@ RUN_ID = "hpcbundle"
 agent still shutting down from the run before never joins the next one at the same head:port (a batch job takes
 JOBID.RESTARTS)."""
 
-SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
-"""What torchrun forwards to its workers under faults.signal_before_end: its defaults and SLURM's USR1."""
-
 
 @dataclass(frozen=True)
 class Agents:
     """A torchrun job's agents: one on each of `nodes` nodes, each starting `per_node` workers; `hosts` the nodes
-    when named (else SLURM places the agents); `max_restarts` torch.max_restarts; `signals` whether the time-limit
-    signal (USR1) is forwarded to the workers."""
+    when named (else SLURM places the agents); `max_restarts` torch.max_restarts."""
 
     nodes: int
     per_node: int
     hosts: tuple[str, ...] = ()
     max_restarts: int = 0
-    signals: bool = False
 
     @property
     def standalone(self) -> bool:
@@ -104,7 +99,6 @@ def torchrun_words(program: Sequence[str], agents: Agents) -> list[str]:
     options = [*meet, f"--nproc-per-node={agents.per_node}"]
     options += [] if agents.standalone else ["--rdzv-backend=c10d"]
     options.append(f"--max-restarts={agents.max_restarts}")
-    options += [f"--signals-to-handle={SIGNALS}"] if agents.signals else []
     return [python, "-m", "torch.distributed.run", *options, *rest]
 
 

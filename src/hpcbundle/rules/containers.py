@@ -250,8 +250,10 @@ def pmix_container(facts: Facts, kb: KnowledgeBase) -> Verdict:
     under SlurmdSpoolDir that containers do not see: bind it, and use PMIx's hash store
     (PMIX_MCA_gds=hash), the two fixes users report (apptainer/singularity#5195; NVIDIA enroot's
     extra/50-slurm-pmi.sh hook binds the server directory for the same reason: on pyxis sites that hook,
-    or container.pmix_spool_mount where it is not enabled, mounts it).
+    or container.pmix_spool_mount where it is not enabled, mounts it). torch.distributed ranks are no PMIx clients.
     """
+    if skip := without_mpi(facts):
+        return skip
     site = facts.site
     launcher = site.launcher
     plugin = "pmi" in getattr(LAUNCHERS_KNOWN.get(launcher.name), "options", ())  # srun --mpi: SLURM's MPI plugin

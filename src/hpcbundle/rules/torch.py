@@ -276,40 +276,6 @@ def torch_gpu_narrowing(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return found
 
 
-SIGNALS_SINCE = (2, 9)
-"""The first torch whose torchrun takes --signals-to-handle (pytorch#154849)."""
-
-
-def _torch_version(image: Mapping[str, str] | None) -> tuple[str, tuple[int, int]] | None:
-    """The image's torch version (label org.hpcbundle.pytorch, e.g. 2.13.0+cpu) and its (major, minor)."""
-    text = (image or {}).get("pytorch", "")
-    found = re.match(r"([0-9]+)\.([0-9]+)", text)
-    return (text, (int(found.group(1)), int(found.group(2)))) if found else None
-
-
-@rule("torch-signal", needs=(*REQUEST, "image"), on_load=True)
-def torch_signal(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Under --torchrun, SLURM's time-limit USR1 reaches the workers: the image's torch is 2.9 or later.
-
-    torchrun forwards it with --signals-to-handle (pytorch#154849); without it the workers never checkpoint before
-    the time limit (faults.signal_before_end)."""
-    request, site = facts.request, facts.site
-    if skip := _not_torchrun(request):
-        return [skip]
-    if site.faults.signal_before_end is None:
-        return [Verdict("SKIP", f"site {site.name} sends no time-limit signal (faults.signal_before_end)")]
-    version = _torch_version(facts.image)
-    if version is None:
-        return [Verdict("SKIP", "the image's torch version is not known here (doctor reads it from the image)")]
-    if version[1] >= SIGNALS_SINCE:
-        return []
-    problem = (
-        f"torch {version[0]} ({facts.image_source or 'the image'}) has no torchrun --signals-to-handle (2.9 and "
-        "later): SLURM's USR1 would not reach the workers, which would never checkpoint before the time limit"
-    )
-    return [request_refusal("--torchrun", problem, "use --torch (the launcher forwards USR1 itself) or torch >= 2.9")]
-
-
 @rule("torch-backend", needs=(*REQUEST, "image"), on_load=True)
 def torch_backend(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """A torch job on a GPU site has a CUDA build of torch: a CPU-only one (+cpu) has no NCCL and trains on CPUs."""

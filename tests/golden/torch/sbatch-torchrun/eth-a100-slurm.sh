@@ -49,7 +49,7 @@ trap 'stopping=1; echo "hpcbundle: SIGUSR1, the time limit is near: the ranks ch
 env NCCL_IB_DISABLE=1 PMIX_MCA_gds=hash HOROVOD_CYCLE_TIME=0.1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=16 OMPI_MCA_btl_tcp_if_include=eth0 NCCL_SOCKET_IFNAME=eth0 NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4 GLOO_SOCKET_IFNAME=eth0 \
     srun --mpi=pmix -n 2 --kill-on-bad-exit=1 -c 64 --ntasks-per-node=1 --export=ALL \
     apptainer exec --nv --bind /scratch --bind /var/spool/slurmd horovod.sif \
-    hpcbundle-torchenv agent eth0 join_timeout=300 python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --max-restarts=0 --signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 train.py --lr '0.1 * $WORLD' &
+    hpcbundle-torchenv agent eth0 join_timeout=300 python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --max-restarts=0 train.py --lr '0.1 * $WORLD' &
 launch_pid=$!
 launch_status=0
 while :; do
