@@ -24,6 +24,7 @@ from ..diagnose.watchdog import (
     stall_verdict,
     unbounded_note,
 )
+from ..knowledge.secrets import horovodrun_allowlist, kept_environment
 from ..launch import Command, LaunchPlan, load_site
 from ..launch.batch import BatchJob, GateStep, batch_plan, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
@@ -170,6 +171,11 @@ def execute_job(ctx: click.Context, plan: LaunchPlan, command: Command, timeout:
     if note:
         click.echo(note, err=True)
     click.echo(f"+ {command.display()}", err=True)
+    allowlist = horovodrun_allowlist(model)
+    if allowlist is not None:  # this process only runs the job from here: horovodrun gets the allowlist's
+        kept = kept_environment(os.environ, allowlist)
+        os.environ.clear()
+        os.environ.update(kept)
     hosts = [host for host, _ in placed_hosts(plan)]
     program = plan.program or ()
     ended = run_job(

@@ -19,6 +19,7 @@ from ..config.sites import PROGRAM_ENV, Site, is_slurm_time
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.knobs import knob_sites
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
+from ..knowledge.secrets import forwarded
 from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
 
 REQUEST: tuple[str, str] = ("site", "request")
@@ -426,7 +427,8 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("export-set", needs=REQUEST, on_load=True)
 def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Every variable the site exports is set in the launching shell (launch --exec, doctor).
+    """Every variable the site exports (and every secret-looking env: name, forwarded by name) is set in the
+    launching shell (launch --exec, doctor).
 
     Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
     keeps the image's PATH and LD_LIBRARY_PATH, e.g. `-x LD_LIBRARY_PATH` into Apptainer) it only WARNs: the ranks
@@ -436,21 +438,24 @@ def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if request.environment is None:
         return [_skip("launching shell")]
     kept = image_env_kept(site) if _image(request) is not None else frozenset()
-    missing = [(i, name) for i, name in enumerate(site.export) if name not in request.environment]
+    missing = [(key, name) for key, name in forwarded(site) if name not in request.environment]
     return [
         Verdict(
             "WARN",
             f"{name} is not set in the launching shell; {site.container.runtime} gives the ranks the image's own",
             f"drop {name} from export",
-            key=f"export[{i}]",
+            key=key,
         )
         if name in kept
         else refusal(
-            f"export[{i}]",
+            key,
             f"{name} is not set in the launching shell",
-            f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export",
+            f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export"
+            if key.startswith("export")
+            else f"set {name} in the launching shell: a secret-looking env: name is forwarded by name, its value "
+            "in the site never written",
         )
-        for i, name in missing
+        for key, name in missing
     ]
 
 
