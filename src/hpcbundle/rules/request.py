@@ -385,6 +385,35 @@ def spans_nodes(site: Site, request: LaunchRequest) -> bool:
     return (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
 
 
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names that are this machine whatever it is called."""
+
+
+@rule("default-site", needs=REQUEST, on_load=True)
+def default_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """Without --site the site is the default, local: every rank on this machine (mpirun --allow-run-as-root
+    --oversubscribe). Inside a SLURM job, or with other hosts, that is a cluster's run on the wrong site, so it is
+    refused until a site is named (`--site local` included): a WARN beside a line that runs would go unread, and the
+    job would run oversubscribed on one node, as root where it can."""
+    request = facts.request
+    if not request.default_site:
+        return [Verdict("SKIP", "the site is named (--site)")]
+    others = [host for host, _ in request.hosts if host not in LOCAL_HOSTS]
+    if request.shell_job is not None:
+        where = f"this shell runs inside SLURM job {clip(request.shell_job, 20)}"
+    elif others or request.hostfile:
+        where = f"--hosts names {clip(others[0], 40)}" if others else "--hostfile names other hosts"
+    else:
+        return [Verdict("PASS", f"the default site {facts.site.name} runs every rank on this machine")]
+    return [
+        request_refusal(
+            "--site",
+            f"not given, so the default site {facts.site.name} would run every rank on this machine alone, but {where}",
+            "name the cluster's site with --site NAME; `hpcbundle site detect` drafts one",
+        )
+    ]
+
+
 @rule("export-image-env", needs=REQUEST, on_load=True)
 def export_image_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """No exported variable of the program's environment (PATH, VIRTUAL_ENV, ...) replaces the image's own.
