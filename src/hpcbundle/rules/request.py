@@ -391,10 +391,12 @@ LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 @rule("default-site", needs=REQUEST, on_load=True)
 def default_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Without --site the site is the default, local: every rank on this machine (mpirun --allow-run-as-root
-    --oversubscribe). Inside a SLURM job, or with other hosts, that is a cluster's run on the wrong site, so it is
-    refused until a site is named (`--site local` included): a WARN beside a line that runs would go unread, and the
-    job would run oversubscribed on one node, as root where it can."""
+    """No --site (the default, local: this machine alone) inside a SLURM job or with other hosts.
+
+    The local site runs every rank on this machine (mpirun --allow-run-as-root --oversubscribe). Inside a SLURM
+    job, or with other hosts, that is a cluster's run on the wrong site, so it is refused until a site is named
+    (`--site local` included): a WARN beside a line that runs would go unread, and the job would run
+    oversubscribed on one node, as root where it can."""
     request = facts.request
     if not request.default_site:
         return [Verdict("SKIP", "the site is named (--site)")]
@@ -456,10 +458,9 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("export-set", needs=REQUEST, on_load=True)
 def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Every variable the site exports (and every secret-looking env: name, forwarded by name) is set in the
-    launching shell (launch --exec, doctor).
+    """Every variable the site forwards by name (export:, secret-looking env: names) is set in the launching shell.
 
-    Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
+    Judged where the launching shell is known (launch --exec, doctor). Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
     keeps the image's PATH and LD_LIBRARY_PATH, e.g. `-x LD_LIBRARY_PATH` into Apptainer) it only WARNs: the ranks
     get the image's value, and a launcher that forwards it by name (mpirun -x) only warns that it is missing.
     """
