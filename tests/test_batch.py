@@ -68,7 +68,10 @@ def test_script_has_strict_mode_modules_prologue_then_the_launch_line():
     order = [lines.index(line) for line in ("set -euo pipefail", "module load apptainer", "nvidia-smi -L")]
     assert order == sorted(order)
     assert "#SBATCH --nodes=3" in lines and "#SBATCH --ntasks-per-node=4" in lines and "#SBATCH --gres=gpu:4" in lines
-    srun = "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block --export=ALL \\"
+    srun = (
+        "    srun --mpi=pmix -n 12 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block "
+        "--export=ALL \\"
+    )
     assert srun in lines
     assert "    python t.py &" in lines
     assert lines[-1] == 'exit "$launch_status"'  # faults.signal_before_end: the line runs in the background

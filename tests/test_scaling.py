@@ -104,7 +104,10 @@ def test_plan_writes_one_script_per_point_running_the_images_benchmark_into_the_
         "--dependency=singleton",
     ):
         assert f"#SBATCH {directive}" in lines
-    srun = "    srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block --export=ALL \\"
+    srun = (
+        "    srun --mpi=pmix -n 8 --kill-on-bad-exit=1 -c 16 --ntasks-per-node=4 --distribution=block:block "
+        "--export=ALL \\"
+    )
     assert srun in lines
     assert (
         "    python /examples/pytorch_synthetic_benchmark.py --model resnet --batch-size 16 --image-size 32 "

@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Mapping
 
 from ..config.sites import Site
+from .launching import LAUNCHERS_KNOWN
 
 SECRET_WORDS = frozenset(
     {"TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY"}
@@ -71,11 +72,13 @@ container runtime's (shell `case` patterns)."""
 
 
 def horovodrun_allowlist(site: Site) -> list[str] | None:
-    """The launching shell's variables kept exported for horovodrun --gloo, which writes every exported variable
-    onto each ssh command line it runs (Horovod's runner/gloo_run.py; it drops only BASH_FUNC_*, OLDPWD,
-    *CUDA_VISIBLE_DEVICES and its own _HOROVOD_SECRET_KEY), readable through `ps` on every node: HOROVODRUN_KEEPS
-    and the names the site forwards; None for any other launcher (it forwards by name, or not at all)."""
-    if site.launcher.name != "horovodrun" or not site.launcher.gloo:
+    """The launching shell's variables kept exported for horovodrun --gloo (env_on_ssh_lines in its row), which
+    writes every exported variable onto each ssh command line it runs (Horovod's runner/gloo_run.py drops only
+    BASH_FUNC_*, OLDPWD, *CUDA_VISIBLE_DEVICES and its own _HOROVOD_SECRET_KEY), readable through `ps` on every
+    node: HOROVODRUN_KEEPS and the names the site forwards; None for any other launcher (it forwards by name, or
+    not at all)."""
+    known = LAUNCHERS_KNOWN.get(site.launcher.name)
+    if known is None or not known.env_on_ssh_lines or not site.launcher.gloo:
         return None
     return [*HOROVODRUN_KEEPS, *(name for _, name in forwarded(site) if name not in HOROVODRUN_KEEPS)]
 

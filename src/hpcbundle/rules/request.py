@@ -460,7 +460,8 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """Every variable the site forwards by name (export:, secret-looking env: names) is set in the launching shell.
 
-    Judged where the launching shell is known (launch --exec, doctor). Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
+    Judged where the launching shell is known (launch --exec, doctor). Else the ranks would miss it, or the
+    launcher refuse the whole line. Where the image brings its own (the runtime
     keeps the image's PATH and LD_LIBRARY_PATH, e.g. `-x LD_LIBRARY_PATH` into Apptainer) it only WARNs: the ranks
     get the image's value, and a launcher that forwards it by name (mpirun -x) only warns that it is missing.
     """
