@@ -9,7 +9,10 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from hpcbundle.cli.preflight import program_probe
 from hpcbundle.config.sites import Site
@@ -19,7 +22,7 @@ from hpcbundle.knowledge.compat import knowledge_base
 from hpcbundle.launch import LaunchPlan
 from hpcbundle.rules.engine import Facts, evaluate
 
-from .helpers import ROOT
+from .helpers import ROOT, hpcbundle, need_mpirun
 from .helpers import SMALL_SITE as SITE
 
 
@@ -158,6 +161,26 @@ def test_the_launch_probe_sends_the_programs_imports_after_the_frameworks(tmp_pa
     assert unbuffered is not None and unbuffered.imports == probe.imports
 
 
+def test_a_job_on_this_node_alone_is_probed_here_without_its_launcher(tmp_path: Path):
+    """Every rank on this node outside a container: the probe runs here once (one Python start), no launch line."""
+    program = write(tmp_path, {"train.py": "import torch\n"})
+    plan = LaunchPlan(Site.model_validate(SITE), program=("python3", str(program)), here="vm")
+    probe = program_probe(plan, (("vm", 2),))
+    assert probe is not None and probe.launch_argv is None and probe.hosts == ["vm"]
+    assert program_probe(replace(plan, image="h.sif"), (("vm", 2),)) is None  # the rank's python is the image's
+
+
+@pytest.mark.parametrize(
+    "module, key",
+    [("torch", "frameworks.pytorch"), ("tensorflow", "frameworks.tensorflow"), ("horovod", "horovod.version")],
+)
+def test_a_missing_framework_is_set_by_its_own_recipe_key_not_python_packages(module, key):
+    nodes = {"node1": rank("node1", [module], "/opt/venv/bin/python3")}
+    assert judge(nodes, required=(module,), image="/img/cpu.sif").endswith(
+        f"; set {key} in the recipe for `{module}` and rebuild the image"
+    )
+
+
 def test_the_shipped_examples_import_nothing_local_or_optional():
     found = program_imports(ROOT / "examples" / "pytorch_train.py")
     assert "torch" in found.required and "horovod" in found.required and found.problem == ""
@@ -190,12 +213,13 @@ def test_a_module_missing_on_nodes_fails_naming_it_the_nodes_and_the_recipe_key(
     assert judge(nodes) == (
         "FAIL  program-imports      `torchvision` is not importable on node2, node3 "
         "(in the node's python /srv/venv/bin/python3); pip install it into that environment on every node "
-        "(in an image: the recipe's `python_packages:`)"
+        "(in an image: set frameworks.pytorch.torchvision in the recipe for `torchvision`)"
     )
     in_image = {h: rank(h, ["torchvision", "timm"], "/opt/venv/bin/python3") for h in ("node1", "node2")}
     assert judge(in_image, required=("timm", "torchvision"), image="/img/cpu.sif") == (
         "FAIL  program-imports      `timm`, `torchvision` are not importable on node1, node2 (in image /img/cpu.sif); "
-        "add it to the recipe's `python_packages:` and rebuild the image"
+        "set frameworks.pytorch.torchvision in the recipe for `torchvision`; add `timm` to the recipe's "
+        "`python_packages:` and rebuild the image"
     )
 
 
@@ -204,7 +228,7 @@ def test_a_missing_optional_import_warns_and_a_bad_source_warns_in_one_line():
     assert judge(nodes, required=("torch",), optional=("apex",)) == (
         "WARN  program-imports      `apex` is not importable on node1, node2 (in the node's python "
         "/srv/venv/bin/python3), imported inside try/except ImportError: train.py runs without it; "
-        "add it to the recipe's `python_packages:` if needed"
+        "add `apex` to the recipe's `python_packages:` if needed"
     )
     bad = "train.py: line 2: invalid syntax; its imports were not read"
     assert judge({"node1": rank("node1", [])}, required=(), problem=bad) == f"WARN  program-imports      {bad}"
@@ -224,3 +248,22 @@ def test_the_readme_shows_the_missing_module_row_as_doctor_prints_it():
     (shown,) = [line for line in section.splitlines() if line.startswith("FAIL  program-imports")]
     in_image = {h: rank(h, ["timm"], "/opt/venv/bin/python3") for h in ("f1", "f2")}
     assert shown == judge(in_image, required=("timm", "torch"), image="horovod.sif")
+
+
+def test_a_local_launch_of_a_program_missing_a_module_is_refused_before_any_rank_starts(tmp_path: Path):
+    marker = tmp_path / "ran"
+    program = write(tmp_path, {"train.py": f"open({str(marker)!r}, 'w')\nimport nosuchmodule_xyz\n"})
+    result = hpcbundle("launch", "--site", "local", "--np", "2", "--exec", "--", "python3", str(program))
+    assert result.returncode == 2 and not marker.exists()
+    (failed,) = [line for line in result.stderr.splitlines() if line.startswith("FAIL")]
+    assert failed.startswith("FAIL  program-imports      `nosuchmodule_xyz` is not importable on ")
+    assert "nothing was started" in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.full_setup
+def test_a_local_launch_whose_imports_resolve_runs_every_rank(tmp_path: Path):
+    need_mpirun()
+    program = write(tmp_path, {"train.py": "import json\nimport os\nopen(f'rank-{os.getpid()}', 'w')\n"})
+    result = hpcbundle("launch", "--site", "local", "--np", "2", "--exec", "--", "python3", str(program), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(list(tmp_path.glob("rank-*"))) == 2

@@ -209,6 +209,7 @@ def test_a_knob_for_other_sites_is_refused_by_knob_site_through_the_engine_and_t
 
 def test_every_request_rule_has_a_bad_case():
     covered = {case[0] for case in CASES} | {"knob-site", "workdir-path", "batch-time", "batch-cpus"}  # test_workdir
+    covered |= {"default-site"}  # no --site at all: tests/test_default_site.py
     covered |= {"image-built-once"}  # it only WARNs: test_a_docker_uri_for_many_apptainer_ranks_warns_...
     covered |= _torch_rules()  # tests/test_torch_rules.py
     assert covered == _request_rules() | {"ranks-per-node"}
@@ -245,6 +246,7 @@ def test_a_request_that_fits_passes_every_request_rule_that_applies_and_the_othe
         "elastic-hosts": "site ib-v100 is not elastic (no faults.elastic)",
         "elastic-np": "site ib-v100 is not elastic (no faults.elastic)",
         "batch-time": "no --time in this request",
+        "default-site": "the site is named (--site)",
         **dict.fromkeys(_torch_rules() - IMAGE_RULES, "the ranks meet through Horovod (no --torch or --torchrun)"),
     }
     assert {r.status for name, r in results.items() if name not in skipped} == {"PASS"}

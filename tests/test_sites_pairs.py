@@ -445,6 +445,15 @@ CASES = [
         "PASS",
         "NCCL_IB_TC=106, NCCL_IB_SL=3, and UCX (pml ucx) the same",
     ),
+    # A secret-looking env: name is forwarded by name, its value never written; a partition key is no secret.
+    (
+        "secret-env",
+        _recipe("cpu-local"),
+        _site("local", env={"WANDB_API_KEY": "0123abcd"}),
+        "WARN",
+        "env.WANDB_API_KEY: WANDB_API_KEY looks like a secret",
+    ),
+    ("secret-env", _recipe("cpu-local"), _site("local", env={"NCCL_IB_PKEY": "0x8001"}), "SKIP", "no secret-looking"),
     # The drafted HOROVOD_CYCLE_TIME rests on one rank on one H200: it stays marked to re-tune, with that evidence.
     (
         "cycle-time-evidence",

@@ -173,7 +173,7 @@ def test_a_module_the_nodes_lack_imported_by_a_local_module_is_refused_before_an
         "FAIL  program-imports      `not_installed_mod_xyz` is not importable on node1, node2, node3 "
         f"(in the node's python {venv}/bin/python3); optional: `apex_not_installed_xyz` is not importable on "
         f"node1, node2, node3 (in the node's python {venv}/bin/python3); pip install it into that environment "
-        "on every node (in an image: the recipe's `python_packages:`)"
+        "on every node (in an image: add `not_installed_mod_xyz` to the recipe's `python_packages:`)"
     )
     result = launch_on_node1(cluster, venv, site, ["python3", str(program)])
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]

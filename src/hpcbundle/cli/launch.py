@@ -24,6 +24,7 @@ from ..diagnose.watchdog import (
     stall_verdict,
     unbounded_note,
 )
+from ..knowledge.secrets import horovodrun_allowlist, kept_environment
 from ..launch import Command, LaunchPlan, load_site
 from ..launch.batch import BatchJob, GateStep, batch_plan, sbatch_script, script_environment
 from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
@@ -40,6 +41,7 @@ from .options import (
     plan_from,
     plan_options,
     seconds,
+    site_choice,
     site_for,
     site_option,
     typed_command,
@@ -104,7 +106,9 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     start_in = workdir_from(asked.workdir)
     environment = os.environ if asked.execute else None
-    plan = plan_from(model, layout, asked.program, asked.image, workdir=start_in, environment=environment)
+    plan = plan_from(
+        model, layout, asked.program, asked.image, workdir=start_in, environment=environment, **site_choice(ctx)
+    )
     plan = torch_planned(plan, wiring_of(model, asked.wiring), asked.execute)
     warned = warnings_of(plan.judge())
     headed = asked.execute and plan.wiring != "horovod"
@@ -170,6 +174,11 @@ def execute_job(ctx: click.Context, plan: LaunchPlan, command: Command, timeout:
     if note:
         click.echo(note, err=True)
     click.echo(f"+ {command.display()}", err=True)
+    allowlist = horovodrun_allowlist(model)
+    if allowlist is not None:  # this process only runs the job from here: horovodrun gets the allowlist's
+        kept = kept_environment(os.environ, allowlist)
+        os.environ.clear()
+        os.environ.update(kept)
     hosts = [host for host, _ in placed_hosts(plan)]
     program = plan.program or ()
     ended = run_job(
@@ -261,7 +270,7 @@ def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
     model = site_for(bundle, asked.site)
     wiring = wiring_of(model, asked.wiring)
     job = BatchJob(asked.nodes, asked.tasks_per_node, asked.time_, workdir=workdir_from(asked.workdir), wiring=wiring)
-    plan = batch_plan(model, job, asked.program, asked.image)
+    plan = replace(batch_plan(model, job, asked.program, asked.image), **site_choice(ctx))
     warned = warnings_of(plan.judge())
     gate = gate_step(plan) if asked.gate else None
     text = sbatch_script(plan, job, script_environment(bundle.get().scripts_dir), gate)

@@ -62,8 +62,21 @@ RANKS_PER_NODE = Count(1, MAX_CORES)
 DEFAULT_SITE = "local"
 PROGRAM_SETTINGS = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 site_option = click.option(
-    "--site", default=DEFAULT_SITE, show_default=True, help="A name in site_configs/ or a path to a site YAML file."
+    "--site",
+    default=DEFAULT_SITE,
+    show_default=True,
+    help="A name in site_configs/ or a path to a site YAML file. The default, local, is this machine alone: "
+    "launch and sbatch refuse it unnamed inside a SLURM job or with other hosts.",
 )
+
+
+def site_choice(ctx: click.Context) -> dict[str, Any]:
+    """Read at the edge for rule default-site: whether --site was left at its default, and the SLURM job this
+    shell runs in (SLURM_JOB_ID), as LaunchPlan fields."""
+    default = ctx.get_parameter_source("site") is click.core.ParameterSource.DEFAULT
+    return {"default_site": default, "shell_job": os.environ.get("SLURM_JOB_ID")}
+
+
 image_option = click.option(
     "--image", help="The image every rank runs (.sif, directory, or Docker name). Omit it to run on the host."
 )

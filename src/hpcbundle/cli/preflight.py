@@ -55,8 +55,9 @@ def torch_head(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> HeadProb
 
 def program_probe(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> ProgramProbe | None:
     """The job's own launch line, one rank on each remote host, running the program-environment
-    probe instead of the plan's program (None when no rank leaves this node or the launcher places ranks
-    itself).
+    probe instead of the plan's program; when every rank runs on this node outside a container, the probe
+    alone, here (one Python start, no launcher). None when the launcher places ranks itself, or every rank
+    runs on this node in a container.
 
     The program's imports are read here, at the edge: `python3 train.py` probes the versions of
     horovod and the frameworks train.py imports, and whether every module it (and the local modules
@@ -65,7 +66,7 @@ def program_probe(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> Progr
     program = plan.program or ()
     remote = [h for h, _ in hosts if h not in ("localhost", plan.here)]
     launcher = LAUNCHERS.get(plan.site.launcher.name)
-    if not program or not remote or launcher is None or not launcher.takes_hosts:
+    if not program or not hosts or (not remote and plan.image) or launcher is None or not launcher.takes_hosts:
         return None
     modules, imports = ["horovod"], None
     script = next((Path(word) for word in program[1:] if not word.startswith("-")), None)  # python3 -u train.py
@@ -74,6 +75,8 @@ def program_probe(plan: LaunchPlan, hosts: tuple[tuple[str, int], ...]) -> Progr
         modules = ["horovod"] + [name for name in FRAMEWORKS if name in imports.required + imports.optional]
     words = probe_words(program[0], modules, imports.required + imports.optional if imports else ())
     names = [h for h, _ in hosts]
+    if not remote:
+        return ProgramProbe(None, words, names[:1], imports=imports)
     argv = plan.command(words, RankLayout(np=len(names), hosts=tuple((h, 1) for h in names))).argv
     return ProgramProbe(argv, words, names, in_image=bool(plan.image), imports=imports)
 

@@ -68,12 +68,13 @@ time.sleep(0.1)
 
 
 class ProgramProbe(NamedTuple):
-    """What doctor runs: `launch_argv` (the job's launch line with `words` as its program), and
+    """What doctor runs: `launch_argv` (the job's launch line with `words` as its program; None when every
+    rank runs on this node outside a container: `words` here are the ranks' probe), and
     `hosts`, the node of each rank in order (rank i runs on hosts[i]). `in_image`: the ranks run in
     a container, whose environment is the image's: the first node's rank is the reference, not
     this node's own shell. `imports`: what the program imports, read here (None: not a .py file)."""
 
-    launch_argv: list[str]
+    launch_argv: list[str] | None
     words: list[str]
     hosts: list[str]
     in_image: bool = False
@@ -132,6 +133,8 @@ def observe(probe: ProgramProbe, timeout: float, stop: threading.Event | None = 
         launching = next(iter(parse_probe(here)), {"kind": "missing", "path": os.environ.get("PATH", "")})
     facts: dict[str, Any] = {"argv0": argv0, "reference": reference, "launching": launching, "nodes": {}}
     facts["imports"] = probe.imports._asdict() if probe.imports else None
+    if probe.launch_argv is None:  # every rank runs here as this shell starts it: the reference is theirs
+        return {**facts, "nodes": {probe.hosts[0]: launching}}
     try:
         ran = run_captured(probe.launch_argv, timeout, grace=1.0, stop=stop)
     except UserError as exc:

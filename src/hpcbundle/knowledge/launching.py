@@ -41,6 +41,8 @@ class LauncherKnown:
     export_option    the option that forwards a variable of the launching shell ("": it forwards them all)
     workdir_option   the option that starts every rank in a directory ("": none, the ranks start where it
                      runs; ending in "=": the path is joined to it)
+    env_on_ssh_lines with launcher.gloo it writes every exported variable of its shell onto each ssh command
+                     line it runs (readable through ps on every node)
 
     Whether the ranks talk MPI, and through which SLURM MPI plugin, are the keys it honours: launcher.gloo
     (gloo_rendezvous below) and launcher.pmi.
@@ -64,6 +66,7 @@ class LauncherKnown:
     torch_ranks: str = ""
     export_option: str = ""
     workdir_option: str = ""
+    env_on_ssh_lines: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ LAUNCHERS_KNOWN: dict[str, LauncherKnown] = {
         openmpi_daemons=True,
         rank_env=("HOROVOD_RANK",),
         local_rank_env=("HOROVOD_LOCAL_RANK",),
+        env_on_ssh_lines=True,  # runner/gloo_run.py: `env K=V ...` of its whole environment on each ssh line
     ),
     # Intel MPI's Hydra sets PMI_RANK and MPI_LOCALRANKID in every rank (its reference lists them among the
     # variables Hydra does not propagate); MPICH's Hydra the same.

@@ -11,6 +11,7 @@ from typing import Sequence
 from ..config.sites import Site
 from ..knowledge import network
 from ..knowledge.launching import image_env_kept
+from ..knowledge.secrets import forwarded, secret_env, settings
 from ..knowledge.torchenv import agent_words, is_address, torchenv_words
 from . import launchers as _launchers  # noqa: F401  (registers every launcher)
 from . import reasons
@@ -163,13 +164,16 @@ def _start_in(site: Site, launcher: Launcher, workdir: WorkDir, main: Parts) -> 
 
 
 def _exports(site: Site, launcher: Launcher, runtime: Runtime, image: str | None, main: Parts) -> None:
-    """The variables the site exports from the launching shell, each on the launcher's option if it has one."""
-    for index, name in enumerate(site.export):
+    """The variables the site exports from the launching shell, then its secret-looking env: names (forwarded by
+    name too: their values stay off the line), each on the launcher's option if it has one."""
+    for key, name in forwarded(site):
         tokens = launcher.export(site, name)
         why = reasons.export(name) if tokens else f"{launcher.name} passes the launching environment to every rank"
+        if key.startswith("env."):
+            why += f"; {reasons.SECRET}"
         if image and name in image_env_kept(site):
             why += f"; on the host only: {runtime.name} keeps the image's own {name} inside"
-        main.site(f"export[{index}]", tokens, why)
+        main.site(key, tokens, why)
 
 
 def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, env: Parts) -> None:
@@ -177,7 +181,7 @@ def _settings(site: Site, launcher: Launcher, layout: RankLayout, main: Parts, e
     network.interfaces and the link derive."""
     derivable = set(network.derived_interfaces(site)) & launcher.interface_keys
     from_link = network.derived_socket_threads(site)
-    set_by_site = [(f"env.{name}", value) for name, value in site.env.items()]
+    set_by_site = [(f"env.{name}", value) for name, value in settings(site).items()]
     set_by_site += [(f"mca.{name}", value) for name, value in site.mca.items()]
     for key, value in set_by_site:
         how = reasons.OVERRIDES if key in derivable else reasons.OVERRIDES_LINK if key in from_link else ""
@@ -247,7 +251,8 @@ def _container(site: Site, runtime: Runtime, image: str | None, env: Parts, work
     container = Parts(site, "runtime")
     if image or not runtime.needs_image:
         runtime.parts(site, image, workdir, container)
-        runtime.environment(site, [part.tokens[0].split("=", 1)[0] for part in env.items[1:]], container)
+        names = [part.tokens[0].split("=", 1)[0] for part in env.items[1:]]
+        runtime.environment(site, names + secret_env(site), container)
     else:
         container.add(
             [],

@@ -17,6 +17,7 @@ from .. import __version__
 from ..config.errors import UserError
 from ..config.sites import Site, Wiring
 from ..knowledge.bind import BIND_NAME, bind_place
+from ..knowledge.secrets import horovodrun_allowlist
 from ..quoting import shell_quote
 from ..templating import strict_environment
 from . import elastic
@@ -174,6 +175,7 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
         gate_segments=gate_segments,
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
+        keep_env=horovodrun_allowlist(site),
         bind_on_host=BIND_NAME if _bind_on_host(plan) else None,
         torch=_torch_block(plan),
         wiring=plan.wiring,

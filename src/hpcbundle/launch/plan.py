@@ -66,6 +66,7 @@ class LaunchPlan:
                 its name for a printed line, 127.0.0.1 on this node alone; None in a batch job), and where
                 it came from (`head_source`)
     run_id      a torchrun job's rendezvous id: one per run for launch --exec (made at the edge), else fixed
+    default_site, shell_job: no --site was given, and the launching shell's SLURM job (read at the edge)
     """
 
     site: Site
@@ -83,6 +84,8 @@ class LaunchPlan:
     head_source: str = ""
     hosts: Mapping[str, int] | None = None
     run_id: str = RUN_ID
+    default_site: bool = False
+    shell_job: str | None = None
 
     def request(self) -> LaunchRequest:
         """The launch request the rules read."""
@@ -104,6 +107,8 @@ class LaunchPlan:
             batch=self.batch,
             wiring=self.wiring,
             head=self.head,
+            default_site=self.default_site,
+            shell_job=self.shell_job,
         )
 
     def ranks_per_host(self) -> dict[str, int] | None:

@@ -50,6 +50,12 @@ MCA: dict[str, str] = {
     "btl_openib_allow_ib": "Open MPI >= 4.0 uses the openib btl on InfiniBand ports only when this is set",
 }
 
+# A secret-looking env: name (rule secret-env), forwarded by name rather than written.
+SECRET = (
+    "its name looks secret, so the site's value is not written (ps shows a line to anyone): "
+    "set it in the launching shell"
+)
+
 # The user's working directory given as --workdir, on the launcher's option (or why not).
 CHDIR = (
     "every rank starts in the user's working directory, wherever the line is run from (remote ranks too): "

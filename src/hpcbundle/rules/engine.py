@@ -108,6 +108,8 @@ class LaunchRequest:
     head        MASTER_ADDR of a torch wiring: an IPv4 address, a host name (a printed line), or None (a batch
                 job's script finds it on its first node)
     workdir     the user's working directory every rank starts in (--workdir, else the launching shell's)
+    default_site  no --site was given: the site is the default, local; `shell_job` the SLURM job the launching
+                shell runs in (its SLURM_JOB_ID), when it runs in one
 
     >>> LaunchRequest(np=4, hosts=(("f1", 2), ("f2", 2))).slots
     4
@@ -129,6 +131,8 @@ class LaunchRequest:
     wiring: Wiring = "horovod"
     head: str | None = None
     workdir: str | None = None
+    default_site: bool = False
+    shell_job: str | None = None
 
     @property
     def slots(self) -> int | None:

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.launching import in_container
+from ..knowledge.stack import owned_by
 from .engine import Facts, Verdict, rule
 
 
@@ -88,6 +89,20 @@ def _not_importable(groups: Mapping[tuple[str, ...], list[str]], where: str) -> 
     ]
 
 
+def _in_recipe(groups: Mapping[tuple[str, ...], list[str]]) -> str:
+    """Where a recipe gets the missing modules: the stack's own keys for what the stack chooses (torch,
+    torchvision, tensorflow, horovod: `python_packages:` refuses them), `python_packages:` for the rest.
+
+    >>> _in_recipe({("n1",): ["torchvision", "tqdm"]})
+    "set frameworks.pytorch.torchvision in the recipe for `torchvision`; add `tqdm` to the recipe's `python_packages:`"
+    """
+    modules = list(dict.fromkeys(m for group in groups.values() for m in group))
+    owned = {m: owned_by(m.lower().replace("_", "-")) for m in modules}
+    keys = [f"set {owner} in the recipe for `{m}`" for m, owner in owned.items() if owner]
+    rest = [f"`{m}`" for m, owner in owned.items() if not owner]
+    return "; ".join(keys + ([f"add {', '.join(rest)} to the recipe's `python_packages:`"] if rest else []))
+
+
 @rule("program-imports", needs=("site", "program", "observed"))
 def program_imports(facts: Facts, kb: KnowledgeBase) -> Verdict:
     """Every module the program (and the local modules it imports) imports resolves in each rank's
@@ -107,14 +122,16 @@ def program_imports(facts: Facts, kb: KnowledgeBase) -> Verdict:
     optional = _not_importable(_missing_groups(same, list(imports["optional"])), where)
     problem = [imports["problem"]] if imports.get("problem") else []
     if required:
-        fix = "add it to the recipe's `python_packages:` and rebuild the image"
+        recipe = _in_recipe(_missing_groups(same, list(imports["required"])))
+        fix = f"{recipe} and rebuild the image"
         if not image:
-            fix = "pip install it into that environment on every node (in an image: the recipe's `python_packages:`)"
+            fix = f"pip install it into that environment on every node (in an image: {recipe})"
         return Verdict("FAIL", "; ".join(required + [f"optional: {o}" for o in optional] + problem), fix)
     if optional:
         program = imports["program"]
         evidence = [f"{o}, imported inside try/except ImportError: {program} runs without it" for o in optional]
-        return Verdict("WARN", "; ".join(evidence + problem), "add it to the recipe's `python_packages:` if needed")
+        fix = f"{_in_recipe(_missing_groups(same, list(imports['optional'])))} if needed"
+        return Verdict("WARN", "; ".join(evidence + problem), fix)
     if problem:
         return Verdict("WARN", problem[0])
     names = sorted(imports["required"] + imports["optional"])

@@ -19,6 +19,7 @@ from ..config.sites import PROGRAM_ENV, Site, is_slurm_time
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.knobs import knob_sites
 from ..knowledge.launching import LAUNCHERS_KNOWN, RUNTIMES_KNOWN, LauncherKnown, RuntimeKnown, image_env_kept
+from ..knowledge.secrets import forwarded
 from .engine import Facts, LaunchRequest, Verdict, refusal, request_refusal, rule
 
 REQUEST: tuple[str, str] = ("site", "request")
@@ -384,6 +385,37 @@ def spans_nodes(site: Site, request: LaunchRequest) -> bool:
     return (request.np or 0) > site.node.slots and not site.launcher.oversubscribe
 
 
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names that are this machine whatever it is called."""
+
+
+@rule("default-site", needs=REQUEST, on_load=True)
+def default_site(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """No --site (the default, local: this machine alone) inside a SLURM job or with other hosts.
+
+    The local site runs every rank on this machine (mpirun --allow-run-as-root --oversubscribe). Inside a SLURM
+    job, or with other hosts, that is a cluster's run on the wrong site, so it is refused until a site is named
+    (`--site local` included): a WARN beside a line that runs would go unread, and the job would run
+    oversubscribed on one node, as root where it can."""
+    request = facts.request
+    if not request.default_site:
+        return [Verdict("SKIP", "the site is named (--site)")]
+    others = [host for host, _ in request.hosts if host not in LOCAL_HOSTS]
+    if request.shell_job is not None:
+        where = f"this shell runs inside SLURM job {clip(request.shell_job, 20)}"
+    elif others or request.hostfile:
+        where = f"--hosts names {clip(others[0], 40)}" if others else "--hostfile names other hosts"
+    else:
+        return [Verdict("PASS", f"the default site {facts.site.name} runs every rank on this machine")]
+    return [
+        request_refusal(
+            "--site",
+            f"not given, so the default site {facts.site.name} would run every rank on this machine alone, but {where}",
+            "name the cluster's site with --site NAME; `hpcbundle site detect` drafts one",
+        )
+    ]
+
+
 @rule("export-image-env", needs=REQUEST, on_load=True)
 def export_image_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """No exported variable of the program's environment (PATH, VIRTUAL_ENV, ...) replaces the image's own.
@@ -426,9 +458,10 @@ def container_one_node(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 
 @rule("export-set", needs=REQUEST, on_load=True)
 def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
-    """Every variable the site exports is set in the launching shell (launch --exec, doctor).
+    """Every variable the site forwards by name (export:, secret-looking env: names) is set in the launching shell.
 
-    Else the ranks would miss it, or the launcher refuse the whole line. Where the image brings its own (the runtime
+    Judged where the launching shell is known (launch --exec, doctor). Else the ranks would miss it, or the
+    launcher refuse the whole line. Where the image brings its own (the runtime
     keeps the image's PATH and LD_LIBRARY_PATH, e.g. `-x LD_LIBRARY_PATH` into Apptainer) it only WARNs: the ranks
     get the image's value, and a launcher that forwards it by name (mpirun -x) only warns that it is missing.
     """
@@ -436,21 +469,24 @@ def export_set(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     if request.environment is None:
         return [_skip("launching shell")]
     kept = image_env_kept(site) if _image(request) is not None else frozenset()
-    missing = [(i, name) for i, name in enumerate(site.export) if name not in request.environment]
+    missing = [(key, name) for key, name in forwarded(site) if name not in request.environment]
     return [
         Verdict(
             "WARN",
             f"{name} is not set in the launching shell; {site.container.runtime} gives the ranks the image's own",
             f"drop {name} from export",
-            key=f"export[{i}]",
+            key=key,
         )
         if name in kept
         else refusal(
-            f"export[{i}]",
+            key,
             f"{name} is not set in the launching shell",
-            f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export",
+            f"{_ACTIVATE.get(name, f'set {name}')} in the launching shell, or drop {name} from export"
+            if key.startswith("export")
+            else f"set {name} in the launching shell: a secret-looking env: name is forwarded by name, its value "
+            "in the site never written",
         )
-        for i, name in missing
+        for key, name in missing
     ]
 
 

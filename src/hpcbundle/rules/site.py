@@ -11,6 +11,7 @@ from ..config.errors import clip
 from ..config.sites import slurm_seconds
 from ..knowledge.compat import KnowledgeBase
 from ..knowledge.knobs import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
+from ..knowledge.secrets import horovodrun_allowlist, secret_env
 from .engine import Facts, Verdict, refusal, request_refusal, rule
 
 
@@ -53,6 +54,33 @@ def export_or_env(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     return [
         refusal(f"export.{name}", "is both exported and set in env", "keep it in one of them")
         for name in sorted(set(site.export) & set(site.env))
+    ]
+
+
+@rule("secret-env", needs=("site",))
+def secret_env_value(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
+    """A secret-looking env: name (HF_TOKEN, WANDB_API_KEY, DB_PASSWORD; not NCCL_IB_PKEY) is forwarded by name.
+
+    Its value on a launch line (`env K=V srun`, `mpirun -x K=V`) is readable by anyone on the node through `ps`,
+    and an sbatch script is kept by slurmctld. So the value is never written: the line forwards the name
+    (`-x NAME`, `--container-env=NAME`, srun's --export=ALL) from the launching shell, as export: does, and
+    `launch --exec` refuses when the shell lacks it. It WARNs rather than refuses: the site still runs the same
+    way everywhere (launch, sbatch, the printed line), and only the value in the site file, which is itself
+    shared, goes unused; refusing would stop a working site over a name that may be no secret.
+    """
+    names = secret_env(facts.site)
+    if not names:
+        return [Verdict("SKIP", "the site sets no secret-looking env: name")]
+    gloo = "; horovodrun --gloo still writes it onto each ssh line it runs" if horovodrun_allowlist(facts.site) else ""
+    return [
+        Verdict(
+            "WARN",
+            f"{name} looks like a secret: its value here is never written on a line or into a script "
+            f"(anyone reads those through ps); the launching shell's is forwarded by name{gloo}",
+            f"move {name} from env: to export: and set it in the launching shell",
+            key=f"env.{name}",
+        )
+        for name in names
     ]
 
 

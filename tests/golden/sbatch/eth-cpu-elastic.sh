@@ -55,6 +55,15 @@ HPCBUNDLE_DISCOVERY
 chmod 755 "$discovery_tmp"
 mv -f "$discovery_tmp" ./hpcbundle-discover-hosts.sh
 
+# horovodrun --gloo writes every exported variable of this shell onto each ssh command line it runs (readable
+# through ps on every node): only what the job needs stays exported for it (the site's export: among them).
+while IFS= read -r name; do
+    case $name in
+        PATH | HOME | USER | LOGNAME | SHELL | LANG | LC_* | TZ | TMPDIR | LD_LIBRARY_PATH | PYTHONPATH | PYTHONHOME | VIRTUAL_ENV | SSH_AUTH_SOCK | SLURM_* | HOROVOD_* | APPTAINER* | SINGULARITY*) ;;
+        *) export -n "${name?}" ;;
+    esac
+done < <(compgen -e)
+
 # 3 ranks; `hpcbundle launch --explain` says where each word comes from. Words are
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016

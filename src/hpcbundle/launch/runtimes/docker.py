@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...config.sites import Site
+from ...knowledge.secrets import forwarded
 from ..base import RUNTIMES, Runtime
 from ..command import Parts
 from ..workdir import WorkDir
@@ -42,7 +43,7 @@ class Docker(Runtime):
             self.add_workdir_bind(site, workdir, out, "-v")
             why = "the launcher and every rank start in the user's working directory, not the image's WORKDIR"
             out.add(["-w", workdir.path], workdir.source, why)
-        for index, name in enumerate(site.export):
-            out.site(f"export[{index}]", ["-e", name], "the container does not inherit the host environment")
+        for key, name in forwarded(site):
+            out.site(key, ["-e", name], "the container does not inherit the host environment")
         self.add_args(site, out)
         out.add([image or ""], "flag --image", "the image the launcher and every rank run in")
