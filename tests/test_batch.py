@@ -15,7 +15,7 @@ import yaml
 
 from hpcbundle_testbed import parse_allreduce
 
-from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, WORKDIR, assert_golden, hpcbundle, need_mpirun
+from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, WORKDIR, assert_golden, hpcbundle, need_mpirun, shellcheck
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
@@ -229,7 +229,7 @@ stat -c '%a %F %n' "$fifo" "${fifo%/*}"
 
 def test_the_stall_relays_fifo_is_in_a_private_directory_of_the_job_removed_at_its_end(tmp_path):
     script = _faults_script(tmp_path, {"stall_seconds": 30}, ["python3", "t.py"])
-    assert "mktemp -u" not in script.read_text()
+    assert "mktemp -u" not in script.read_text() and shellcheck(script.read_text(), "bash") == []
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "mpirun").write_text(f"#!/bin/sh\n{SHOWS_ITS_OUTPUT}")
     (tmp_path / "bin" / "mpirun").chmod(0o755)

@@ -14,7 +14,8 @@
 set -euo pipefail
 
 # This job's private directory on this node (mktemp -d: mode 0700, a name no one can guess or take
-# first in a shared /tmp) holds the elastic discovery script and its node-state cache; it goes when the script exits.
+# first in a shared /tmp), removed when the script exits, holds:
+#   the elastic discovery script and its node-state cache
 job_tmp=$(mktemp -d "${TMPDIR:-/tmp}/hpcbundle.XXXXXXXX")
 trap 'rm -rf "$job_tmp"' EXIT
 
