@@ -191,10 +191,10 @@ def test_make_targets_take_a_recipe_path_and_name_outputs_by_its_stem(tmp_path, 
         ["make", "-n", target, f"RECIPE={recipe_file}"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     if target == "build-sif":
-        assert f"render {recipe_file} --format singularity" in result.stdout
-        assert "-o build/team.def" in result.stdout and "build/team.sif" in result.stdout
+        assert f"render '{recipe_file}' --format singularity" in result.stdout
+        assert "-o 'build/team.def'" in result.stdout and "'build/team.sif'" in result.stdout
     else:
-        assert f"build-docker {recipe_file}" in result.stdout
+        assert f"build-docker '{recipe_file}'" in result.stdout
 
 
 def test_numpy_and_the_stacks_own_stay_held_at_their_built_version_when_pinned_too(tmp_path):
