@@ -4,6 +4,7 @@ other value reaches its command as exactly one argument, whatever quotes, spaces
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -21,9 +22,10 @@ BAD_PYTHONS = [*INJECTIONS, "3.11;id", "-V", "/bin/sh", "perl", "python3 -c 1", 
 
 
 def make(*words: str, dry: bool = False) -> subprocess.CompletedProcess[str]:
-    """`make [-n] WORDS...` in the bundle, its output captured."""
+    """`make [-n] WORDS...` in the bundle as a user types it (not a sub-make of `make check`), output captured."""
     argv = ["make", "--no-print-directory", *(["-n"] if dry else []), *words]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    env = {key: value for key, value in os.environ.items() if key not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False, env=env)
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], variable: str) -> None:
