@@ -6,10 +6,26 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
+# RECIPE, PYTHON and GPU_WHEELHOUSE are the user's text (a CI form, a file name): make never expands them (a
+# $(...) in one stays text), never exports them, and puts each into a shell line as one single-quoted word
+# (shword, on $(value ...)). When make reads this file, scripts/make-vars.sh refuses a RECIPE that is no recipe
+# name or path and a PYTHON that is no Python version or interpreter: one line, exit 2, before anything runs.
+unexport RECIPE PYTHON GPU_WHEELHOUSE
+shword = '$(subst ','\'',$(1))'
+define newline
+
+
+endef
+MAKE_VARS_PROBLEM := $(strip $(foreach var,RECIPE PYTHON,$(if $(filter command% environment%,$(origin $(var))),\
+  $(shell bash scripts/make-vars.sh $(var) $(call shword,$(value $(var))) $(if $(findstring $(newline),$(value $(var))),line-break)))))
+ifneq ($(MAKE_VARS_PROBLEM),)
+$(error $(MAKE_VARS_PROBLEM))
+endif
+
 # The interpreter for the venv: PYTHON if set, else Debian's python3 (scripts/setup/python-env.sh
 # chooses the same way, and makes the venv again if another Python made it).
 # PYTHON may also be a bare version (make gpu-wheelhouse PYTHON=3.11): then pythonX.Y.
-VENV_PYTHON := $(or $(if $(filter 3.%,$(PYTHON)),python$(PYTHON),$(PYTHON)),$(wildcard /usr/bin/python3),python3)
+VENV_PYTHON := $(or $(if $(filter 3.%,$(value PYTHON)),python$(value PYTHON),$(value PYTHON)),$(wildcard /usr/bin/python3),python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 HPCBUNDLE := $(BIN)/hpcbundle
@@ -18,7 +34,10 @@ export HPCBUNDLE_CACHE ?= $(HOME)/.cache/hpcbundle
 RECIPE ?= cpu-local
 # RECIPE is a name under recipes/ or a path to a team's own recipe file anywhere (e.g. ../team/team.yaml);
 # build outputs are named by its file name without .yaml (a recipe's name is its file name).
-RECIPE_NAME = $(patsubst %.yml,%,$(patsubst %.yaml,%,$(notdir $(RECIPE))))
+RECIPE_NAME = $(shell basename -- $(call shword,$(value RECIPE)) | sed -E 's/[.]ya?ml$$//')
+RECIPE_WORD = $(call shword,$(value RECIPE))
+# An output of RECIPE as one shell word: $(call built,.def) is 'build/NAME.def'; $(call built,.sif.XXXXXX,.) 'build/.NAME.sif.XXXXXX'.
+built = $(call shword,$(BUILD)/$(2)$(RECIPE_NAME)$(1))
 RECIPES := $(sort $(basename $(notdir $(wildcard recipes/*.yaml))))
 BUILD := build
 # build-sif: how to get root for the build, and the local base every stage bootstraps from where no
@@ -36,7 +55,7 @@ help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(BIN)/hpcbundle: pyproject.toml testbed/pyproject.toml
-	test -x $(BIN)/python || $(VENV_PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(call shword,$(VENV_PYTHON)) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]' -e ./testbed
 	touch $@
@@ -45,7 +64,7 @@ venv: $(BIN)/hpcbundle ## Light set-up: a venv with hpcbundle, its testbed and i
 
 setup: ## Full set-up: host packages (Open MPI, SLURM, ...), PyTorch/TensorFlow CPU, Horovod (cached wheel), Apptainer
 	bash scripts/setup/host-packages.sh
-	bash scripts/setup/python-env.sh $(VENV)
+	PYTHON=$(call shword,$(value PYTHON)) bash scripts/setup/python-env.sh $(VENV)
 	bash scripts/setup/apptainer.sh $(VENV)
 	touch $(BIN)/hpcbundle
 
@@ -67,43 +86,45 @@ wheelhouse: venv ## Put wheels no index serves (torch+cpu, torchvision where the
 build-sif: venv wheelhouse ## Build build/$(RECIPE_NAME).sif with apptainer or singularity (RECIPE=name or path; SIF_BOOTSTRAP=AGENT:SOURCE: a local base)
 	@flags="$(SIF_FLAGS)"
 	@bootstrap=(); [[ -z $$SIF_BOOTSTRAP ]] || bootstrap=(--bootstrap "$$SIF_BOOTSTRAP"); \
-	$(HPCBUNDLE) render $(RECIPE) --format singularity "$${bootstrap[@]}" -o $(BUILD)/$(RECIPE_NAME).def
-	@$(BIN)/python -m hpcbundle_testbed.sif horovod $(RECIPE) wheelhouse
+	$(HPCBUNDLE) render $(RECIPE_WORD) --format singularity "$${bootstrap[@]}" -o $(call built,.def)
+	@$(BIN)/python -m hpcbundle_testbed.sif horovod $(RECIPE_WORD) wheelhouse
 	@builder=$$(PATH="$$PATH:$(abspath $(BIN))" && command -v apptainer || command -v singularity || true); \
 	if [ -z "$$builder" ]; then \
+	  name=$(call shword,$(RECIPE_NAME)); \
 	  echo "make build-sif: neither apptainer nor singularity is installed on this host (make setup installs Apptainer)." >&2; \
-	  echo "  Build the Docker image here (make build-docker RECIPE=$(RECIPE)), then on a host with Apptainer:" >&2; \
-	  echo "    apptainer build $(RECIPE_NAME).sif docker-daemon://hpcbundle/$(RECIPE_NAME):latest" >&2; \
-	  echo "  or copy a docker-archive (docker save hpcbundle/$(RECIPE_NAME):latest -o $(RECIPE_NAME).tar) and run:" >&2; \
-	  echo "    apptainer build $(RECIPE_NAME).sif docker-archive://$(RECIPE_NAME).tar" >&2; \
+	  echo "  Build the Docker image here (make build-docker RECIPE="$(RECIPE_WORD)"), then on a host with Apptainer:" >&2; \
+	  echo "    apptainer build $$name.sif docker-daemon://hpcbundle/$$name:latest" >&2; \
+	  echo "  or copy a docker-archive (docker save hpcbundle/$$name:latest -o $$name.tar) and run:" >&2; \
+	  echo "    apptainer build $$name.sif docker-archive://$$name.tar" >&2; \
 	  exit 2; \
 	fi; \
 	flags="$(SIF_FLAGS)"; \
-	partial=$$(mktemp -u $(BUILD)/.$(RECIPE_NAME).sif.XXXXXX); \
+	partial=$$(mktemp -u $(call built,.sif.XXXXXX,.)); \
 	trap 'rm -f "$$partial"' EXIT; \
-	echo "+ $(SIF_SUDO) $$builder build $$flags $$partial $(BUILD)/$(RECIPE_NAME).def"; \
-	$(SIF_SUDO) "$$builder" build $$flags "$$partial" $(BUILD)/$(RECIPE_NAME).def; \
-	mv -f "$$partial" $(BUILD)/$(RECIPE_NAME).sif; \
-	echo "built $(BUILD)/$(RECIPE_NAME).sif"
+	echo "+ $(SIF_SUDO) $$builder build $$flags $$partial "$(call built,.def); \
+	$(SIF_SUDO) "$$builder" build $$flags "$$partial" $(call built,.def); \
+	mv -f "$$partial" $(call built,.sif); \
+	echo "built "$(call built,.sif)
 
 sif-base: venv ## Print a local base for SIF_BOOTSTRAP=localimage:...: the debootstrapped Debian 12 as a sandbox (cached)
 	@$(BIN)/python -m hpcbundle_testbed.sif base
 
 build-docker: venv wheelhouse ## Build the Docker image hpcbundle/$(RECIPE_NAME) (RECIPE=name or path; DOCKER_HOST=your engine)
 	@if [ -n "$${DOCKER_HOST:-}" ]; then \
-	  $(HPCBUNDLE) build-docker $(RECIPE); \
+	  $(HPCBUNDLE) build-docker $(RECIPE_WORD); \
 	else \
 	  echo "DOCKER_HOST is not set: starting a private Docker engine with a local debootstrapped base image"; \
 	  $(BIN)/python -m hpcbundle_testbed.docker_engine -- \
-	    $(HPCBUNDLE) build-docker $(RECIPE) --base-image local/debian:bookworm --network host; \
+	    $(HPCBUNDLE) build-docker $(RECIPE_WORD) --base-image local/debian:bookworm --network host; \
 	fi
 
 # The route for GPU nodes without compilers or network (docs/images.md): the recipe's rendered install
 # script builds Horovod here for the node's Python, and the wheels go into one directory to copy there.
-GPU_WHEELHOUSE_ARGS = $(RECIPE) --python $(PYTHON) $(if $(GPU_WHEELHOUSE),--out $(GPU_WHEELHOUSE))
+GPU_WHEELHOUSE_ARGS = $(RECIPE_WORD) --python $(call shword,$(value PYTHON)) \
+  $(if $(value GPU_WHEELHOUSE),--out $(call shword,$(value GPU_WHEELHOUSE)))
 
 gpu-wheelhouse: venv ## Wheels for an offline GPU node without compilers: build/gpu-wheelhouse/RECIPE-pyX.Y (RECIPE=..., PYTHON=3.11)
-	@[[ -n "$(PYTHON)" ]] || { echo "make gpu-wheelhouse: PYTHON is not set: name the GPU node's Python version, e.g. PYTHON=3.11" >&2; exit 2; }
+	@[[ -n $(call shword,$(value PYTHON)) ]] || { echo "make gpu-wheelhouse: PYTHON is not set: name the GPU node's Python version, e.g. PYTHON=3.11" >&2; exit 2; }
 	$(BIN)/python -m hpcbundle_testbed.gpu_wheelhouse $(GPU_WHEELHOUSE_ARGS)
 
 # hpcbundle-bind, the gpu-numa placement script launch lines name (plain POSIX sh; images built here carry it).
@@ -118,7 +139,7 @@ lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles
 	$(BIN)/ruff check src tests examples bench testbed
 	$(BIN)/ruff format --check src tests examples bench testbed
 	$(BIN)/hadolint --config .hadolint.yaml $(BUILD)/*.Dockerfile
-	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) src/hpcbundle/data/hpcbundle-torchenv scripts/setup/*.sh scripts/device/*.sh scripts/sif-build-flags.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
+	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) src/hpcbundle/data/hpcbundle-torchenv scripts/setup/*.sh scripts/device/*.sh scripts/sif-build-flags.sh scripts/make-vars.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
 # Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
@@ -151,7 +172,7 @@ test-gpu: venv ## The tests that need an NVIDIA GPU (each skips "no NVIDIA GPU o
 DEMO_ARGS ?= --epochs 5
 
 demo: setup ## The main job: a real 2-rank Horovod training run on the default `local` site
-	$(HPCBUNDLE) check $(RECIPE) --site local
+	$(HPCBUNDLE) check $(RECIPE_WORD) --site local
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(HPCBUNDLE) launch --site local --np 2 --exec -- \
 	  python examples/pytorch_train.py $(DEMO_ARGS)
 

@@ -15,7 +15,7 @@ import yaml
 
 from hpcbundle_testbed import parse_allreduce
 
-from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, WORKDIR, assert_golden, hpcbundle, need_mpirun
+from .helpers import GOLDEN, KNL_PROGRAM, SHIPPED, SITES, WORKDIR, assert_golden, hpcbundle, need_mpirun, shellcheck
 
 # One typical batch job per shipped site.
 SITE_JOBS: dict[str, list[str]] = {
@@ -219,6 +219,29 @@ def test_a_job_silent_for_more_than_half_the_stall_bound_finishes_with_a_warning
         run.stderr,
     )
     assert warning and 1.5 <= float(warning[1]) < 3, run.stderr
+
+
+# An mpirun that shows where its output goes: the relay's FIFO, and the directory that holds it.
+SHOWS_ITS_OUTPUT = """fifo=$(readlink /proc/$$/fd/1)
+stat -c '%a %F %n' "$fifo" "${fifo%/*}"
+"""
+
+
+def test_the_stall_relays_fifo_is_in_a_private_directory_of_the_job_removed_at_its_end(tmp_path):
+    script = _faults_script(tmp_path, {"stall_seconds": 30}, ["python3", "t.py"])
+    assert "mktemp -u" not in script.read_text() and shellcheck(script.read_text(), "bash") == []
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "mpirun").write_text(f"#!/bin/sh\n{SHOWS_ITS_OUTPUT}")
+    (tmp_path / "bin" / "mpirun").chmod(0o755)
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "TMPDIR": str(shared_tmp)}
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    fifo, directory = (line.split(" ", 2) for line in run.stdout.splitlines())
+    assert fifo[:2] == ["600", "fifo"] and directory[:2] == ["700", "directory"]
+    assert Path(directory[2]).parent == shared_tmp and Path(fifo[2]).parent == Path(directory[2])
+    assert list(shared_tmp.iterdir()) == []
 
 
 @pytest.mark.full_setup

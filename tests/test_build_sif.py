@@ -55,7 +55,7 @@ def test_make_build_sif_passes_the_chosen_flags_unless_sif_flags_is_given():
 
     assert 'flags="$(bash scripts/sif-build-flags.sh)"; \\' in dry_run()
     assert 'flags=""; \\' in dry_run("SIF_FLAGS=", "SIF_SUDO=sudo")
-    assert '"$builder" build $flags "$partial" build/cpu-local.def' in dry_run("SIF_FLAGS=--fakeroot")
+    assert '"$builder" build $flags "$partial" \'build/cpu-local.def\'' in dry_run("SIF_FLAGS=--fakeroot")
 
 
 def test_the_readme_workflow_builds_a_shipped_recipe_and_the_users_own():

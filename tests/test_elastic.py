@@ -7,6 +7,7 @@ tests/test_elastic_cluster.py; the SLURM discovery under the real SLURM there to
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -146,14 +147,49 @@ def test_an_elastic_site_under_mpi_is_refused_naming_the_launcher(tmp_path):
     assert "faults.elastic: elastic Horovod runs under horovodrun with Gloo, not mpirun" in result.stderr
 
 
-def test_an_elastic_batch_job_keeps_its_nodes_when_one_fails_and_writes_its_discovery_script(tmp_path):
+def test_an_elastic_batch_job_keeps_its_nodes_when_one_fails_and_names_its_own_discovery_script(tmp_path):
     result = hpcbundle("sbatch", "--site", str(elastic_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "#SBATCH --no-kill" in lines
-    assert 'mv -f "$discovery_tmp" ./hpcbundle-discover-hosts.sh' in lines
+    assert 'job_tmp=$(mktemp -d "${TMPDIR:-/tmp}/hpcbundle.XXXXXXXX")' in lines
     launch = next(line for line in lines if line.lstrip().startswith("horovodrun"))
-    assert "horovodrun -np 6 --min-np 2 --max-np 6 --host-discovery-script ./hpcbundle-discover-hosts.sh" in launch
+    assert 'horovodrun -np 6 --min-np 2 --max-np 6 --host-discovery-script "$job_tmp/discover-hosts.sh"' in launch
+
+
+# A horovodrun that runs the discovery script twice (the second answer from the node-state cache), then
+# shows the mode of the directory it is in and what that directory holds.
+RUNS_DISCOVERY = """while [ "$1" != --host-discovery-script ]; do shift; done
+"$2" && "$2" && stat -c '%a %n' "${2%/*}" && ls "${2%/*}"
+"""
+
+
+def test_an_elastic_batch_job_runs_its_own_discovery_and_cache_from_a_private_directory_gone_at_its_end(tmp_path):
+    made = hpcbundle("sbatch", "--site", str(elastic_site(tmp_path, discovery="slurm")), "--nodes", "3", "--", "t")
+    assert made.returncode == 0, made.stderr
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir()
+    fakes = {"horovodrun": RUNS_DISCOVERY, "scontrol": "printf 'n1\\nn2\\nn3\\n'", "sinfo": "echo n2"}
+    env = _fake_commands(tmp_path / "bin", fakes) | {"TMPDIR": str(shared_tmp), "SLURM_JOB_NODELIST": "n[1-3]"}
+    for job in ("1", "2"):  # two jobs in one working directory, one after the other
+        ran = subprocess.run(["bash", "-c", made.stdout], capture_output=True, text=True, cwd=tmp_path,
+                             env=env | {"SLURM_JOB_ID": job}, timeout=60, check=False)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        hosts, (mode_and_dir, *held) = ran.stdout.splitlines()[:4], ran.stdout.splitlines()[4:]
+        assert hosts == ["n1:2", "n3:2", "n1:2", "n3:2"]
+        mode, directory = mode_and_dir.split(" ", 1)
+        assert mode == "700" and Path(directory).parent == shared_tmp
+        assert held == ["discover-hosts.sh", "discover-hosts.sh.states"]
+        assert list(shared_tmp.iterdir()) == [] and not list(tmp_path.glob("*discover*"))
+
+
+def test_launch_in_an_allocation_writes_a_discovery_script_named_by_site_and_job(tmp_path):
+    site = elastic_site(tmp_path, discovery="slurm")
+    result = hpcbundle("launch", "--site", str(site), "--np", "4", "--workdir", str(tmp_path), "--", "python3", "t.py",
+                       env={**os.environ, "SLURM_JOB_ID": "4242"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    script = tmp_path / ".hpcbundle-discover-hosts.elastic.4242.sh"
+    assert script.read_text().startswith("#!") and f"--host-discovery-script ./{script.name}" in result.stdout
 
 
 def _fake_commands(directory: Path, scripts: dict[str, str]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from hpcbundle.config.errors import UserError
 from hpcbundle.config.loading import MAX_DEPTH, MAX_FILE_BYTES
 from hpcbundle.execute import MAX_ARG_BYTES, run_captured
 from hpcbundle.perf.tune.run import busbw_of
-from hpcbundle_testbed.cli import hpcbundle
+from hpcbundle_testbed.cli import hpcbundle, hpcbundle_argv
 
 from .helpers import ROOT, SMALL_SITE, assert_refused_in_one_line, elastic_site, write_site
 
@@ -123,6 +124,43 @@ def test_an_output_symlink_given_with_o_still_writes_its_target_as_shell_redirec
                        "--", "python3", "t.py")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "link.sh").is_symlink() and target.read_text().startswith("#!")
+
+
+@pytest.mark.parametrize(
+    ("umask", "script_mode", "file_mode"), [(0o077, 0o700, 0o600), (0o022, 0o755, 0o644), (0o027, 0o750, 0o640)]
+)
+def test_o_gives_a_new_file_the_mode_the_umask_allows_a_script_executable_for_whom_it_allows(
+    tmp_path, umask, script_mode, file_mode
+):
+    script, recipe = tmp_path / "job.sh", tmp_path / "cpu-local.def"
+    sbatch = ["sbatch", "--site", "eth-a100-slurm", "--nodes", "1", "-o", str(script), "--", "python3", "t.py"]
+    render = ["render", "cpu-local", "--format", "singularity", "-o", str(recipe)]
+    for argv in (sbatch, render):
+        made = subprocess.run(hpcbundle_argv(*argv), capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: os.umask(umask), check=False)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    assert stat.S_IMODE(script.stat().st_mode) == script_mode and stat.S_IMODE(recipe.stat().st_mode) == file_mode
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sbatch", "--site", "eth-a100-slurm", "--nodes", "1", "--", "python3", "t.py"],
+        ["render", "cpu-local", "--format", "docker"],
+    ],
+)
+def test_o_dash_prints_to_standard_output_and_writes_no_file(tmp_path, argv):
+    plain = hpcbundle(*argv, cwd=tmp_path)
+    dashed = hpcbundle(argv[0], "-o", "-", *argv[1:], cwd=tmp_path)
+    assert dashed.returncode == 0 and dashed.stdout == plain.stdout and dashed.stdout.startswith(("#!", "#", "FROM"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tune_o_dash_is_refused_in_one_line_as_tune_writes_a_site_file(tmp_path):
+    result = hpcbundle("tune", "--site", "eth-a100-slurm", "--np", "2", "--hosts", "a:1,b:1", "-o", "-", "--plan",
+                       cwd=tmp_path)  # fmt: skip
+    assert_one_line(result, "-o -: this command writes a file, not standard output (give a file name)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_tune_plan_on_an_elastic_site_is_one_line_naming_faults_elastic(tmp_path):

@@ -66,3 +66,44 @@ def test_reference_check_names_a_stale_page_and_the_command_that_writes_it(tmp_p
     assert stale_pages(tmp_path) == ["site-keys.md", "image-blocks.md"]
     result = hpcbundle("reference", "--check")
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def _bundle(tmp_path: Path) -> Path:
+    """A bare bundle (its pages come from the code) and, beside it, a folder outside it."""
+    root = tmp_path / "bundle"
+    for name in ("recipes", "containers", "docs"):
+        (root / name).mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    return root
+
+
+@pytest.mark.parametrize("linked", ["page", "folder", "docs"])
+def test_reference_refuses_a_symlinked_page_or_folder_and_writes_nothing_outside_the_bundle(
+    tmp_path: Path, linked: str
+) -> None:
+    root, outside = _bundle(tmp_path), tmp_path / "outside"
+    if linked == "page":
+        (root / "docs" / "reference").mkdir()
+        (outside / "victim").write_text("keep me\n")
+        (root / "docs" / "reference" / "site-keys.md").symlink_to(outside / "victim")
+        shown = "docs/reference/site-keys.md"
+    elif linked == "folder":
+        (root / "docs" / "reference").symlink_to(outside)
+        shown = "docs/reference"
+    else:
+        (root / "docs").rmdir()
+        (outside / "reference").mkdir()
+        (root / "docs").symlink_to(outside)
+        shown = "docs"
+    before = {path: path.read_bytes() if path.is_file() else None for path in outside.rglob("*")}
+    result = hpcbundle("reference", bundle=root)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(f"hpcbundle: error: {shown}: is a symlink: reference pages are written only")
+    assert {path: path.read_bytes() if path.is_file() else None for path in outside.rglob("*")} == before
+
+
+def test_reference_writes_every_page_into_a_real_docs_reference_folder(tmp_path: Path) -> None:
+    root = _bundle(tmp_path)
+    result = hpcbundle("reference", bundle=root)
+    assert result.returncode == 0, result.stderr
+    assert stale_pages(root / "docs" / "reference") == []

@@ -73,14 +73,14 @@ def test_output_into_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
     path = tmp_path / "job.sh"
     path.write_text("old")
     path.chmod(0o600)
-    write_atomic(path, "new", mode=0o755)
+    write_atomic(path, "new", executable=True)
     assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o600
 
 
 def test_output_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path: Path) -> None:
     link = tmp_path / "job.sh"
     link.symlink_to(tmp_path / "real" / "job.sh")  # dangling, like `>` in a shell it creates the target
-    write_atomic(link, "#!/bin/bash\n", mode=0o755)
+    write_atomic(link, "#!/bin/bash\n", executable=True)
     assert link.is_symlink() and (tmp_path / "real" / "job.sh").read_text() == "#!/bin/bash\n"
 
 

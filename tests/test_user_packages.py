@@ -3,16 +3,20 @@ without running anything, refused in one line naming the recipe and the key wher
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcbundle.config.errors import UserError
+from hpcbundle.config.packages import shape
 from hpcbundle.rules.loading import load_recipe
 
-from .helpers import RECIPES, ROOT, hpcbundle, recipe, recipe_data, write_recipe
+from .helpers import RECIPES, ROOT, examples, hpcbundle, recipe, recipe_data, write_recipe
 
 
 def _recipe_with(directory: Path, requirements: str | None = None, **keys: object) -> Path:
@@ -73,6 +77,57 @@ def test_a_requirements_file_that_includes_files_or_options_is_refused(tmp_path,
 def test_a_requirements_file_outside_the_recipes_directory_is_refused(tmp_path, where):
     line = _refusal(_recipe_with(tmp_path, requirements_file=where))
     assert "requirements_file: " in line and "outside the recipe's directory" in line
+
+
+SECRET = "root:$6$sAlt$h4sh.Xy/Z:19000:0:99999:7:::"
+"""A line a requirements file must never echo (its letters and digits are the secret)."""
+
+
+@pytest.mark.parametrize("how", ["file", "folder"])
+def test_a_requirements_file_that_is_a_symlink_out_of_the_recipes_directory_is_refused_unread(tmp_path, how):
+    outside, team = tmp_path / "outside", tmp_path / "team"
+    outside.mkdir(), team.mkdir()
+    (outside / "shadow").write_text(f"{SECRET}\n")
+    if how == "file":
+        (team / "reqs.txt").symlink_to(outside / "shadow")
+    else:
+        (team / "etc").symlink_to(outside)
+    relative = "reqs.txt" if how == "file" else "etc/shadow"
+    line = _refusal(write_recipe(team, recipe_data("cpu-local") | {"requirements_file": relative}))
+    assert line == (
+        f"{team}/cpu-local.yaml: requirements_file: '{relative}' is a symlink out of the recipe's directory "
+        "(copy the file beside the recipe)"
+    )
+
+
+def test_a_symlink_to_a_file_inside_the_recipes_directory_is_read(tmp_path):
+    (tmp_path / "pins").mkdir()
+    (tmp_path / "pins" / "real.txt").write_text("tqdm==4.66.4\n")
+    (tmp_path / "reqs.txt").symlink_to(tmp_path / "pins" / "real.txt")
+    path = write_recipe(tmp_path, recipe_data("cpu-local") | {"requirements_file": "reqs.txt"})
+    assert load_recipe(str(path), RECIPES).user_packages == (("requirements_file", "tqdm==4.66.4"),)
+
+
+@pytest.mark.parametrize("secret", [SECRET, "ghp_" + "Ab1" * 12, "sk-live-" + "9x" * 20, "AKIA" + "Q7" * 8 + " x"])
+def test_a_refused_requirements_line_shows_its_shape_never_its_text(tmp_path, secret):
+    line = _refusal(_recipe_with(tmp_path, requirements=f"tqdm==4.66.4\n{secret}\n"))
+    assert line.startswith(f"{tmp_path}/cpu-local.yaml: requirements_file: reqs.txt line 2: a line shaped '")
+    words = {word for word in re.split(r"[^A-Za-z0-9]+", secret) if len(word) > 1}
+    assert not any(word in line.split("line 2:", 1)[1] for word in words), line
+
+
+@given(st.text(st.characters(codec="utf-8"), min_size=1, max_size=80))
+@settings(max_examples=examples(200), deadline=None)
+def test_the_shape_of_any_text_holds_no_letter_digit_or_control_character_of_it(text):
+    shown = shape(text)
+    assert not any(c.isalnum() and c not in "a9" or not c.isprintable() for c in shown), shown
+    assert len(shown) <= 45
+
+
+@pytest.mark.parametrize("text", ["\ufefftqdm==4.66.4\n", "tqdm==4.66.4\t# progress bars\n", "#x\n\ttqdm==4.66.4 #y\n"])
+def test_a_requirements_file_pip_reads_with_a_bom_or_a_comment_after_a_tab_is_accepted(tmp_path, text):
+    loaded = load_recipe(str(_recipe_with(tmp_path, requirements=text)), RECIPES)
+    assert loaded.user_packages == (("requirements_file", "tqdm==4.66.4"),)
 
 
 @pytest.mark.parametrize(
@@ -136,10 +191,10 @@ def test_make_targets_take_a_recipe_path_and_name_outputs_by_its_stem(tmp_path, 
         ["make", "-n", target, f"RECIPE={recipe_file}"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     if target == "build-sif":
-        assert f"render {recipe_file} --format singularity" in result.stdout
-        assert "-o build/team.def" in result.stdout and "build/team.sif" in result.stdout
+        assert f"render '{recipe_file}' --format singularity" in result.stdout
+        assert "-o 'build/team.def'" in result.stdout and "'build/team.sif'" in result.stdout
     else:
-        assert f"build-docker {recipe_file}" in result.stdout
+        assert f"build-docker '{recipe_file}'" in result.stdout
 
 
 def test_numpy_and_the_stacks_own_stay_held_at_their_built_version_when_pinned_too(tmp_path):

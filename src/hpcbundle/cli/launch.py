@@ -27,7 +27,7 @@ from ..diagnose.watchdog import (
 from ..knowledge.secrets import horovodrun_allowlist, kept_environment
 from ..launch import Command, LaunchPlan, load_site
 from ..launch.batch import BatchJob, GateStep, batch_plan, sbatch_script, script_environment
-from ..launch.elastic import BATCH_SCRIPT, discovery_path, discovery_script
+from ..launch.elastic import allocation_path, discovery_path, discovery_script
 from . import main, pass_bundle
 from .options import (
     NODES,
@@ -102,7 +102,9 @@ def launch_command(ctx: click.Context, bundle, asked: LaunchOptions) -> None:
     layout = layout_from(asked.np_, asked.hosts, asked.hostfile)
     hosts_path = str(asked.hostfile.absolute()) if asked.hostfile else None
     if model.faults.elastic is not None:
-        layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else BATCH_SCRIPT)
+        job = os.environ.get("SLURM_JOB_ID", "")
+        in_job = allocation_path(model.name, job if job.isascii() and job.isdecimal() else str(os.getpid()))
+        layout = replace(layout, discovery_script=discovery_path(hosts_path) if hosts_path else in_job)
     # Run from this shell, the exported variables must be set here; a printed line may run elsewhere.
     start_in = workdir_from(asked.workdir)
     environment = os.environ if asked.execute else None
@@ -161,7 +163,7 @@ def write_discovery(bundle, model: Site, hostfile: str | None, path: Path) -> No
     """Write the elastic job's host discovery script at `path` (relative paths: in the working directory,
     where horovodrun starts)."""
     text = discovery_script(model, script_environment(bundle.get().scripts_dir), hostfile, model.node.slots)
-    write_atomic(path, text, mode=0o755, option="faults.elastic.discovery", derived=True)
+    write_atomic(path, text, executable=True, option="faults.elastic.discovery", derived=True)
     click.echo(f"wrote {path} (the elastic job's host discovery, read every second)", err=True)
 
 
@@ -275,7 +277,7 @@ def sbatch_command(ctx: click.Context, bundle, asked: SbatchOptions) -> None:
     gate = gate_step(plan) if asked.gate else None
     text = sbatch_script(plan, job, script_environment(bundle.get().scripts_dir), gate)
     if asked.output is not None:
-        write_atomic(asked.output, text, mode=0o755)
+        write_atomic(asked.output, text, executable=True)
         click.echo(f"wrote {asked.output} (site {model.name}, {asked.nodes} node(s))", err=True)
     elif not asked.submit:
         echo_text(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import typing
 from pathlib import Path
@@ -20,6 +21,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from ..config.errors import UserError
 from ..config.recipes import Recipe
 from ..config.sites import Site
 from ..image.blocks import BLOCKS, Block
@@ -217,6 +219,23 @@ def reference_command(bundle, check: bool) -> None:
         for name in stale:
             click.echo(f"docs/reference/{name} is stale: run `{REGENERATE}`", err=True)
         sys.exit(1 if stale else 0)
+    for name in pages():
+        inside_bundle(bundle.get().root, f"docs/reference/{name}")
     for name, text in pages().items():
         write_atomic(directory / name, text)
         click.echo(f"wrote docs/reference/{name}", err=True)
+
+
+def inside_bundle(root: Path, relative: str) -> None:
+    """Refuse a page whose path, or a folder on it (docs/, docs/reference/), is a symlink: the pages are the
+    bundle's own files, never written through a link to somewhere else."""
+    path = root / relative
+    if os.path.realpath(path) != os.path.join(os.path.realpath(root), relative):
+        link = next(p for p in (path.parent.parent, path.parent, path) if p.is_symlink())
+        shown = link.relative_to(root)
+        raise UserError.at(
+            str(shown),
+            "",
+            "is a symlink: reference pages are written only inside the bundle",
+            f"replace {shown} with a real {'folder' if link != path else 'file'} (or delete it)",
+        )

@@ -206,7 +206,7 @@ def _write_plan(planned: StudyPlan, directory: Path, outdir: str) -> None:
         output_target(directory / f"{name}.sh")
     output_target(directory / PLAN)
     for name, text in planned.scripts.items():
-        write_atomic(directory / f"{name}.sh", text, mode=0o755)
+        write_atomic(directory / f"{name}.sh", text, executable=True)
     write_atomic(directory / PLAN, planned.document)
     click.echo(planned.summary(outdir), err=True)
 

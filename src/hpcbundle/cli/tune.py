@@ -139,7 +139,9 @@ class TuneOptions:
     help="Seconds one run may take before it is killed (and counts as failed).",
 )
 @output_option(
-    "Where to write the tuned site, default site_configs/<site>-tuned.yaml", "; its name is the file's stem."
+    "Where to write the tuned site, default site_configs/<site>-tuned.yaml",
+    "; its name is the file's stem.",
+    stdout=False,
 )
 @click.option("--plan", is_flag=True, help="Print the knobs, candidates and the first command, run nothing.")
 @no_doctor_option

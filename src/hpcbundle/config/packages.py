@@ -13,6 +13,9 @@ it may not include other files or set pip options (-r, -c, -e, --index-url ...).
 
 from __future__ import annotations
 
+import os
+import re
+import string
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
@@ -20,7 +23,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from pydantic import AfterValidator, BeforeValidator, StrictStr
 
-from .errors import UserError, clip
+from .errors import CLIP, UserError, clip
 from .loading import read_text
 
 MAX_SPEC_CHARS = 200
@@ -30,6 +33,8 @@ REQUIREMENTS_BYTES = 64 << 10
 INCLUDES = ("-r", "-c", "-e", "--requirement", "--constraint", "--editable")
 """Requirements lines that pull in other files or sources."""
 PIN_FIX = "write name==VERSION or name[extra]==VERSION"
+COMMENT = re.compile(r"(^|\s)#.*$")
+"""A requirements comment as pip reads one: `#` at the line's start or after a blank (a tab included)."""
 
 
 def package_spec(value: Any) -> str:
@@ -39,20 +44,41 @@ def package_spec(value: Any) -> str:
     text = value.strip()
     if len(text) > MAX_SPEC_CHARS:
         raise ValueError(f"a package spec longer than {MAX_SPEC_CHARS} characters ({PIN_FIX})")
+    reason = not_a_pin(text)
+    if reason:
+        raise ValueError(f"{clip(text)} {reason}")
+    return str(Requirement(text))
+
+
+def not_a_pin(text: str) -> str | None:
+    """Why `text` is not one exact pin, in words that repeat nothing of it (None: it is one)."""
     if text.startswith("-"):
-        raise ValueError(f"{clip(text)} is a pip option, not a package ({PIN_FIX}; the image's indexes are fixed)")
+        return f"is a pip option, not a package ({PIN_FIX}; the image's indexes are fixed)"
     try:
         req = Requirement(text)
     except InvalidRequirement:
-        raise ValueError(f"{clip(text)} is not a PEP 508 name with a pin, e.g. a URL or a path ({PIN_FIX})") from None
+        return f"is not a PEP 508 name with a pin, e.g. a URL or a path ({PIN_FIX})"
     if req.url:
-        raise ValueError(f"{clip(text)} names a URL ({PIN_FIX}; put the wheel in wheelhouse/ instead)")
+        return f"names a URL ({PIN_FIX}; put the wheel in wheelhouse/ instead)"
     if req.marker is not None:
-        raise ValueError(f"{clip(text)} has an environment marker (an image is one Python on one platform: drop it)")
+        return "has an environment marker (an image is one Python on one platform: drop it)"
     pins = list(req.specifier)
     if len(pins) != 1 or pins[0].operator != "==" or "*" in pins[0].version:
-        raise ValueError(f"{clip(text)} is not pinned to one exact version ({PIN_FIX})")
-    return str(req)
+        return f"is not pinned to one exact version ({PIN_FIX})"
+    return None
+
+
+def shape(text: str, limit: int = CLIP) -> str:
+    """`text` with its letters and digits hidden: each run of letters is `a`, of digits `9`, of blanks one
+    space, and any character but ASCII punctuation `?`; what a refusal shows of a file that may not be the
+    one meant (a requirements file that is really a key or /etc/shadow).
+
+    >>> shape("requests>=2.31.0"), shape("root:$6$sAlt$h4sh:19000:0:::")
+    ("'a>=9.9.9'", "'a:$9$a$a9a:9:9:::'")
+    """
+    runs = re.sub(r"[A-Za-z]+", "a", re.sub(r"[0-9]+", "9", re.sub(r"\s+", " ", text)))
+    hidden = "".join(c if c in string.punctuation or c in "a9 " else "?" for c in runs)
+    return clip(hidden, limit)
 
 
 def package_name(spec: str) -> str:
@@ -82,24 +108,45 @@ def requirements_path(value: Any) -> str:
 RequirementsPath = Annotated[str, BeforeValidator(requirements_path)]
 
 
+def requirements_at(recipe: Path, relative: str) -> Path:
+    """The requirements file `relative` names beside `recipe`, refused where it (or a folder on its way) is
+    a symlink that leads out of the recipe's directory: a recipe is untrusted, and its pins reach an image."""
+    folder = Path(os.path.realpath(recipe.parent))
+    target = Path(os.path.realpath(recipe.parent / relative))
+    if not target.is_relative_to(folder):
+        raise UserError.at(
+            str(recipe),
+            "requirements_file",
+            f"{clip(relative)} is a symlink out of the recipe's directory",
+            "copy the file beside the recipe",
+        )
+    return target
+
+
 def read_requirements(path: Path, where: str) -> tuple[str, ...]:
     """The pins of a requirements file, validated line by line; `where` names the recipe in errors.
 
-    Blank lines and comments are skipped; any other line must be one exact pin. A line that includes
-    another file or sets an option (-r, -c, -e, --index-url ...) is refused, as is a line continued with '\\'.
+    Blank lines and comments (`#` at a line's start or after a blank, as pip reads them) and a UTF-8 byte
+    order mark are skipped; any other line must be one exact pin. A line that includes another file or sets
+    an option (-r, -c, -e, --index-url ...) is refused, as is a line continued with '\\'. A refusal shows the
+    line's shape only (shape()), never its text.
     """
-    text = read_text(path, "requirements_file", REQUIREMENTS_BYTES)
+    text = read_text(path, "requirements_file", REQUIREMENTS_BYTES).removeprefix("\ufeff")
     pins = []
     for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
+        line = COMMENT.sub("", raw).strip()
+        if not line:
             continue
-        try:
-            if line.endswith("\\"):
-                raise ValueError(f"{clip(line)} continues on the next line (write each pin on one line)")
-            if line.startswith(INCLUDES):
-                raise ValueError(f"{clip(line)} includes another file or source (list its pins here instead)")
-            pins.append(package_spec(line))
-        except ValueError as exc:
-            raise UserError.at(where, "requirements_file", f"{path.name} line {number}: {exc}") from None
+        if line.endswith("\\"):
+            reason: str | None = "continues on the next line (write each pin on one line)"
+        elif line.startswith(INCLUDES):
+            reason = "includes another file or source (list its pins here instead)"
+        elif len(line) > MAX_SPEC_CHARS:
+            reason = f"is longer than {MAX_SPEC_CHARS} characters ({PIN_FIX})"
+        else:
+            reason = not_a_pin(line)
+        if reason:
+            problem = f"{path.name} line {number}: a line shaped {shape(line)} {reason}"
+            raise UserError.at(where, "requirements_file", problem)
+        pins.append(str(Requirement(line)))
     return tuple(pins)

@@ -17,7 +17,7 @@ from .fields import BuildEnvName, ConfigureOption, EnvValue, Image, Line, Name, 
 from .gpuarchs import GpuArchs
 from .loading import named_file, read_yaml, validate
 from .model import StrictModel
-from .packages import PackageSpec, RequirementsPath, read_requirements
+from .packages import PackageSpec, RequirementsPath, read_requirements, requirements_at
 
 OsName = Literal["ubuntu22.04", "ubuntu24.04", "debian12"]
 PLAIN_IMAGES: dict[str, str] = {
@@ -252,5 +252,5 @@ def read_recipe(ref: str, recipes_dir: Path) -> Recipe:
             f"set name: {path.stem} or rename the file",
         )
     if recipe.requirements_file:
-        recipe._file_packages = read_requirements(path.parent / recipe.requirements_file, str(path))
+        recipe._file_packages = read_requirements(requirements_at(path, recipe.requirements_file), str(path))
     return recipe

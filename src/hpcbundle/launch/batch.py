@@ -67,7 +67,18 @@ def script_environment(scripts_dir: Path) -> jinja2.Environment:
     """The templates in scripts/, with a `shquote` filter for words that reach the shell."""
     env = strict_environment(scripts_dir)
     env.filters["shquote"] = shell_quote
+    env.filters["job_word"] = job_word
     return env
+
+
+def job_word(word: str) -> str:
+    """A launch-line word as the batch script writes it: single-quoted, except the job's discovery script,
+    whose private directory is known only when the job runs.
+
+    >>> print(job_word("python"), job_word("my file"), job_word(elastic.BATCH_SCRIPT))
+    python 'my file' "$job_tmp/discover-hosts.sh"
+    """
+    return f'"{word}"' if word == elastic.BATCH_SCRIPT else shell_quote(word)
 
 
 def directives(site: Site, job: BatchJob) -> list[str]:
@@ -176,6 +187,7 @@ def sbatch_script(plan: LaunchPlan, job: BatchJob, env: jinja2.Environment, gate
         discovery=discovery,
         discovery_script=elastic.BATCH_SCRIPT,
         keep_env=horovodrun_allowlist(site),
+        job_dir=elastic.JOB_DIR,
         bind_on_host=BIND_NAME if _bind_on_host(plan) else None,
         torch=_torch_block(plan),
         wiring=plan.wiring,

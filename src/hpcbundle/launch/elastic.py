@@ -15,9 +15,22 @@ from ..config.sites import Site
 from .hostfile import HOST_LINE_ERE, MAX_SLOTS, SKIP_ERE
 
 TEMPLATE = "discover-hosts.sh.j2"
-BATCH_SCRIPT = "./hpcbundle-discover-hosts.sh"
-"""Where a batch script writes the discovery script: in the job's working directory (the same text
-for every job of a site, written whole, so jobs that share the directory cannot tear it)."""
+JOB_DIR = "job_tmp"
+"""The batch script's variable naming the job's private directory on its first node (mktemp -d)."""
+
+BATCH_SCRIPT = f"${JOB_DIR}/discover-hosts.sh"
+"""Where a batch script writes the discovery script: in the job's private directory, where its node-state
+cache lives beside it (`$0.states`); the launch line names it through the variable (batch.py's job_word)."""
+
+
+def allocation_path(site: str, job_id: str) -> str:
+    """The discovery script `launch` writes inside an allocation: in the working directory, named by site
+    and job, so jobs sharing the directory never run each other's.
+
+    >>> allocation_path("eth-cpu-elastic", "4242")
+    './.hpcbundle-discover-hosts.eth-cpu-elastic.4242.sh'
+    """
+    return f"./.hpcbundle-discover-hosts.{site}.{job_id}.sh"
 
 
 def discovery_path(hostfile: str) -> str:

@@ -13,17 +13,21 @@
 #SBATCH --exclusive
 set -euo pipefail
 
+# This job's private directory on this node (mktemp -d: mode 0700, a name no one can guess or take
+# first in a shared /tmp), removed when the script exits, holds:
+#   the elastic discovery script and its node-state cache
+job_tmp=$(mktemp -d "${TMPDIR:-/tmp}/hpcbundle.XXXXXXXX")
+trap 'rm -rf "$job_tmp"' EXIT
+
 # Elastic Horovod (faults.elastic): horovodrun runs on this node's host, outside the image, so the
 # host needs a Python with Horovod (a module in slurm.modules, or pip install horovod).
 if ! command -v horovodrun >/dev/null; then
     echo "hpcbundle: horovodrun is not on PATH on $(hostname): elastic Horovod (faults.elastic of site eth-cpu-elastic) runs it on the host, outside the image; install Horovod in a host Python or load its module (slurm.modules)" >&2
     exit 2
 fi
-# horovodrun runs the discovery script every second to learn which of the
-# job's nodes it may use. Written whole (a temp file, then a rename): jobs sharing this directory
-# write the same text.
-discovery_tmp="$(mktemp ./.hpcbundle-discover-hosts.XXXXXX)"
-cat >"$discovery_tmp" <<'HPCBUNDLE_DISCOVERY'
+# horovodrun runs the discovery script every second to learn which of the job's nodes it may use:
+# this job's own, in its private directory.
+cat >"$job_tmp/discover-hosts.sh" <<'HPCBUNDLE_DISCOVERY'
 #!/bin/bash
 # Elastic Horovod host discovery for site eth-cpu-elastic, written by hpcbundle 0.1.0.
 # horovodrun runs it every second (--host-discovery-script) and takes the HOST:SLOTS lines it
@@ -35,14 +39,16 @@ set -uo pipefail
 slots=${SLURM_NTASKS_PER_NODE:-1}
 slots=${slots%%(*}
 # SLURM's node states are asked at most once per 30 s
-# (faults.elastic.discovery_interval) and kept in a file of this node: horovodrun runs this script every
+# (faults.elastic.discovery_interval) and kept in a file beside this script (its job's own: the batch
+# script's private directory, or a name with the site and job): horovodrun runs this script every
 # second, and a sinfo per second per job would load the controller.
 hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST") || exit 1
-cache="${TMPDIR:-/tmp}/hpcbundle-node-states.${SLURM_JOB_ID:-$PPID}"
+cache="$0.states"
 age=$(($(date +%s) - $(stat -c %Y "$cache" 2>/dev/null || echo 0)))
 if ((age >= 30)); then
-    sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_respond -o %N >"$cache.$$" || exit 1
-    mv -f "$cache.$$" "$cache"
+    fresh=$(mktemp "$cache.XXXXXX") || exit 1
+    sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,drain,fail,no_respond -o %N >"$fresh" || { rm -f "$fresh"; exit 1; }
+    mv -f "$fresh" "$cache"
 fi
 gone=$(cat "$cache") || exit 1
 for host in $hosts; do
@@ -52,8 +58,7 @@ for host in $hosts; do
 done
 exit 0
 HPCBUNDLE_DISCOVERY
-chmod 755 "$discovery_tmp"
-mv -f "$discovery_tmp" ./hpcbundle-discover-hosts.sh
+chmod 700 "$job_tmp/discover-hosts.sh"
 
 # horovodrun --gloo writes every exported variable of this shell onto each ssh command line it runs (readable
 # through ps on every node): only what the job needs stays exported for it (the site's export: among them).
@@ -68,6 +73,6 @@ done < <(compgen -e)
 # single-quoted on purpose: the program gets them exactly as given, $ and all.
 # shellcheck disable=SC2016
 env HOROVOD_GLOO_TIMEOUT_SECONDS=10 OMP_NUM_THREADS=48 \
-    horovodrun -np 3 --min-np 2 --max-np 8 --host-discovery-script ./hpcbundle-discover-hosts.sh --blacklist-cooldown-range 60 600 --gloo --network-interface eth0 \
+    horovodrun -np 3 --min-np 2 --max-np 8 --host-discovery-script "$job_tmp/discover-hosts.sh" --blacklist-cooldown-range 60 600 --gloo --network-interface eth0 \
     apptainer exec --bind /scratch horovod.sif \
     python /examples/pytorch_train.py
