@@ -142,9 +142,9 @@ lint: venv render ## ruff check + format check, hadolint on rendered Dockerfiles
 	$(BIN)/shellcheck $(BUILD)/*.sh $(BIND_SCRIPT) src/hpcbundle/data/hpcbundle-torchenv scripts/setup/*.sh scripts/device/*.sh scripts/sif-build-flags.sh scripts/make-vars.sh testbed/src/hpcbundle_testbed/rsh-agent testbed/src/hpcbundle_testbed/node-exec .ci/run
 	$(BIN)/python tests/defcheck.py $(BUILD)/*.def
 
-# Every test file that uses assert_golden (tests/helpers.py), run with HPCBUNDLE_REGEN_GOLDEN=1, so
+# Every test file that uses assert_golden (tests/helpers.py) or reads HPCBUNDLE_REGEN_GOLDEN itself, run with HPCBUNDLE_REGEN_GOLDEN=1, so
 # no golden file is missed; golden comparisons live in tests that need no cluster and no Docker.
-GOLDEN_TESTS = $(shell grep -lw assert_golden tests/test_*.py)
+GOLDEN_TESTS = $(shell grep -lwE 'assert_golden|HPCBUNDLE_REGEN_GOLDEN' tests/test_*.py)
 
 golden: venv ## Regenerate every golden file after an intended change (review the diff!)
 	HPCBUNDLE_REGEN_GOLDEN=1 $(BIN)/pytest -q -m "not cluster and not docker" $(GOLDEN_TESTS)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ from .helpers import ROOT
 
 pytestmark = pytest.mark.apptainer
 RECIPE = "cpu-local"
+NODE0_CPUS = Path("/sys/devices/system/node/node0/cpulist")
 
 
 def test_build_reused_the_cached_horovod_wheel(cpu_local_sif: SifBuild) -> None:
@@ -113,3 +115,22 @@ def test_docs_build_sif_line_builds_the_sif_as_written(apptainer: str) -> None:
         assert labels["org.hpcbundle.recipe"] == RECIPE
     finally:
         sif.unlink(missing_ok=True)
+
+
+def test_placement_wrapper_in_the_image_execs_numactl_on_the_ranks_gpu_node(
+    apptainer: str, cpu_local_sif: SifBuild, tmp_path: Path
+) -> None:
+    """hpcbundle-bind as launch lines run it, by name inside the image: with a stub numactl first on PATH it
+    execs `numactl --cpunodebind=N --preferred=N PROGRAM` for the rank's GPU; with the image's own tools the
+    program runs on the CPUs of NUMA node 0."""
+    stubs = tmp_path / "stub"
+    stubs.mkdir()
+    (stubs / "numactl").write_text("#!/bin/sh\nprintf '%s\\n' numactl \"$@\"\n")
+    (stubs / "numactl").chmod(0o755)
+    rank = ["env", "-u", "SLURM_LOCALID", "-u", "CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_LOCAL_RANK=1"]
+    stubbed = [*rank, "PATH=/stub:/usr/local/bin:/usr/bin:/bin", "hpcbundle-bind", "0,0", "python3", "train.py"]
+    out = in_sif(apptainer, cpu_local_sif, stubbed, binds=(f"{stubs}:/stub",), timeout=60)
+    assert out.split("\n") == ["numactl", "--cpunodebind=0", "--preferred=0", "python3", "train.py", ""]
+    program = ["sed", "-n", "s/^Cpus_allowed_list:[[:space:]]*//p", "/proc/self/status"]
+    placed = in_sif(apptainer, cpu_local_sif, [*rank, "hpcbundle-bind", "0", *program], timeout=60)
+    assert placed.strip() == NODE0_CPUS.read_text().strip()
