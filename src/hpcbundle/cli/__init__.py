@@ -44,8 +44,11 @@ class _Group(click.Group):
         return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):
+        from .stdout import guarded_stdout
+
         try:
-            return super().invoke(ctx)
+            with guarded_stdout():
+                return super().invoke(ctx)
         except UserError as exc:
             for line in exc.lines:
                 click.echo(f"hpcbundle: error: {printable(line)}", err=True)
@@ -86,8 +89,21 @@ class _LazyBundle:
 
     def get(self) -> Bundle:
         if self._bundle is None:
-            self._bundle = find_bundle(self._explicit, Path(os.getcwd()))
+            self._bundle = find_bundle(self._explicit, _working_directory(self._explicit))
         return self._bundle
+
+
+def _working_directory(bundle: Path | None) -> Path:
+    """This shell's directory, where the bundle is looked for; a removed one is refused unless --bundle names it
+    (then `/`, which find_bundle does not read)."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        if bundle is not None:
+            return Path("/")
+        raise UserError(
+            "this shell's working directory was removed (cd to one that exists, or pass --bundle DIR)"
+        ) from None
 
 
 pass_bundle = click.make_pass_decorator(_LazyBundle)

@@ -99,16 +99,19 @@ workdir_option = click.option(
 )
 
 
+def here(option: str) -> str:
+    """This shell's working directory, which `option`'s default or relative path needs; a removed one is refused."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise UserError.at("", option, "this shell's working directory was removed", "cd to one that exists") from None
+
+
 def workdir_from(flag: str | None) -> WorkDir:
     """The user's working directory, read at the edge: --workdir, else this shell's (the rules judge its form)."""
     if flag is not None:
         return WorkDir(flag, FLAG_SOURCE)
-    try:
-        return WorkDir(os.getcwd(), SHELL_SOURCE)
-    except FileNotFoundError:
-        raise UserError.at(
-            "", "--workdir", "this shell's working directory was removed", "cd to one that exists"
-        ) from None
+    return WorkDir(here("--workdir"), SHELL_SOURCE)
 
 
 def enter_workdir(workdir: WorkDir) -> None:

@@ -21,6 +21,7 @@ from ..rules.facts import check_declared
 from ..rules.loading import all_recipes, file_failures, load_recipe, problem_line, read_recipe
 from . import main, pass_bundle
 from .options import (
+    here,
     image_option,
     layout_from,
     plan_from,
@@ -145,7 +146,7 @@ def render_command(bundle, recipe: str, fmt: str, output: Path | None, bootstrap
             f"applies to --format singularity, not {fmt}",
             "a Dockerfile takes its bases as --build-arg BUILD_IMAGE=... RUNTIME_IMAGE=...",
         )
-    bootstrap = local_bootstrap(bootstrap_text, Path.cwd()) if bootstrap_text is not None else None
+    bootstrap = local_bootstrap(bootstrap_text, Path(here(OPTION))) if bootstrap_text is not None else None
     kb = knowledge_base()
     model = load_recipe(recipe, b.recipes_dir)
     findings = check_declared(model, None, kb)
