@@ -209,14 +209,64 @@ def test_sbatch_starts_the_job_in_the_working_directory_quoted_for_slurms_parser
     assert not any(word.startswith("--chdir") for word in directives(site, BatchJob(1)))
 
 
-def test_sbatch_refuses_a_working_directory_an_sbatch_line_cannot_quote(tmp_path):
+def test_sbatch_refuses_a_working_directory_with_a_bidi_override_an_sbatch_line_would_hide(tmp_path):
     out = tmp_path / "job.sh"
-    result = hpcbundle("sbatch", "--nodes", "1", "--workdir", '/home/a"b', "-o", str(out), "--", "python3", "t.py")
+    result = hpcbundle("sbatch", "--nodes", "1", "--workdir", "/home/a\u202eb", "-o", str(out), "--", "python3", "t.py")
     assert result.returncode == 2 and not out.exists()
     assert result.stderr == (
-        "hpcbundle: error: --workdir: '/home/a\"b' has a double quote, which an #SBATCH --chdir line cannot carry "
-        "(use a directory without '\"')\n"
+        "hpcbundle: error: --workdir: '/home/a\\u202eb' has '\\u202e', which an #SBATCH --chdir line would carry "
+        "unseen (or reordered) (use a directory of visible characters)\n"
     )
+
+
+def _slurm_parse(line: str, single_quotes: bool) -> list[str]:
+    """The words SLURM's #SBATCH parser (src/sbatch/opt.c _get_argument) reads from `line`: a backslash takes the
+    next character as it is; '"' (and, since the parser learnt them, "'") toggles quoting, within which a blank
+    is kept; an unescaped '#' outside quotes (or, before single quotes were learnt, anywhere) ends the line."""
+    words, i = [], 0
+    while True:
+        while i < len(line) and line[i].isspace():
+            i += 1
+        if i == len(line):
+            return words
+        word, quote, escape = "", "", False
+        while i < len(line) and (quote or not line[i].isspace()):
+            char = line[i]
+            i += 1
+            if escape:
+                escape = False
+            elif char == "\\":
+                escape = True
+                continue
+            elif quote and char == quote:
+                quote = ""
+                continue
+            elif char == "#" and not (quote and single_quotes):
+                return [*words, word] if word else words
+            elif not quote and (char == '"' or (single_quotes and char == "'")):
+                quote = char
+                continue
+            word += char
+        assert not quote, f"unmatched {quote} in {line!r}"
+        words.append(word)
+
+
+PRINTABLE_PATHS = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")).filter(
+        lambda c: c == " " or c.isprintable()
+    ),
+    min_size=1,
+    max_size=30,
+).map(lambda text: "/" + text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(path=PRINTABLE_PATHS | st.sampled_from(["/tmp/exp#3", "/home/it's", "/a\\b", '/a"b', "/x # y", "/p\\"]))
+def test_slurm_reads_the_chdir_line_back_as_the_working_directory_in_old_and_new_releases(path):
+    site = load_site("local", SITES)
+    [chdir] = [word for word in directives(site, BatchJob(1, workdir=WorkDir(path))) if word.startswith("--chdir")]
+    for single_quotes in (False, True):
+        assert _slurm_parse(f" {chdir} # a comment", single_quotes) == [f"--chdir={path}"]  # after "#SBATCH"
 
 
 # Absolute paths with the characters a shell or a mount spec would split or expand (never ':' or ','

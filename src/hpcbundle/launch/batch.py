@@ -92,13 +92,13 @@ def directives(site: Site, job: BatchJob) -> list[str]:
     node.threads_per_core) over the ranks per node: without it a job confined by cgroups gives each rank
     one CPU (SLURM's default) and its data loading starves. --mem is slurm.mem, else 0 (all of each node's
     memory) with --exclusive in slurm.options, where SLURM would otherwise hand out DefMemPerCPU.
-    --chdir is the user's working directory (in double quotes where it has spaces: SLURM's #SBATCH parser
-    keeps a quoted word whole). Under --torchrun each node runs one task, its agent, with all of its CPUs.
+    Each value is written as sbatch_word, so SLURM reads back the same text (a --chdir of /tmp/exp#3 included).
+    --chdir is the user's working directory. Under --torchrun each node runs one task, its agent, with all of its CPUs.
     """
     slurm = site.slurm
     time = job.time or slurm.time  # its form judged by rule batch-time, with the plan
     lead = site.faults.signal_before_end
-    chdir = job.workdir.path if job.workdir else None  # without '"': rule workdir-path
+    chdir = job.workdir.path if job.workdir else None  # printable: rule workdir-path
     per_node = 1 if job.wiring == "torchrun" else job.tasks_per_node or site.node.slots
     values = {
         "job-name": job.job_name or slurm.job_name,
@@ -114,13 +114,25 @@ def directives(site: Site, job: BatchJob) -> list[str]:
         "constraint": slurm.constraint,
         "output": job.output,
         "dependency": job.dependency,
-        "chdir": f'"{chdir}"' if chdir and re.search(r"\s", chdir) else chdir,
+        "chdir": chdir,
         "signal": f"B:USR1@{lead}" if lead is not None else None,
     }
     requeue = ["--requeue", "--open-mode=append"] if site.faults.requeue else []
     no_kill = ["--no-kill"] if site.faults.elastic else []
-    words = [f"--{key}={value}" for key, value in values.items() if value is not None]
+    words = [f"--{key}={sbatch_word(value)}" for key, value in values.items() if value is not None]
     return words + requeue + no_kill + list(slurm.options)
+
+
+def sbatch_word(value: str) -> str:
+    r"""`value` as SLURM's #SBATCH parser reads it back whole, in its releases old and new: a backslash before
+    each of \ " ' # (an unescaped # ends the line, in older releases even inside quotes), and in double
+    quotes where it has whitespace (a backslash does not keep a blank). A line break cannot be carried.
+
+    >>> print(sbatch_word("/tmp/exp#3 it's"))
+    "/tmp/exp\#3 it\'s"
+    """
+    escaped = re.sub(r"""([\\"'#])""", r"\\\1", value)
+    return f'"{escaped}"' if re.search(r"\s", value) else escaped
 
 
 def job_layout(site: Site, job: BatchJob) -> RankLayout:

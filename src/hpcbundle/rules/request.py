@@ -185,7 +185,8 @@ def image_on_host(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
 def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
     """The working directory every rank starts in is an absolute path without control characters, and
     without the characters that split the site runtime's mount spec (':' for docker, podman and ch-run,
-    also ',' for pyxis), which would mount another directory; a batch job's without '"' (#SBATCH --chdir)."""
+    also ',' for pyxis), which would mount another directory; a batch job's of visible characters (no bidi
+    override or other invisible character in its #SBATCH --chdir line)."""
     workdir, runtime = facts.request.workdir, facts.site.container.runtime
     if workdir is None:
         return [_skip("working directory")]
@@ -199,9 +200,10 @@ def workdir_path(facts: Facts, kb: KnowledgeBase) -> list[Verdict]:
         problem = f"{shown} has {split[0]!r}, which splits {runtime}'s mount of the working directory"
         fix = f"run from (or give --workdir) a directory without {split[0]!r}"
         return [request_refusal("--workdir", problem, fix)]
-    if facts.request.batch and '"' in workdir:
-        problem = f"{shown} has a double quote, which an #SBATCH --chdir line cannot carry"
-        return [request_refusal("--workdir", problem, "use a directory without '\"'")]
+    hidden = [char for char in workdir if not char.isprintable()]
+    if facts.request.batch and hidden:
+        problem = f"{shown} has {hidden[0]!r}, which an #SBATCH --chdir line would carry unseen (or reordered)"
+        return [request_refusal("--workdir", problem, "use a directory of visible characters")]
     return []
 
 
