@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
@@ -300,12 +302,18 @@ FORMS = {"script": [str(BIND)], "inline": ["sh", "-c", BIND_INLINE, BIND_NAME]}
 
 
 def _wrapped(
-    env: dict[str, str], gpu_numa: list[int], program: list[str], form: str = "script", path: str | None = None
+    env: dict[str, str],
+    gpu_numa: list[int],
+    program: list[str],
+    form: str = "script",
+    path: str | None = None,
+    mapping: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """hpcbundle-bind run directly (no launcher), as the file or inline, with the launcher's variables in `env`."""
+    """hpcbundle-bind run directly (no launcher), as the file or inline, with the launcher's variables in `env`;
+    MAP is `gpu_numa` joined, or `mapping` as given."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "SLURM_", "PMI_", "MPI_", "CUDA_"))}
     clean |= {"PATH": path or clean["PATH"]} | env
-    mapping = ",".join(map(str, gpu_numa))
+    mapping = ",".join(map(str, gpu_numa)) if mapping is None else mapping
     return subprocess.run([*FORMS[form], mapping, *program], capture_output=True, text=True, timeout=30, env=clean)
 
 
@@ -340,7 +348,16 @@ def test_bind_execs_numactl_on_the_node_of_the_ranks_gpu_with_its_memory_preferr
     path = _stubs(tmp_path / "bin", "numactl", "taskset")
     result = _wrapped(env, [1, 3, 5, 7], ["python", "train.py", "--epochs", "2 3"], form, path)
     assert result.returncode == 0, result.stderr
-    expected = ["numactl", f"--cpunodebind={node}", f"--preferred={node}", "python", "train.py", "--epochs", "2 3"]
+    expected = [
+        "numactl",
+        f"--cpunodebind={node}",
+        f"--preferred={node}",
+        "--",
+        "python",
+        "train.py",
+        "--epochs",
+        "2 3",
+    ]
     assert result.stdout.splitlines() == expected
 
 
@@ -349,7 +366,56 @@ def test_bind_falls_back_to_taskset_over_the_nodes_cpus_without_numactl(tmp_path
     path = _stubs(tmp_path / "bin", "taskset")
     result = _wrapped({"SLURM_LOCALID": "0"}, [0], ["true"], form, path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["taskset", "-c", NODE0_CPUS.read_text().strip(), "true"]
+    assert result.stdout.splitlines() == ["taskset", "-c", "--", NODE0_CPUS.read_text().strip(), "true"]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("tool", ["numactl", "taskset"])
+def test_bind_hands_a_program_that_starts_with_a_dash_to_the_tool_after_double_dash(tmp_path, form, tool):
+    path = _stubs(tmp_path / "bin", tool)
+    result = _wrapped({"SLURM_LOCALID": "0"}, [0], ["-x", "--show"], form, path)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.splitlines()  # taskset: -c -- CPUS PROGRAM; numactl: ... -- PROGRAM
+    assert words[-3 if tool == "numactl" else -4] == "--" and words[-2:] == ["-x", "--show"], words
+
+
+BAD_MAPS = ["0,$(id)", "`id`", "../../../etc", "0/../1", "0,,1", ",0", "0,", " 0", "0 1", "-1", "1e3", "1234567", "٣"]
+"""MAPs that are not NUMA node numbers separated by commas: each once reached numactl or taskset's sysfs path."""
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("bad", BAD_MAPS)
+def test_bind_refuses_a_map_that_is_not_numa_node_numbers_in_one_line(tmp_path, form, bad):
+    path = _stubs(tmp_path / "bin", "numactl", "taskset")
+    result = _wrapped({"SLURM_LOCALID": "0"}, [], ["echo", "ran"], form, path, mapping=bad)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr == (
+        "hpcbundle-bind: MAP is not NUMA node numbers separated by commas (node.gpu_numa, e.g. 0,0,1,1)\n"
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(mapping=st.text(alphabet=st.sampled_from(list("0129,-./$()` x\n")), min_size=1, max_size=12))
+def test_bind_runs_numactl_only_on_a_numeric_node_of_the_map(tmp_path_factory, mapping):
+    path = _stubs(tmp_path_factory.mktemp("bind") / "bin", "numactl")
+    result = _wrapped({"SLURM_LOCALID": "0"}, [], ["echo", "ran"], path=path, mapping=mapping)
+    if result.returncode == 0:
+        node = result.stdout.splitlines()[1].removeprefix("--cpunodebind=")
+        assert node.isdigit() and node.isascii() and mapping.split(",")[0] == node
+    else:
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_bind_with_a_node_without_cpus_or_without_either_tool_stops_in_one_line(tmp_path, form):
+    taskset_only = _stubs(tmp_path / "bin", "taskset")
+    no_cpus = _wrapped({"SLURM_LOCALID": "0"}, [4242], ["echo", "ran"], form, taskset_only)
+    assert no_cpus.returncode == 2 and no_cpus.stdout == ""
+    assert no_cpus.stderr.startswith("hpcbundle-bind: NUMA node 4242 of GPU 0 lists no CPUs")
+    neither = _wrapped({"SLURM_LOCALID": "0"}, [0], ["echo", "ran"], form, _stubs(tmp_path / "none"))
+    assert neither.returncode == 2 and neither.stdout == ""
+    assert neither.stderr.startswith("hpcbundle-bind: neither numactl nor taskset is installed")
+    assert len(no_cpus.stderr.splitlines()) == len(neither.stderr.splitlines()) == 1
 
 
 SHOW = 'echo "${CUDA_VISIBLE_DEVICES:-unset} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"'
