@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from hpcbundle.config.loading import parse_yaml, validate
 from hpcbundle.config.sites import Site
 from hpcbundle.diagnose.detect import choose_interface, draft_site
 from hpcbundle.diagnose.probes import parse_gpus
+from hpcbundle.diagnose.resolve import MAX_PEERS, resolve_all
 from hpcbundle.knowledge.knobs import GPU_CYCLE_TIME_WHY
 from hpcbundle.rules.engine import Facts
 from hpcbundle.rules.loading import load_failures
 
-from .helpers import GOLDEN, assert_golden, observed
+from .helpers import GOLDEN, assert_golden, hpcbundle, observed
 
 
 def test_interface_is_the_one_the_routes_to_the_other_hosts_share():
@@ -106,3 +110,40 @@ def test_a_dgx_h100_draft_has_its_cores_threads_and_gpu_numa_map_from_the_node()
     site = validate(Site, parse_yaml(text, "draft"), "draft")
     assert (site.node.cores, site.node.threads_per_core, site.node.gpu_numa) == (112, 2, [0, 0, 0, 0, 1, 1, 1, 1])
     assert load_failures(Facts(site=site)) == []
+
+
+# --- --hosts: bounded, resolved together within a time limit ---------------------------------------
+
+
+def test_site_detect_refuses_a_whole_clusters_hosts_in_one_line_before_resolving_any():
+    result = hpcbundle("site", "detect", "--hosts", "n[1-4096]")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "hpcbundle: error: --hosts: 4096 hosts; the routes to a few show the interface the nodes share "
+        f"(give at most {MAX_PEERS}, e.g. node2,node3)\n"
+    )
+
+
+def test_names_that_never_resolve_cost_the_time_limit_once_not_once_per_name():
+    def lookup(host: str) -> str:
+        if host.startswith("stuck"):
+            threading.Event().wait()  # a resolver that never answers
+        return "10.0.0." + host.removeprefix("n")
+
+    hosts = [f"stuck{i}" for i in range(MAX_PEERS - 2)] + ["n1", "n2"]
+    started = time.monotonic()
+    found = resolve_all(hosts, seconds=0.5, lookup=lookup)
+    assert time.monotonic() - started < 5
+    assert found == {**dict.fromkeys(hosts[:-2]), "n1": "10.0.0.1", "n2": "10.0.0.2"}
+
+
+def test_hostile_names_resolve_to_nothing_rather_than_raise():
+    names = ["a" * 300, "a..b", "-x", "1.2.3.4.5", "a\u202eb", "\u00e4" * 70, "n1\nn2"]
+    assert resolve_all(names, seconds=5) == dict.fromkeys(names)
+
+
+def test_site_detect_names_the_hosts_that_did_not_resolve_and_still_drafts():
+    result = hpcbundle("site", "detect", "--hosts", "localhost,no-such-node.invalid")
+    assert result.returncode == 0 and "interfaces" in result.stdout
+    assert result.stderr.startswith("hpcbundle: note: --hosts: 1 of 2 did not resolve (in 10 s at most): ")
+    assert "no-such-node.invalid;" in result.stderr and len(result.stderr.splitlines()) == 1

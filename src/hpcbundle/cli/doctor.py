@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 from pydantic import TypeAdapter, ValidationError
 
-from ..config.errors import UserError
+from ..config.errors import UserError, printable
 from ..config.fields import Name
 from ..config.limits import MAX_GATE_SECONDS
 from ..config.loading import parse_yaml, validate
 from ..config.sites import Site, Wiring
 from ..diagnose.detect import draft_site, observe
 from ..diagnose.doctor import doctor
+from ..diagnose.resolve import MAX_PEERS, RESOLVE_SECONDS
 from ..knowledge.compat import knowledge_base
 from ..launch import parse_hosts
 from ..rules.engine import exit_status, failed
@@ -113,7 +114,18 @@ def detect_command(output: Path | None, name: str | None, hosts: str | None) -> 
     """
     site_name = _draft_name(name, output)
     peers = [h for h, _ in parse_hosts(hosts)] if hosts is not None else []
-    text = draft_site(observe(peers), site_name, list(knowledge_base().gpu_capability))
+    if len(peers) > MAX_PEERS:
+        problem = f"{len(peers)} hosts; the routes to a few show the interface the nodes share"
+        raise UserError.at("", "--hosts", problem, f"give at most {MAX_PEERS}, e.g. node2,node3")
+    observed = observe(peers)
+    if observed["unresolved"]:
+        names = ", ".join(observed["unresolved"][:8]) + (", ..." if len(observed["unresolved"]) > 8 else "")
+        click.echo(
+            f"hpcbundle: note: --hosts: {len(observed['unresolved'])} of {len(set(peers))} did not resolve (in "
+            f"{RESOLVE_SECONDS:g} s at most): {printable(names)}; the draft's interface leaves their routes out",
+            err=True,
+        )
+    text = draft_site(observed, site_name, list(knowledge_base().gpu_capability))
     where = str(output or "site detect")
     validate(Site, parse_yaml(text, where), where)  # a draft that does not load is a bug
     if output is None:

@@ -23,6 +23,7 @@ from typing import Any
 from ..config.sites import PROGRAM_ENV
 from ..knowledge.knobs import GPU_CYCLE_TIME, GPU_CYCLE_TIME_WHY
 from ..knowledge.launching import LAUNCHERS_KNOWN, runtime_detection
+from .resolve import resolve_all
 from .topo import parse_topo
 
 EXCLUDED = re.compile(r"^(lo|docker\d*|virbr\d*|veth.*)$")
@@ -278,6 +279,7 @@ def observe(hosts: list[str]) -> dict[str, Any]:
     from . import probes
 
     found = probes.facts(detection=runtime_detection())
+    addresses = resolve_all(hosts)
     host = socket.gethostname()
     try:
         address = socket.gethostbyname(host)
@@ -291,7 +293,8 @@ def observe(hosts: list[str]) -> dict[str, Any]:
         "hostname_address": address,
         "hostname_interface": own,
         "default_route": probes.default_route_interface(),
-        "host_routes": {h: probes.route_interface(h) for h in hosts},
+        "host_routes": {h: probes.route_interface(a) if a else None for h, a in addresses.items()},
+        "unresolved": [h for h, a in addresses.items() if a is None],
         "slurm": probes.slurm(),
         "gpu_topology": probes.gpu_topology(),
         "ompi_env": {k.removeprefix("OMPI_MCA_"): v for k, v in os.environ.items() if k.startswith("OMPI_MCA_")},

@@ -98,12 +98,8 @@ def default_route_interface() -> str | None:
     return routes[0].get("dev") if routes else None
 
 
-def route_interface(host: str) -> str | None:
-    """The interface this node would use to reach `host` (resolved like MPI resolves it)."""
-    try:
-        address = socket.gethostbyname(host)
-    except OSError:
-        return None
+def route_interface(address: str) -> str | None:
+    """The interface this node would use to reach `address` (a host resolved like MPI resolves it)."""
     text = _out(["ip", "-j", "route", "get", address])
     routes = json.loads(text) if text else []
     return routes[0].get("dev") if routes else None
