@@ -146,6 +146,32 @@ def test_a_pin_against_the_stack_is_refused_naming_both_pins(tmp_path, pins, mes
     assert line.startswith(f"{tmp_path}/cpu-local.yaml: python_packages: ") and message in line
 
 
+@pytest.mark.parametrize(
+    "pin, key",
+    [
+        ("intel-tensorflow==2.14.0", "frameworks.tensorflow"),
+        ("tensorflow-gpu==2.11.0", "frameworks.tensorflow"),
+        ("tensorflow==2.15.1", "frameworks.tensorflow"),
+        ("tf_nightly==2.16.0.dev20231102", "frameworks.tensorflow"),
+        ("TF-Nightly-CPU==2.16.0.dev20231102", "frameworks.tensorflow"),
+        ("Intel_TensorFlow_AVX512==2.14.0", "frameworks.tensorflow"),
+        ("tensorflow-macos==2.15.0", "frameworks.tensorflow"),
+        ("torch-nightly==1.0.0.dev20190328", "frameworks.pytorch"),
+        ("pytorch==1.0.2", "frameworks.pytorch"),
+    ],
+)
+@pytest.mark.parametrize("where", ["python_packages", "requirements_file"])
+def test_another_distribution_of_a_framework_is_refused_as_a_second_copy_of_it(tmp_path, pin, key, where):
+    recipe_file = (
+        _recipe_with(tmp_path, python_packages=[pin])
+        if where == "python_packages"
+        else _recipe_with(tmp_path, requirements=pin + "\n")
+    )
+    assert _refusal(recipe_file) == (
+        f"{tmp_path}/cpu-local.yaml: {where}: {pin} is the stack's to choose ({key}) (remove it; set {key} instead)"
+    )
+
+
 def test_a_pin_the_stack_already_has_is_accepted(tmp_path):
     loaded = load_recipe(str(_recipe_with(tmp_path, python_packages=["torch==2.13.0"])), RECIPES)
     assert loaded.user_packages == (("python_packages", "torch==2.13.0"),)

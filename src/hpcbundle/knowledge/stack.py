@@ -19,6 +19,27 @@ FRAMEWORK_KEYS = {
     "horovod": "horovod.version",
 }
 """The packages Horovod is built with or against: only these keys choose them."""
+OTHER_DISTRIBUTIONS = {
+    **dict.fromkeys(
+        (
+            "tensorflow-gpu",
+            "tensorflow-intel",
+            "tensorflow-macos",
+            "tensorflow-aarch64",
+            "tensorflow-cpu-aws",
+            "tensorflow-rocm",
+            "intel-tensorflow",
+            "intel-tensorflow-avx512",
+            "tf-nightly",
+            "tf-nightly-cpu",
+            "tf-nightly-gpu",
+        ),
+        "frameworks.tensorflow",
+    ),
+    **dict.fromkeys(("torch-nightly", "pytorch"), "frameworks.pytorch"),
+}
+"""The frameworks' other names on the package index (a vendor's build, a nightly, an old name): each installs a
+second copy of the framework beside the stack's, so only the recipe's keys choose one."""
 WHEEL_FAMILIES = {"nvidia-": "gpu (torch's NVIDIA wheels)", "impi-": "mpi (Intel MPI's wheels)"}
 """Name prefixes of wheels the stack brings; the recipe's keys choose their versions."""
 
@@ -66,6 +87,6 @@ def _pytorch_pins(pt: PyTorch, kb: KnowledgeBase) -> dict[str, StackPin]:
 
 def owned_by(name: str) -> str | None:
     """The recipe key that chooses the package `name` (canonical) for the stack, else None."""
-    if name in FRAMEWORK_KEYS:
-        return FRAMEWORK_KEYS[name]
+    if name in FRAMEWORK_KEYS or name in OTHER_DISTRIBUTIONS:
+        return FRAMEWORK_KEYS.get(name) or OTHER_DISTRIBUTIONS[name]
     return next((key for prefix, key in WHEEL_FAMILIES.items() if name.startswith(prefix)), None)
