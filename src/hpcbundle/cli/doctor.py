@@ -103,7 +103,8 @@ def site_group() -> None:
 @click.option("--name", help="The site's name (default: the output file's stem, else 'detected').")
 @click.option(
     "--hosts",
-    help="Other nodes of the cluster (e.g. node2,node3): the data interface is the one their routes go through.",
+    help=f"Other nodes of the cluster (e.g. node2,node3; at most {MAX_PEERS}, resolved together within "
+    f"{RESOLVE_SECONDS:g} s): the data interface is the one their routes go through.",
 )
 def detect_command(output: Path | None, name: str | None, hosts: str | None) -> None:
     """Write a draft site config for the node this runs on; lines to check are marked CONFIRM.
