@@ -121,7 +121,7 @@ def test_placement_wrapper_in_the_image_execs_numactl_on_the_ranks_gpu_node(
     apptainer: str, cpu_local_sif: SifBuild, tmp_path: Path
 ) -> None:
     """hpcbundle-bind as launch lines run it, by name inside the image: with a stub numactl first on PATH it
-    execs `numactl --cpunodebind=N --preferred=N PROGRAM` for the rank's GPU; with the image's own tools the
+    execs `numactl --cpunodebind=N --preferred=N -- PROGRAM` for the rank's GPU; with the image's own tools the
     program runs on the CPUs of NUMA node 0."""
     stubs = tmp_path / "stub"
     stubs.mkdir()
@@ -130,7 +130,7 @@ def test_placement_wrapper_in_the_image_execs_numactl_on_the_ranks_gpu_node(
     rank = ["env", "-u", "SLURM_LOCALID", "-u", "CUDA_VISIBLE_DEVICES", "OMPI_COMM_WORLD_LOCAL_RANK=1"]
     stubbed = [*rank, "PATH=/stub:/usr/local/bin:/usr/bin:/bin", "hpcbundle-bind", "0,0", "python3", "train.py"]
     out = in_sif(apptainer, cpu_local_sif, stubbed, binds=(f"{stubs}:/stub",), timeout=60)
-    assert out.split("\n") == ["numactl", "--cpunodebind=0", "--preferred=0", "python3", "train.py", ""]
+    assert out.split("\n") == ["numactl", "--cpunodebind=0", "--preferred=0", "--", "python3", "train.py", ""]
     program = ["sed", "-n", "s/^Cpus_allowed_list:[[:space:]]*//p", "/proc/self/status"]
     placed = in_sif(apptainer, cpu_local_sif, [*rank, "hpcbundle-bind", "0", *program], timeout=60)
     assert placed.strip() == NODE0_CPUS.read_text().strip()
