@@ -132,5 +132,5 @@ def test_placement_wrapper_in_the_image_execs_numactl_on_the_ranks_gpu_node(
     out = in_sif(apptainer, cpu_local_sif, stubbed, binds=(f"{stubs}:/stub",), timeout=60)
     assert out.split("\n") == ["numactl", "--cpunodebind=0", "--preferred=0", "--", "python3", "train.py", ""]
     program = ["sed", "-n", "s/^Cpus_allowed_list:[[:space:]]*//p", "/proc/self/status"]
-    placed = in_sif(apptainer, cpu_local_sif, [*rank, "hpcbundle-bind", "0", *program], timeout=60)
+    placed = in_sif(apptainer, cpu_local_sif, [*rank, "hpcbundle-bind", "0,0", *program], timeout=60)
     assert placed.strip() == NODE0_CPUS.read_text().strip()
