@@ -222,4 +222,6 @@ def test_a_users_torchvision_program_trains_in_the_image_from_their_working_dire
     assert f" -v {work}:{work} -w {work} " in launched_command(res.stderr), res.stderr[-2000:]
     for rank in range(2):
         assert re.search(rf"rank {rank}/2: resnet18 loss=[\d.]+ cwd={re.escape(str(work))}", out), out[-3000:]
-    assert re.search(r"total images/sec: [\d.]+ on 2 ranks$", out, re.M), out[-3000:]
+    # no end-of-line anchor: unbuffered ranks write a line and its newline apart, so another rank's text can land
+    # between them on the shared stdout
+    assert re.search(r"total images/sec: [\d.]+ on 2 ranks", out), out[-3000:]
