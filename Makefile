@@ -31,7 +31,9 @@ BIN := $(VENV)/bin
 HPCBUNDLE := $(BIN)/hpcbundle
 export HPCBUNDLE_CACHE ?= $(HOME)/.cache/hpcbundle
 
-RECIPE ?= cpu-local
+ifeq ($(value RECIPE),)
+RECIPE = cpu-local
+endif
 # RECIPE is a name under recipes/ or a path to a team's own recipe file anywhere (e.g. ../team/team.yaml);
 # build outputs are named by its file name without .yaml (a recipe's name is its file name).
 RECIPE_NAME = $(shell basename -- $(call shword,$(value RECIPE)) | sed -E 's/[.]ya?ml$$//')
